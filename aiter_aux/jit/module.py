@@ -1,0 +1,92 @@
+"""Load ``module_moe_mxfp4_aux`` and call its instances.
+
+The module is loaded lazily, on the first op call, never at import: the published module
+of the backend's build directory is used when it is intact and holds the needed key;
+otherwise the catalog is (re)built first (:func:`aiter_aux.jit.build.build_module`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+from . import abi
+from . import toolchain as toolchain_mod
+from .build import build_module, published_module
+
+
+class InstanceMissingError(KeyError):
+    """The catalog has no instance for the requested key."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class AuxModule:
+    """A loaded module: key -> instance function, plus error reporting."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
+        abi.declare(self.lib)
+        abi.check(self.lib, self.path)
+        self.backend = self.lib.aiter_aux_backend().decode()
+        self._fns: dict[str, tuple[int, object]] = {}
+
+    def keys(self) -> list[str]:
+        n = self.lib.aiter_aux_num_instances()
+        return [self.lib.aiter_aux_instance(i).contents.key.decode() for i in range(n)]
+
+    def has(self, key: str) -> bool:
+        return bool(self.lib.aiter_aux_find(key.encode()))
+
+    def function(self, key: str):
+        """(op kind, callable(args_ptr, stream)) of ``key``; KeyError if absent."""
+        hit = self._fns.get(key)
+        if hit is None:
+            ptr = self.lib.aiter_aux_find(key.encode())
+            if not ptr:
+                raise KeyError(key)
+            hit = (ptr.contents.op, ptr.contents.fn)
+            self._fns[key] = hit
+        return hit
+
+    def call(self, key: str, args: ctypes.Structure, stream: int | None = None) -> None:
+        """Run instance ``key`` on ``args``; raise RuntimeError with the module's message
+        if it reports an error."""
+        _op, fn = self.function(key)
+        status = fn(ctypes.addressof(args), stream)
+        if status != abi.OK:
+            msg = self.lib.aiter_aux_last_error().decode() or f"status {status}"
+            raise RuntimeError(f"{key}: {msg}")
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, AuxModule] = {}  # backend -> module
+
+
+def load_module(backend: str, key: str | None = None) -> AuxModule:
+    """The module of ``backend`` holding ``key``: loaded from the cache, built if needed.
+    Raises ``InstanceMissingError`` when even a fresh build of the catalog lacks ``key``."""
+    mod = _LOADED.get(backend)
+    if mod is not None and (key is None or key in mod._fns or mod.has(key)):
+        return mod
+    with _LOCK:
+        mod = _LOADED.get(backend)
+        if mod is not None and (key is None or mod.has(key)):
+            return mod
+        tc = toolchain_mod.select(backend)
+        path = published_module(tc, key)
+        if path is None:
+            path = build_module(backend=backend).module_path
+        if mod is None or path != mod.path:
+            mod = AuxModule(path)
+            _LOADED[backend] = mod
+        if key is not None and not mod.has(key):
+            raise InstanceMissingError(key)
+        return mod
+
+
+def loaded_modules() -> dict[str, AuxModule]:
+    return dict(_LOADED)

@@ -1,0 +1,94 @@
+"""The supported-shape catalog of the specialised MXFP4 MoE aux path, and the predicates a
+dispatcher asks before taking it.
+
+``MXFP4_MOE_SUPPORTED_SHAPES`` must equal ``SHAPES`` in ``codegen/gen_instances.py`` (the AST
+test ``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it).  Each tuple is
+``(expert, model_dim, inter_rounded, topk)``: ``expert`` counts a fused shared expert where it
+is odd, ``topk`` then counts it too, and ``inter_rounded`` is inter_dim rounded up to a
+multiple of 256.  To add a shape: ``aiter-aux add-shape E,MODEL_DIM,INTER,TOPK``.
+
+The ops themselves live in :mod:`aiter_aux.ops.aux_ops` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+INTER_ALIGN = 256
+
+# (expert, model_dim, inter_rounded, topk)
+MXFP4_MOE_SUPPORTED_SHAPES = frozenset(
+    {
+        (385, 7168, 512, 9),  # Kimi-K2.5 TP4
+        (385, 7168, 1024, 9),  # Kimi-K2.5 TP2
+        (385, 7168, 256, 9),  # Kimi-K2.5 TP8
+        (384, 7168, 512, 8),  # Kimi-K2 TP4
+        (384, 7168, 256, 8),  # initial catalog (issue 2)
+        (257, 7168, 512, 9),  # DeepSeek-R1 TP4
+        (257, 7168, 256, 9),  # DeepSeek-R1 TP8
+        (256, 7168, 512, 8),  # initial catalog (issue 2)
+        (256, 7168, 256, 8),  # initial catalog (issue 2)
+        (32, 7168, 2048, 8),  # initial catalog (issue 2)
+        (33, 7168, 2048, 8),  # initial catalog (issue 2)
+        (64, 7168, 2048, 8),  # initial catalog (issue 2)
+        (256, 3072, 1536, 8),  # MiniMax TP2
+        (256, 3072, 768, 8),  # MiniMax TP4
+        (256, 3072, 512, 8),  # MiniMax-M3 (inter 384 -> 512)
+        (256, 3072, 256, 8),  # initial catalog (issue 2)
+        (512, 4096, 256, 10),  # Qwen3.5-397B
+        (512, 4096, 512, 10),  # initial catalog (issue 2)
+        (513, 4096, 512, 11),  # initial catalog (issue 2)
+        (48, 7168, 3072, 6),  # DeepSeek-V4 EP8
+        (24, 7168, 3072, 6),  # initial catalog (issue 2)
+        (384, 7168, 1536, 6),  # DeepSeek-V4 TP2
+        (384, 7168, 768, 6),  # DeepSeek-V4 TP4
+        (384, 7168, 512, 6),  # DeepSeek-V4 TP6/TP8
+        (385, 7168, 1536, 7),  # initial catalog (issue 2)
+        (385, 7168, 768, 7),  # initial catalog (issue 2)
+        (385, 7168, 512, 7),  # initial catalog (issue 2)
+        (256, 4096, 256, 6),  # DeepSeek-V4-Lite
+        (256, 4096, 2048, 6),  # initial catalog (issue 2)
+        (384, 5120, 768, 6),  # initial catalog (issue 2)
+        (384, 5120, 1280, 6),  # initial catalog (issue 2)
+        (128, 5120, 768, 3),  # initial catalog (issue 2)
+        (128, 5120, 1280, 3),  # initial catalog (issue 2)
+        (96, 5120, 2304, 6),  # DeepSeek-V4.1-Flash TP4+EP
+        (32, 5120, 2304, 2),  # initial catalog (issue 2)
+        (32, 5120, 2304, 3),  # initial catalog (issue 2)
+        (257, 6144, 2048, 9),  # initial catalog (issue 2)
+        (257, 6144, 1024, 9),  # initial catalog (issue 2)
+        (257, 6144, 512, 9),  # GLM-5.2 TP4
+        (257, 6144, 256, 9),  # GLM-5.2 TP8
+        (129, 6144, 512, 5),  # initial catalog (issue 2)
+        (129, 6144, 768, 5),  # initial catalog (issue 2)
+        (896, 3584, 512, 16),  # Kimi-K3
+        (896, 3584, 3072, 16),  # initial catalog (issue 2)
+        (56, 3584, 3072, 16),  # initial catalog (issue 2)
+        (128, 3072, 512, 4),  # initial catalog (issue 2)
+        (128, 3072, 1536, 4),  # initial catalog (issue 2)
+        (128, 3072, 3072, 4),  # initial catalog (issue 2)
+        (513, 2560, 768, 11),  # Qwen3.8-Flash-Next TP1 (inter 640 -> 768)
+    }
+)
+
+_SCATTER_KEYS = frozenset((s[1], s[3]) for s in MXFP4_MOE_SUPPORTED_SHAPES)
+
+
+def round_inter_dim(inter_dim: int) -> int:
+    """``inter_dim`` rounded up to a multiple of 256."""
+    return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
+
+
+def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, topk: int) -> bool:
+    """True when the specialised aux path has kernels for this MoE layer.
+
+    ``expert`` counts a fused shared expert (odd counts), ``topk`` counts it too;
+    ``inter_dim`` is rounded up to a multiple of 256 before the lookup, so
+    ``(513, 2560, 640, 11)`` is supported through the catalog entry ``(513, 2560, 768, 11)``.
+    """
+    key = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
+    return key in MXFP4_MOE_SUPPORTED_SHAPES
+
+
+def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
+    """True when moe_scatter_reduce / moe_scatter_reduce_q have an instance for
+    ``(model_dim, topk)`` (some catalog shape has that model_dim and topk)."""
+    return (int(model_dim), int(topk)) in _SCATTER_KEYS

@@ -1,0 +1,145 @@
+"""Shape catalog -> kernel instances.
+
+A *shape* is ``(expert, model_dim, inter_rounded, topk)``.  Each aux op is specialised at
+compile time on a subset of the shape's parameters; an *instance* is one op with concrete
+values for exactly those parameters, and its *key* (e.g. ``moe_sort_e257_k9``) spells
+them.  inter_dim is a compile-time parameter of no aux kernel, so shapes that differ only
+in inter share every instance.  The key is the one name of an instance everywhere: file
+names, C symbols, the lookup and the Python dispatch.
+
+Stdlib only: imported by the generator, by the JIT builder and by the Python ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+BACKENDS = ("cpu", "cuda", "rocm")
+INTER_ALIGN = 256
+MODEL_DIM_ALIGN = 256
+MAX_EXPERTS = 1024
+MAX_TOPK = 255
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One aux op: the compile-time parameters its kernel template takes, in template
+    order, the C args struct and the AiterAuxOp enumerator."""
+
+    name: str
+    params: tuple[str, ...]
+    struct: str
+    op_enum: str
+    key_parts: tuple[str, ...]  # key suffix letters, one per param
+
+
+OPS: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        OpSpec("moe_sort", ("num_experts", "topk"), "AiterAuxSortArgs", "AITER_AUX_OP_MOE_SORT",
+               ("e", "k")),
+        OpSpec("mxfp4_quant", ("model_dim",), "AiterAuxQuantArgs", "AITER_AUX_OP_MXFP4_QUANT",
+               ("d",)),
+        OpSpec("moe_sort_quant", ("num_experts", "topk", "model_dim"), "AiterAuxSortQuantArgs",
+               "AITER_AUX_OP_MOE_SORT_QUANT", ("e", "k", "d")),
+        OpSpec("moe_sort_scales", ("model_dim",), "AiterAuxSortScalesArgs",
+               "AITER_AUX_OP_MOE_SORT_SCALES", ("d",)),
+        OpSpec("moe_scatter_reduce", ("model_dim", "topk"), "AiterAuxScatterArgs",
+               "AITER_AUX_OP_MOE_SCATTER_REDUCE", ("d", "k")),
+        OpSpec("moe_scatter_reduce_q", ("model_dim", "topk"), "AiterAuxScatterArgs",
+               "AITER_AUX_OP_MOE_SCATTER_REDUCE_Q", ("d", "k")),
+    )
+}  # fmt: skip
+
+
+def instance_key(op: str, **params: int) -> str:
+    """The procedural name of an instance: ``<op>_<letter><value>...`` in template order,
+    e.g. ``instance_key("moe_sort", num_experts=257, topk=9) == "moe_sort_e257_k9"``."""
+    spec = OPS[op]
+    return op + "".join(
+        f"_{letter}{int(params[p])}" for p, letter in zip(spec.params, spec.key_parts, strict=True)
+    )
+
+
+@dataclass(frozen=True, order=True)
+class Instance:
+    """One op specialised at compile time; ordered and identified by ``key``."""
+
+    key: str
+    op: str
+    values: tuple[int, ...]  # compile-time parameter values, template order
+
+    @property
+    def spec(self) -> OpSpec:
+        return OPS[self.op]
+
+    @property
+    def symbol(self) -> str:
+        return "aiter_aux_" + self.key
+
+    @property
+    def template_args(self) -> str:
+        return ", ".join(str(v) for v in self.values)
+
+    @property
+    def params(self) -> dict[str, int]:
+        return dict(zip(self.spec.params, self.values, strict=True))
+
+
+def round_inter(inter_dim: int) -> int:
+    """inter_dim rounded up to a multiple of 256 (the catalog stores the rounded value)."""
+    return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
+
+
+def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
+    expert, model_dim, _inter, topk = shape
+    return {"num_experts": expert, "model_dim": model_dim, "topk": topk}
+
+
+def instances_for_shape(shape: tuple[int, int, int, int]) -> list[Instance]:
+    """The instances (one per op) that the aux path of ``shape`` dispatches to."""
+    params = shape_params(shape)
+    out = []
+    for spec in OPS.values():
+        values = tuple(params[p] for p in spec.params)
+        out.append(Instance(instance_key(spec.name, **params), spec.name, values))
+    return out
+
+
+def enumerate_instances(shapes: Iterable[tuple[int, int, int, int]]) -> list[Instance]:
+    """Unique instances of every shape, sorted by key (each key once)."""
+    unique: dict[str, Instance] = {}
+    for shape in shapes:
+        for inst in instances_for_shape(tuple(shape)):
+            unique.setdefault(inst.key, inst)
+    return sorted(unique.values())
+
+
+def validate_shape(shape: object) -> list[str]:
+    """Rule violations of one catalog tuple (empty when valid)."""
+    if not (isinstance(shape, tuple) and len(shape) == 4 and all(type(v) is int for v in shape)):
+        return [f"{shape!r}: must be a tuple of 4 ints (expert, model_dim, inter_rounded, topk)"]
+    expert, model_dim, inter, topk = shape
+    errors = []
+    if not 1 <= expert <= MAX_EXPERTS:
+        errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
+    if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
+        errors.append(f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}")
+    if inter <= 0 or inter % INTER_ALIGN:
+        errors.append(f"{shape}: inter_rounded must be a positive multiple of {INTER_ALIGN}")
+    if not 1 <= topk <= min(expert, MAX_TOPK):
+        errors.append(f"{shape}: topk must be in [1, min(expert, {MAX_TOPK})]")
+    return errors
+
+
+def validate_catalog(shapes: Iterable[object]) -> list[str]:
+    """Rule violations of a whole catalog, duplicates included."""
+    errors: list[str] = []
+    seen: set[object] = set()
+    for shape in shapes:
+        errors.extend(validate_shape(shape))
+        if shape in seen:
+            errors.append(f"{shape}: listed more than once")
+        seen.add(shape)
+    return errors

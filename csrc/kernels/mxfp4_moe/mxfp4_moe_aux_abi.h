@@ -1,0 +1,125 @@
+// The C ABI between the Python ops (aiter_aux/jit/module.py, via ctypes) and
+// the compiled module `module_moe_mxfp4_aux`.
+//
+// The module is a plain shared library: no torch header is included anywhere,
+// so an instance translation unit compiles in well under a second and the
+// module does not depend on the torch version.  Every instance exports one
+// function with the uniform signature `AiterAuxFn`; the generated lookup maps
+// an instance key (e.g. "moe_sort_e257_k9") to it.
+//
+// Keep in sync with aiter_aux/jit/abi.py (ctypes mirror); the module reports
+// AITER_AUX_ABI_VERSION and the struct sizes so that a mismatch is caught at
+// load time rather than silently misread.
+#pragma once
+
+#include <stdint.h>
+
+#define AITER_AUX_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Op kinds; one per public op.  Stored in the lookup next to each key.
+enum AiterAuxOp {
+  AITER_AUX_OP_MOE_SORT = 1,
+  AITER_AUX_OP_MXFP4_QUANT = 2,
+  AITER_AUX_OP_MOE_SORT_QUANT = 3,
+  AITER_AUX_OP_MOE_SORT_SCALES = 4,
+  AITER_AUX_OP_MOE_SCATTER_REDUCE = 5,
+  AITER_AUX_OP_MOE_SCATTER_REDUCE_Q = 6,
+};
+
+// Return codes of an instance function.
+enum AiterAuxStatus {
+  AITER_AUX_OK = 0,
+  AITER_AUX_ERR_INVALID_ARGUMENT = 1,  // run-time args disagree with the instance
+  AITER_AUX_ERR_LAUNCH = 2,            // GPU launch failed (see aiter_aux_last_error)
+};
+
+// moe_sort.  All pointers are device pointers of the module's backend.
+// Compile-time parameters of the instance: num_experts, topk.
+typedef struct AiterAuxSortArgs {
+  const int32_t* topk_ids;      // [num_tokens, topk]
+  const float* topk_weights;    // [num_tokens, topk]
+  int64_t num_tokens;           // M, < 2^24
+  int32_t num_experts;          // must equal the instance's
+  int32_t topk;                 // must equal the instance's
+  int32_t block_m;              // 16, 32, 64 or 128
+  int32_t reserved0;
+  int64_t max_rows;             // capacity of the sorted buffers, multiple of block_m
+  int32_t* sorted_token_ids;    // [max_rows]  t | (k << 24); pad = M
+  float* sorted_weights;        // [max_rows]  pad 0.0
+  int32_t* m_indices;           // [max_rows]  t; pad = M
+  int32_t* sorted_expert_ids;   // [max_rows / block_m]
+  int32_t* num_valid_ids;       // [2] = {rows including padding, M}
+  int32_t* reverse_sorted;      // [num_tokens * topk]  row of (t, k), -1 if not local
+  uint16_t* zero_buf;           // optional bf16 buffer zeroed in the same call (NULL: none)
+  int64_t zero_numel;           // elements of zero_buf
+} AiterAuxSortArgs;
+
+// mxfp4_quant (per_1x32).  Compile-time parameter: model_dim.
+typedef struct AiterAuxQuantArgs {
+  const uint16_t* x;            // bf16 bits [num_tokens, model_dim], row-major
+  int64_t num_tokens;
+  int32_t model_dim;            // must equal the instance's
+  int32_t reserved0;
+  uint8_t* a_q;                 // [num_tokens, model_dim / 2]  e2m1, element 2j in the low nibble
+  uint8_t* a_scale;             // [num_tokens, model_dim / 32] e8m0
+} AiterAuxQuantArgs;
+
+// moe_sort_quant: both in one call.  Compile-time: num_experts, topk, model_dim.
+typedef struct AiterAuxSortQuantArgs {
+  AiterAuxSortArgs sort;
+  AiterAuxQuantArgs quant;
+} AiterAuxSortQuantArgs;
+
+// moe_sort_scales.  Compile-time parameter: model_dim.
+typedef struct AiterAuxSortScalesArgs {
+  const uint8_t* a_scale;           // [num_tokens, model_dim / 32] e8m0, row-major
+  int64_t num_tokens;
+  int32_t model_dim;                // must equal the instance's; multiple of 256
+  int32_t block_m;                  // 16, 32, 64 or 128 (BM = max(32, block_m))
+  const int32_t* sorted_token_ids;  // [max_rows]
+  const int32_t* num_valid_ids;     // [2]
+  int64_t max_rows;                 // length of sorted_token_ids
+  uint8_t* sorted_scales;           // [ceil(max_rows / BM) * BM, model_dim / 32] bytes
+} AiterAuxSortScalesArgs;
+
+// moe_scatter_reduce (bf16 expert_out) and moe_scatter_reduce_q (MXFP4 expert_out).
+// Compile-time parameters: model_dim, topk.
+typedef struct AiterAuxScatterArgs {
+  const uint16_t* expert_out;        // bf16 [num_rows, model_dim]        (scatter_reduce)
+  const uint8_t* expert_out_q;       // e2m1 [num_rows, model_dim / 2]    (scatter_reduce_q)
+  const uint8_t* expert_out_scale;   // e8m0 [num_rows, model_dim / 32]   (scatter_reduce_q)
+  int64_t num_rows;                  // rows of expert_out
+  const int32_t* reverse_sorted;     // [num_tokens * topk]
+  const float* sorted_weights;       // [num_rows] (at least)
+  int64_t num_tokens;
+  int32_t model_dim;                 // must equal the instance's
+  int32_t topk;                      // must equal the instance's
+  uint16_t* out;                     // bf16 [num_tokens, model_dim]
+} AiterAuxScatterArgs;
+
+// Every instance function: `args` points to the struct of its op kind;
+// `stream` is the backend's stream (cudaStream_t / hipStream_t), NULL on CPU.
+typedef int (*AiterAuxFn)(const void* args, void* stream);
+
+typedef struct AiterAuxInstance {
+  const char* key;  // e.g. "moe_sort_e257_k9"
+  int32_t op;       // AiterAuxOp
+  AiterAuxFn fn;
+} AiterAuxInstance;
+
+// Exported by the generated lookup translation unit.
+int aiter_aux_abi_version(void);
+const char* aiter_aux_backend(void);             // "cpu", "cuda" or "rocm"
+int aiter_aux_num_instances(void);
+const AiterAuxInstance* aiter_aux_instance(int index);
+const AiterAuxInstance* aiter_aux_find(const char* key);  // NULL if absent
+int64_t aiter_aux_struct_size(int op);          // sizeof the args struct of op kind
+const char* aiter_aux_last_error(void);          // message of the last failing call
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif

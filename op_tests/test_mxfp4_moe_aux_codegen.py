@@ -1,0 +1,173 @@
+"""CPU-only catalog and codegen checks.
+
+Reads the two shape lists with ``ast`` (imports neither torch, aiter_aux nor the
+generator's module state) and runs the generator as a subprocess into a temporary
+directory.  Passes in an environment without torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GEN = ROOT / "codegen" / "gen_instances.py"
+OPS = ROOT / "aiter_aux" / "ops" / "moe_mxfp4_aux.py"
+
+
+def _assigned_value(path: Path, name: str) -> ast.expr:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return node.value
+    raise AssertionError(f"{name} is not assigned at module level in {path}")
+
+
+def _tuples(node: ast.expr) -> list[tuple]:
+    """The literal tuples of a list/set literal, or of frozenset({...}) / frozenset([...])."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "frozenset":
+        assert len(node.args) == 1, "frozenset(...) must take one literal"
+        node = node.args[0]
+    assert isinstance(node, ast.List | ast.Set | ast.Tuple), f"not a literal: {ast.dump(node)}"
+    return [ast.literal_eval(elt) for elt in node.elts]
+
+
+def shapes_list() -> list[tuple]:
+    return _tuples(_assigned_value(GEN, "SHAPES"))
+
+
+def supported_list() -> list[tuple]:
+    return _tuples(_assigned_value(OPS, "MXFP4_MOE_SUPPORTED_SHAPES"))
+
+
+def test_catalog_lists_agree():
+    shapes, supported = set(shapes_list()), set(supported_list())
+    only_gen = sorted(shapes - supported)
+    only_ops = sorted(supported - shapes)
+    assert not only_gen and not only_ops, (
+        f"the two catalogs disagree.\n  in codegen/gen_instances.py SHAPES only: {only_gen}\n"
+        f"  in aiter_aux/ops/moe_mxfp4_aux.py MXFP4_MOE_SUPPORTED_SHAPES only: {only_ops}\n"
+        "add each tuple to both lists (aiter-aux add-shape does it)"
+    )
+
+
+@pytest.mark.parametrize("lister", [shapes_list, supported_list], ids=["SHAPES", "SUPPORTED"])
+def test_no_duplicates(lister):
+    dups = [s for s, n in Counter(lister()).items() if n > 1]
+    assert not dups, f"listed more than once: {dups}"
+
+
+@pytest.mark.parametrize("lister", [shapes_list, supported_list], ids=["SHAPES", "SUPPORTED"])
+def test_every_tuple_valid(lister):
+    bad = []
+    for shape in lister():
+        ok = (
+            isinstance(shape, tuple)
+            and len(shape) == 4
+            and all(type(v) is int for v in shape)
+            and 1 <= shape[0] <= 1024
+            and shape[1] > 0
+            and shape[1] % 256 == 0
+            and shape[2] > 0
+            and shape[2] % 256 == 0
+            and 1 <= shape[3] <= min(shape[0], 255)
+        )
+        if not ok:
+            bad.append(shape)
+    assert not bad, f"invalid catalog tuples (rules: see codegen/instances.py): {bad}"
+
+
+def test_shapes_have_source_comments():
+    lines = GEN.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("SHAPES = ["))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "]")
+    entries = [ln for ln in lines[start + 1 : end] if ln.strip().startswith("(")]
+    assert len(entries) == len(shapes_list()), "one shape per line"
+    missing = [ln for ln in entries if not re.search(r"\),\s+#\s*\S", ln)]
+    assert not missing, f"shapes without a comment naming their source: {missing}"
+
+
+def _expected_keys(shape):
+    e, d, _inter, k = shape
+    return {
+        f"moe_sort_e{e}_k{k}",
+        f"mxfp4_quant_d{d}",
+        f"moe_sort_quant_e{e}_k{k}_d{d}",
+        f"moe_sort_scales_d{d}",
+        f"moe_scatter_reduce_d{d}_k{k}",
+        f"moe_scatter_reduce_q_d{d}_k{k}",
+    }
+
+
+def _generate(workdir: Path, backend: str = "cpu") -> str:
+    subprocess.run(
+        [sys.executable, str(GEN), "--working_path", str(workdir), "--backend", backend],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return (workdir / "lookup.cpp").read_text()
+
+
+def _lookup_keys(lookup_text: str) -> list[str]:
+    return re.findall(r'^\s*\{"([a-z0-9_]+)", AITER_AUX_OP_', lookup_text, flags=re.M)
+
+
+def test_every_shape_key_in_generated_lookup(tmp_path):
+    keys = _lookup_keys(_generate(tmp_path))
+    assert len(keys) == len(set(keys)), "a key appears more than once in the lookup"
+    assert keys == sorted(keys), "lookup must be sorted by key (binary search)"
+    missing = {s: sorted(_expected_keys(s) - set(keys)) for s in shapes_list()}
+    missing = {s: m for s, m in missing.items() if m}
+    assert not missing, f"aux keys missing from the generated lookup: {missing}"
+    expected_all = set().union(*(_expected_keys(s) for s in shapes_list()))
+    assert set(keys) == expected_all, "lookup holds keys no catalog shape needs"
+    # one TU per key, every file stamped
+    tus = sorted(p.name for p in tmp_path.glob("inst_*.cpp"))
+    assert tus == sorted(f"inst_{k}.cpp" for k in keys)
+    for p in tmp_path.iterdir():
+        assert "do not edit" in p.read_text().splitlines()[0], p
+
+
+def test_shapes_differing_only_in_inter_share_instances(tmp_path):
+    shapes = shapes_list()
+    by_inter = Counter((e, d, k) for e, d, _i, k in shapes)
+    shared = [key for key, n in by_inter.items() if n > 1]
+    assert shared, "the catalog should contain shapes that differ only in inter"
+    keys = set(_lookup_keys(_generate(tmp_path)))
+    n_expected = len(set().union(*(_expected_keys(s) for s in shapes)))
+    assert len(keys) == n_expected < 6 * len(shapes)
+
+
+def test_gpu_backend_renders_same_instance_list(tmp_path):
+    cpu = _lookup_keys(_generate(tmp_path / "cpu", "cpu"))
+    for backend, ext in (("cuda", ".cu"), ("rocm", ".hip")):
+        keys = _lookup_keys(_generate(tmp_path / backend, backend))
+        assert keys == cpu
+        tu = (tmp_path / backend / f"inst_{keys[0]}{ext}").read_text()
+        assert '#include "gpu/mxfp4_moe_aux_gpu.h"' in tu and "stream)" in tu
+        assert "torch" not in tu
+
+
+def test_generated_tus_include_no_torch_header(tmp_path):
+    _generate(tmp_path)
+    for p in tmp_path.iterdir():
+        assert "torch" not in p.read_text(), p
+
+
+def test_list_cli_prints_instance_keys(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(GEN), "--list"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert sorted(out) == sorted(_lookup_keys(_generate(tmp_path)))
