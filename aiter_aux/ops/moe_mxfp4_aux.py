@@ -92,3 +92,12 @@ def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
     """True when moe_scatter_reduce / moe_scatter_reduce_q have an instance for
     ``(model_dim, topk)`` (some catalog shape has that model_dim and topk)."""
     return (int(model_dim), int(topk)) in _SCATTER_KEYS
+
+
+def __getattr__(name: str):
+    # The ops import torch; keep this module importable (and cheap) without it.
+    from . import aux_ops
+
+    if name in aux_ops.__all__:
+        return getattr(aux_ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
