@@ -20,8 +20,11 @@ _PKG_DIR = Path(__file__).resolve().parents[1]
 
 @cache
 def source_root() -> Path:
-    """The directory holding codegen/, templates/ and csrc/."""
-    for candidate in (_PKG_DIR / "_src", _PKG_DIR.parent):
+    """The directory holding codegen/, templates/ and csrc/: ``$AITER_AUX_SOURCE_DIR``, else
+    ``aiter_aux/_src`` of an installed wheel, else the source checkout."""
+    env = os.environ.get("AITER_AUX_SOURCE_DIR")
+    candidates = [Path(env)] if env else [_PKG_DIR / "_src", _PKG_DIR.parent]
+    for candidate in candidates:
         if (candidate / "codegen" / "gen_instances.py").is_file():
             return candidate
     raise FileNotFoundError(

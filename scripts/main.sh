@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: set up, build module_moe_mxfp4_aux for every catalog shape, then run the
+# aux pipeline of two real model shapes with every output checked against the reference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. "${AITER_AUX_VENV:-.venv}/bin/activate"
+aiter-aux build
+aiter-aux run --shape 513,2560,640,11 --tokens 1,16,512,4096
+aiter-aux run --shape 385,7168,512,9 --tokens 1,16,512,4096

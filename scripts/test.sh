@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the test suite.  Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. "${AITER_AUX_VENV:-.venv}/bin/activate"
+python -m pytest op_tests "$@"

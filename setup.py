@@ -1,0 +1,5 @@
+"""setuptools entry point.  All metadata lives in pyproject.toml."""
+
+from setuptools import setup
+
+setup()
