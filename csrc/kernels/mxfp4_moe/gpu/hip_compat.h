@@ -1,0 +1,248 @@
+// Portability layer for the aux GPU kernels: the kernels are written once in
+// HIP spelling; this header maps what they use onto CUDA when nvcc compiles
+// (`__CUDACC__` and not `__HIP_PLATFORM_AMD__`), and wraps the few
+// warp-level primitives whose spelling differs between the two.
+//
+// Rules kept by every kernel header of this directory:
+//   * bf16 is raw uint16_t bits everywhere (no hip_bf16 / cuda_bf16 types);
+//   * `__builtin_amdgcn_*` appear only inside `#if AITER_AUX_AMDGCN_DEVICE`
+//     (or narrower, e.g. `__gfx950__`) branches;
+//   * warp-wide code uses kWarpSize (64: CDNA wave64, 32: NVIDIA) and
+//     lane_mask_t, never a literal 32/64;
+//   * floating-point arithmetic whose rounding the spec fixes goes through
+//     f32_mul_rn / f32_add_rn (never contracted into an FMA).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+// ---------------------------------------------------------------- CUDA ----
+#define AITER_AUX_GPU_CUDA 1
+#include <cuda_runtime.h>
+
+typedef cudaStream_t hipStream_t;
+typedef cudaError_t hipError_t;
+#ifndef hipSuccess
+#define hipSuccess cudaSuccess
+#endif
+#ifndef hipGetLastError
+#define hipGetLastError cudaGetLastError
+#endif
+#ifndef hipGetErrorString
+#define hipGetErrorString cudaGetErrorString
+#endif
+#ifndef hipLaunchKernelGGL
+#define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
+  kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#endif
+#define AITER_AUX_AMDGCN_DEVICE 0
+
+#else
+// ----------------------------------------------------------------- HIP ----
+#define AITER_AUX_GPU_HIP 1
+#include <hip/hip_runtime.h>
+
+#if defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN__)
+#define AITER_AUX_AMDGCN_DEVICE 1
+#else
+#define AITER_AUX_AMDGCN_DEVICE 0
+#endif
+
+// The kernels assume wave64 (CDNA: gfx90a, gfx942, gfx950).
+#if defined(__AMDGCN_WAVEFRONT_SIZE) && (__AMDGCN_WAVEFRONT_SIZE != 64)
+#error "aiter_aux GPU kernels require wave64 (CDNA) targets"
+#endif
+#if AITER_AUX_AMDGCN_DEVICE && (defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__))
+#error "aiter_aux GPU kernels require wave64 (CDNA) targets"
+#endif
+#endif
+
+namespace aiter_aux {
+namespace gpu {
+
+#if defined(AITER_AUX_GPU_CUDA)
+constexpr int kWarpSize = 32;
+typedef uint32_t lane_mask_t;
+#else
+constexpr int kWarpSize = 64;
+typedef uint64_t lane_mask_t;
+#endif
+static_assert(sizeof(lane_mask_t) * 8 == kWarpSize, "lane mask width");
+
+// ----------------------------------------------------------- indexing ----
+__device__ __forceinline__ int thread_idx() {
+#if defined(AITER_AUX_GPU_CUDA)
+  return static_cast<int>(threadIdx.x);
+#elif AITER_AUX_AMDGCN_DEVICE
+  return static_cast<int>(__builtin_amdgcn_workitem_id_x());
+#else
+  return 0;  // host pass of a HIP compile: never executed
+#endif
+}
+
+__device__ __forceinline__ int block_idx() {
+#if defined(AITER_AUX_GPU_CUDA)
+  return static_cast<int>(blockIdx.x);
+#elif AITER_AUX_AMDGCN_DEVICE
+  return static_cast<int>(__builtin_amdgcn_workgroup_id_x());
+#else
+  return 0;
+#endif
+}
+
+// Blocks are 1-D and a multiple of kWarpSize, so the lane is the low bits.
+__device__ __forceinline__ int lane_id() { return thread_idx() & (kWarpSize - 1); }
+__device__ __forceinline__ int warp_id() { return thread_idx() / kWarpSize; }
+
+__device__ __forceinline__ lane_mask_t lanemask_lt(int lane) {
+  return (static_cast<lane_mask_t>(1) << lane) - 1;
+}
+
+// -------------------------------------------------------- warp primitives ----
+// All of them must be reached by every lane of the warp (converged code).
+__device__ __forceinline__ lane_mask_t warp_ballot(bool pred) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __ballot_sync(0xffffffffu, pred);
+#elif AITER_AUX_AMDGCN_DEVICE
+  return __builtin_amdgcn_ballot_w64(pred);
+#else
+  return pred ? 1 : 0;
+#endif
+}
+
+__device__ __forceinline__ int popc(lane_mask_t m) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __popc(m);
+#else
+  return __builtin_popcountll(m);
+#endif
+}
+
+// Orders shared-memory accesses of the lanes of one warp.
+__device__ __forceinline__ void warp_sync() {
+#if defined(AITER_AUX_GPU_CUDA)
+  __syncwarp();
+#elif AITER_AUX_AMDGCN_DEVICE
+  // A wave executes in lock step and its LDS operations complete in order;
+  // this keeps the compiler from moving memory operations across.
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
+// __syncthreads(): barrier plus workgroup-scope memory ordering.  On AMD it is
+// spelled out (as ROCm's own __syncthreads does) so that the kernels do not
+// depend on device-library functions of a particular HIP version.
+__device__ __forceinline__ void block_sync() {
+#if defined(AITER_AUX_GPU_CUDA)
+  __syncthreads();
+#elif AITER_AUX_AMDGCN_DEVICE
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+#endif
+}
+
+__device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int mask) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#elif AITER_AUX_AMDGCN_DEVICE
+  const int src = lane_id() ^ mask;
+  return static_cast<uint32_t>(__builtin_amdgcn_ds_bpermute(src << 2, static_cast<int>(v)));
+#else
+  (void)mask;
+  return v;
+#endif
+}
+
+// Lane `lane - delta` (own value where that is negative).
+__device__ __forceinline__ int shfl_up_i32(int v, int delta) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __shfl_up_sync(0xffffffffu, v, delta);
+#elif AITER_AUX_AMDGCN_DEVICE
+  const int lane = lane_id();
+  const int src = lane >= delta ? lane - delta : lane;
+  return __builtin_amdgcn_ds_bpermute(src << 2, v);
+#else
+  (void)delta;
+  return v;
+#endif
+}
+
+// Max over the 4 lanes of an aligned quad (lanes 4q..4q+3).
+__device__ __forceinline__ uint32_t quad_max_u32(uint32_t v) {
+#if AITER_AUX_AMDGCN_DEVICE
+  // DPP quad_perm [1,0,3,2] and [2,3,0,1]: xor 1 and xor 2 inside a quad.
+  uint32_t o = static_cast<uint32_t>(
+      __builtin_amdgcn_update_dpp(0, static_cast<int>(v), 0xB1, 0xF, 0xF, false));
+  v = v > o ? v : o;
+  o = static_cast<uint32_t>(
+      __builtin_amdgcn_update_dpp(0, static_cast<int>(v), 0x4E, 0xF, 0xF, false));
+  return v > o ? v : o;
+#else
+  uint32_t o = shfl_xor_u32(v, 1);
+  v = v > o ? v : o;
+  o = shfl_xor_u32(v, 2);
+  return v > o ? v : o;
+#endif
+}
+
+// ------------------------------------------------------------ bit casts ----
+__device__ __forceinline__ float as_f32(uint32_t u) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
+}
+
+__device__ __forceinline__ uint32_t as_u32(float f) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __float_as_uint(f);
+#else
+  return __builtin_bit_cast(uint32_t, f);
+#endif
+}
+
+// Host-and-device bit casts (for the pure helpers that host tests can call).
+__host__ __device__ __forceinline__ float as_f32_any(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+__host__ __device__ __forceinline__ uint32_t as_u32_any(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// ------------------------------------- fp32 arithmetic, never contracted ----
+__device__ __forceinline__ float f32_mul_rn(float a, float b) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __fmul_rn(a, b);
+#else
+#pragma clang fp contract(off)
+  float p = a * b;
+#if AITER_AUX_AMDGCN_DEVICE
+  // Opaque to the optimiser: the product cannot be fused into a later add
+  // even where a build turns contraction on regardless of the pragma.
+  __asm__("" : "+v"(p));
+#endif
+  return p;
+#endif
+}
+
+__device__ __forceinline__ float f32_add_rn(float a, float b) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __fadd_rn(a, b);
+#else
+#pragma clang fp contract(off)
+  return a + b;
+#endif
+}
+
+}  // namespace gpu
+}  // namespace aiter_aux

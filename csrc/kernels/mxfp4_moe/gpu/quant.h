@@ -1,0 +1,216 @@
+// mxfp4_quant (per_1x32) on the GPU; docs/ops.md is the spec.
+//
+// Layout of the work: the tensor is treated as a flat array of 16-byte units
+// (8 bf16).  Lane u of the grid loads unit u; the 4 lanes of an aligned quad
+// hold one block of 32 (model_dim % 32 == 0, so a block never straddles a row),
+// reduce its max |x| with two quad shuffles, and each writes its 4 bytes of
+// a_q; the quad's first lane writes the scale byte.  Loops are warp-uniform
+// (grid-stride over warp tiles) so every lane reaches every shuffle.
+//
+// Arithmetic: the scale needs one fp32 multiply (amax * fp32(1/6)), done on
+// normal operands only (tiny amax is pre-scaled by 2^64 exactly, see
+// mx_scale_exponent), so no denormal mode can change it.  The element codes are
+// integer comparisons of |x|'s bits against the seven rounding thresholds of the
+// e2m1 grid scaled by 2^(s-127) -- exact, mode-independent.  On gfx950 a
+// block whose max |x| is at least 2^-119 uses v_cvt_scalef32_pk_fp4_bf16 (see
+// quant8 for why its result equals the spec there).
+#pragma once
+
+#include "common.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace quant_detail {
+
+// fp32(1/6)
+constexpr uint32_t kOneSixthBits = 0x3E2AAAABu;
+
+// e8m0 exponent s of a finite block, from the bf16 bits of its max |x| (sign
+// cleared, < 0x7F80):  w = fp32(amax * fp32(1/6)),
+// s = min(254, (bits(w) + 0x7FFFFF) >> 23).
+__host__ __device__ __forceinline__ uint32_t mx_scale_exponent(uint32_t amax16) {
+  if (amax16 == 0) return 0;
+  const float c = as_f32_any(kOneSixthBits);
+  if (amax16 >= 0x0C00u) {
+    // amax >= 2^-104: operands and product are normal fp32.
+    const float w = as_f32_any(amax16 << 16) * c;
+    const uint32_t s = (as_u32_any(w) + 0x7FFFFFu) >> 23;
+    return s < 254u ? s : 254u;
+  }
+  // amax < 2^-104: compute w' = fp32(amax * 2^64 * c) with normal operands.
+  // Where the exact product amax*c is >= 2^-126, w = w' * 2^-64 exactly (both
+  // normal, same rounding), so s = s' - 64.  Below 2^-126, w (rounded in the
+  // subnormal range) is at most 2^-126 and nonzero, so s = 1; then s' <= 65.
+  float a;
+  if (amax16 >= 0x0080u) {
+    a = as_f32_any((amax16 + (64u << 7)) << 16);  // exponent field + 64
+  } else {
+    a = static_cast<float>(amax16) * as_f32_any(0x1D000000u);  // m * 2^-133 * 2^64 = m * 2^-69
+  }
+  const float w = a * c;
+  const int s = static_cast<int>((as_u32_any(w) + 0x7FFFFFu) >> 23) - 64;
+  return s > 1 ? static_cast<uint32_t>(s) : 1u;
+}
+
+// fp32 bits of t * 2^(s-127) for a threshold t = 1.x * 2^k with at most 3
+// significant bits and exponent field >= 125; saturates to +inf bits.
+__host__ __device__ __forceinline__ uint32_t scale_threshold(uint32_t tbits, uint32_t s) {
+  const int e = static_cast<int>(tbits >> 23) + static_cast<int>(s) - 127;
+  const uint32_t mant = tbits & 0x7FFFFFu;
+  if (e >= 255) return 0x7F800000u;
+  if (e >= 1) return (static_cast<uint32_t>(e) << 23) | mant;
+  return (0x800000u | mant) >> (1 - e);  // e >= -2 here: exact subnormal
+}
+
+// |x| (bf16 bits) > T  <=>  a16 > (T >> 16);  |x| >= T  <=>  a16 > ceil(T / 2^16) - 1.
+__host__ __device__ __forceinline__ uint32_t gt_bound(uint32_t t) { return t >> 16; }
+__host__ __device__ __forceinline__ uint32_t ge_bound(uint32_t t) { return ((t + 0xFFFFu) >> 16) - 1u; }
+
+// The seven 16-bit bounds of block exponent s: code(|x|) = #{i : a16 > U[i]}.
+// Magnitude code: |q| <= 0.25 -> 0; < 0.75 -> 1; <= 1.25 -> 2; < 1.75 -> 3;
+// <= 2.5 -> 4; < 3.5 -> 5; <= 5 -> 6; else 7, with q = x * 2^(127-s), i.e.
+// |x| compared with t * 2^(s-127).
+struct Bounds {
+  uint32_t u[7];
+};
+
+__host__ __device__ __forceinline__ Bounds mx_bounds(uint32_t s) {
+  Bounds b;
+  b.u[0] = gt_bound(scale_threshold(0x3E800000u, s));  // q > 0.25
+  b.u[1] = ge_bound(scale_threshold(0x3F400000u, s));  // q >= 0.75
+  b.u[2] = gt_bound(scale_threshold(0x3FA00000u, s));  // q > 1.25
+  b.u[3] = ge_bound(scale_threshold(0x3FE00000u, s));  // q >= 1.75
+  b.u[4] = gt_bound(scale_threshold(0x40200000u, s));  // q > 2.5
+  b.u[5] = ge_bound(scale_threshold(0x40600000u, s));  // q >= 3.5
+  b.u[6] = gt_bound(scale_threshold(0x40A00000u, s));  // q > 5
+  return b;
+}
+
+// e2m1 nibble of one bf16 element of a finite block.
+__host__ __device__ __forceinline__ uint32_t mx_code(uint32_t h, const Bounds& b) {
+  const uint32_t a = h & 0x7FFFu;
+  uint32_t c = 0;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) c += (a > b.u[i]) ? 1u : 0u;
+  return c | ((h >> 12) & 0x8u);
+}
+
+// Software conversion of 8 elements (w[j] = elements 2j | 2j+1 << 16) of a
+// finite block with exponent s; element i goes to nibble i.
+__host__ __device__ __forceinline__ uint32_t mx_pack8_sw(const uint32_t w[4], uint32_t s) {
+  const Bounds b = mx_bounds(s);
+  uint32_t out = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    out |= mx_code(w[j] & 0xFFFFu, b) << (8 * j);
+    out |= mx_code(w[j] >> 16, b) << (8 * j + 4);
+  }
+  return out;
+}
+
+// 8 elements of a block whose max |x| bits (after the quad reduction) are
+// amax16.  Returns the 4 a_q bytes; *s_out = the block's scale byte.
+__device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16, uint32_t* s_out) {
+  if (amax16 >= 0x7F80u) {  // a NaN or an Inf in the block
+    *s_out = 255u;
+    return 0u;
+  }
+  const uint32_t s = mx_scale_exponent(amax16);
+  *s_out = s;
+#if AITER_AUX_AMDGCN_DEVICE && defined(__gfx950__)
+  // v_cvt_scalef32_pk_fp4_bf16 converts x / 2^(e-127), e = exponent field
+  // of the scale operand (here s << 23), to e2m1 by pure exponent arithmetic
+  // on the source (no intermediate rounding), rounding to nearest even and
+  // saturating to +-6; zeros keep their sign, and so do values that round to
+  // zero.  That is the spec's q = x * 2^(127-s) rounded as specified, for every
+  // normal bf16 x.  A bf16 subnormal x is the only input whose handling could
+  // depend on a denormal mode; with amax >= 2^-119 we have s >= 3, so
+  // |q| < 2^-126 * 2^124 = 0.25 and the spec's code is the sign bit alone --
+  // which the instruction gives whether it normalises such an input or flushes
+  // it to a signed zero.  Smaller blocks take the exact software path.
+  if (amax16 >= 0x0400u) {
+    typedef __bf16 bf16x2_t __attribute__((ext_vector_type(2)));
+    const float scale = as_f32(s << 23);
+    uint32_t r = 0;
+    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[0]), scale, 0);
+    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[1]), scale, 1);
+    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[2]), scale, 2);
+    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[3]), scale, 3);
+    return r;
+  }
+#endif
+  return mx_pack8_sw(w, s);
+}
+
+// Quantises the whole tensor with warps gwarp, gwarp + nwarps, ... (warp
+// tiles of kWarpSize units).  Every lane of a warp must call it.
+template <int D>
+__device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                             int64_t nwarps, bool x_al16, bool q_al4) {
+  static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
+  const int64_t units = a.num_tokens * static_cast<int64_t>(D / 8);
+  const int lane = lane_id();
+  for (int64_t base = gwarp * kWarpSize; base < units; base += nwarps * kWarpSize) {
+    const int64_t u = base + lane;
+    const bool act = u < units;  // whole quads are in or out (units % 4 == 0)
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (act) load_bf16x8(a.x + u * 8, x_al16, w);
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = w[j] & 0x7FFFu;
+      const uint32_t hi = (w[j] >> 16) & 0x7FFFu;
+      m = m > lo ? m : lo;
+      m = m > hi ? m : hi;
+    }
+    m = quad_max_u32(m);
+    uint32_t s;
+    const uint32_t q = quant8(w, m, &s);
+    if (act) {
+      store_u8x4(a.a_q + u * 4, q_al4, q);
+      if ((lane & 3) == 0) a.a_scale[u >> 2] = static_cast<uint8_t>(s);
+    }
+  }
+}
+
+constexpr int kQuantThreads = 256;
+
+template <int D>
+__global__ __launch_bounds__(kQuantThreads) void mxfp4_quant_kernel(AiterAuxQuantArgs a,
+                                                                    int num_blocks, bool x_al16,
+                                                                    bool q_al4) {
+  constexpr int kWarps = kQuantThreads / kWarpSize;
+  const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
+  quant_tensor<D>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16, q_al4);
+}
+
+// Host-side argument check shared by mxfp4_quant and moe_sort_quant.
+template <int D>
+inline int check_quant_args(const AiterAuxQuantArgs& a, const char* op) {
+  if (a.model_dim != D)
+    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
+  if (a.num_tokens < 0) return fail_invalid("%s: num_tokens %lld < 0", op, (long long)a.num_tokens);
+  if (a.num_tokens > 0 && (a.x == nullptr || a.a_q == nullptr || a.a_scale == nullptr))
+    return fail_invalid("%s: null tensor pointer", op);
+  return AITER_AUX_OK;
+}
+
+}  // namespace quant_detail
+
+template <int ModelDim>
+int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
+  using namespace quant_detail;
+  const int rc = check_quant_args<ModelDim>(a, "mxfp4_quant");
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.num_tokens == 0) return AITER_AUX_OK;
+  const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
+  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads), 1, 8192));
+  const bool x_al16 = is_aligned(a.x, 16);
+  const bool q_al4 = is_aligned(a.a_q, 4);
+  mxfp4_quant_kernel<ModelDim><<<dim3(blocks), dim3(kQuantThreads), 0,
+                                 static_cast<hipStream_t>(stream)>>>(a, blocks, x_al16, q_al4);
+  return check_launch("mxfp4_quant");
+}
+
+}  // namespace gpu
+}  // namespace aiter_aux

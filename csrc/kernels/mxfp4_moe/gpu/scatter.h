@@ -1,0 +1,145 @@
+// moe_scatter_reduce and moe_scatter_reduce_q on the GPU; docs/ops.md is the spec.
+//
+// One thread per (token, V consecutive columns) unit, grid-stride (V = 8 when
+// model_dim % 8 == 0).  For k = 0..topk-1 in order, p = reverse_sorted[t*topk+k];
+// p < 0 (not local) is skipped, and so is p >= num_rows (an error in the spec,
+// which the Python op reports where it can check; here it only keeps the read
+// in bounds).  acc = acc + fp32(x) * w with each product and each sum rounded
+// separately (f32_mul_rn / f32_add_rn: never an FMA), starting from +0.0; the
+// result is rounded to bf16 (RNE, NaN -> 0x7FC0).  The MXFP4 variant decodes
+// e2m1 * 2^(s-127) by constructing the fp32 bits (exact, no float operation;
+// s = 255 -> NaN, s = 0 -> 2^-127 subnormal).
+#pragma once
+
+#include "common.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace scatter_detail {
+
+constexpr int kThreads = 256;
+
+template <int D>
+__host__ __device__ constexpr int vec_width() {
+  return D % 8 == 0 ? 8 : (D % 4 == 0 ? 4 : (D % 2 == 0 ? 2 : 1));
+}
+
+// fp32 bits of e2m1(nib) * 2^(s-127), exactly as an fp32 multiply would give
+// (overflow -> inf); s = 255 -> NaN.
+__host__ __device__ __forceinline__ uint32_t mx_decode_bits(uint32_t nib, uint32_t s) {
+  if (s == 255u) return 0x7FC00000u;
+  const uint32_t sign = (nib & 8u) << 28;
+  const uint32_t m = nib & 7u;
+  if (m == 0u) return sign;
+  // e2m1 magnitudes 0.5, 1, 1.5, 2, 3, 4, 6 as 1.f * 2^(field - 127)
+  const int field = m < 2u ? 126 : 126 + static_cast<int>(m >> 1);
+  const uint32_t mant = m < 2u ? 0u : (m & 1u) << 22;
+  const int e = field + static_cast<int>(s) - 127;
+  if (e >= 255) return sign | 0x7F800000u;
+  if (e >= 1) return sign | (static_cast<uint32_t>(e) << 23) | mant;
+  return sign | ((0x800000u | mant) >> (1 - e));  // e >= -1: exact subnormal
+}
+
+template <int D, int K, bool kQ>
+__global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatterArgs a,
+                                                                  int num_blocks, bool in_al,
+                                                                  bool out_al16) {
+  constexpr int V = kQ ? 8 : vec_width<D>();
+  constexpr int kUnitsPerRow = D / V;
+  const int64_t units = a.num_tokens * kUnitsPerRow;
+  const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
+  const int64_t rows = a.num_rows;
+  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreads + thread_idx(); u < units;
+       u += stride) {
+    const int64_t t = u / kUnitsPerRow;
+    const int col = static_cast<int>(u - t * kUnitsPerRow) * V;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    const int32_t* rev = a.reverse_sorted + t * K;
+    for (int k = 0; k < K; ++k) {
+      const int p = rev[k];
+      if (p < 0 || p >= rows) continue;
+      const float wt = a.sorted_weights[p];
+      float v[V];
+      if constexpr (kQ) {
+        const uint32_t q =
+            load_u8x4(a.expert_out_q + static_cast<int64_t>(p) * (D / 2) + col / 2, in_al);
+        const uint32_t s = a.expert_out_scale[static_cast<int64_t>(p) * (D / 32) + col / 32];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = as_f32(mx_decode_bits((q >> (4 * i)) & 0xFu, s));
+      } else {
+        const uint16_t* src = a.expert_out + static_cast<int64_t>(p) * D + col;
+        if constexpr (V == 8) {
+          uint32_t w[4];
+          load_bf16x8(src, in_al, w);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            v[2 * j] = as_f32(w[j] << 16);
+            v[2 * j + 1] = as_f32(w[j] & 0xFFFF0000u);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[i] = as_f32(static_cast<uint32_t>(src[i]) << 16);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] = f32_add_rn(acc[i], f32_mul_rn(v[i], wt));
+    }
+    uint16_t* dst = a.out + t * D + col;
+    if constexpr (V == 8) {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[j] = f32_bits_to_bf16_rne(as_u32(acc[2 * j])) |
+               (f32_bits_to_bf16_rne(as_u32(acc[2 * j + 1])) << 16);
+      }
+      store_bf16x8(dst, out_al16, w);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) dst[i] = static_cast<uint16_t>(f32_bits_to_bf16_rne(as_u32(acc[i])));
+    }
+  }
+}
+
+template <int D, int K, bool kQ>
+inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
+  static_assert(D > 0, "model_dim must be positive");
+  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  if (a.model_dim != D)
+    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
+  if (a.topk != K) return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
+  if (a.num_tokens < 0 || a.num_rows < 0)
+    return fail_invalid("%s: negative num_tokens / num_rows", op);
+  if (a.num_tokens == 0) return AITER_AUX_OK;
+  if (a.reverse_sorted == nullptr || a.out == nullptr) return fail_invalid("%s: null tensor pointer", op);
+  if (a.num_rows > 0) {
+    const bool missing = kQ ? (a.expert_out_q == nullptr || a.expert_out_scale == nullptr)
+                            : (a.expert_out == nullptr);
+    if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
+  }
+  constexpr int V = kQ ? 8 : vec_width<D>();
+  const int64_t units = a.num_tokens * (D / V);
+  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 8192));
+  const bool in_al = kQ ? is_aligned(a.expert_out_q, 4) : is_aligned(a.expert_out, 16);
+  const bool out_al16 = is_aligned(a.out, 16);
+  scatter_reduce_kernel<D, K, kQ><<<dim3(blocks), dim3(kThreads), 0, static_cast<hipStream_t>(stream)>>>(
+      a, blocks, in_al, out_al16);
+  return check_launch(op);
+}
+
+}  // namespace scatter_detail
+
+template <int ModelDim, int TopK>
+int moe_scatter_reduce(const AiterAuxScatterArgs& a, void* stream) {
+  return scatter_detail::launch_scatter<ModelDim, TopK, false>(a, stream, "moe_scatter_reduce");
+}
+
+template <int ModelDim, int TopK>
+int moe_scatter_reduce_q(const AiterAuxScatterArgs& a, void* stream) {
+  static_assert(ModelDim % 32 == 0, "model_dim must be a multiple of 32 (MXFP4 blocks)");
+  return scatter_detail::launch_scatter<ModelDim, TopK, true>(a, stream, "moe_scatter_reduce_q");
+}
+
+}  // namespace gpu
+}  // namespace aiter_aux

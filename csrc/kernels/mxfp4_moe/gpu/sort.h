@@ -1,0 +1,525 @@
+// moe_sort and moe_sort_quant on the GPU; docs/ops.md is the spec.
+//
+// Ranking (both paths).  The pairs (t, k) are the flat indices j = t*topk + k.
+// A chunk of pairs is split into kSortWarps contiguous warp ranges; a warp walks
+// its range kWarpSize pairs at a time in ascending j.  Lanes holding the same
+// key (expert, or the sentinel E for a pair that is not local / past the end)
+// find each other with a ballot per key bit ("match"); the lowest lane of a
+// group is its leader.  Pass 1 counts, per warp, the pairs of each expert
+// (uint16 counters in shared memory, one row per warp, written by leaders
+// only).  An exclusive scan over the warps turns the counts into per-warp
+// bases.  Pass 2 walks the same pairs again: the rank of a pair among its
+// expert's pairs of the chunk is base[warp][e] + (pairs of e in the earlier
+// steps of this warp) + (lower lanes of its group) -- ascending j, with no
+// atomics, hence deterministic.
+//
+// Small path (M*topk <= kSmallSortMaxPairs): ONE launch.  Block 0 is the
+// whole sort (the chunk is all pairs; counts -> per-expert totals -> block scan
+// of the padded sizes -> segment offsets; pads and sorted_expert_ids by one warp
+// per expert; then pass 2 places the pairs).  The other blocks of the same
+// launch quantise x (moe_sort_quant) and zero zero_buf.
+//
+// Large path: four launches, no allocation.  The per-chunk count table
+// (num_chunks + 1 rows x E ints) lives in reverse_sorted, which the last
+// launch overwrites entirely (it has M*topk >= (num_chunks + 1)*E entries):
+//   1. count : block g < G writes row g = its chunk's per-expert counts; the
+//              remaining blocks quantise x (moe_sort_quant) and zero zero_buf;
+//   2. scan  : one block turns the table, column by column, into absolute
+//              first rows (row g: segment offset of e + pairs of e in chunks
+//              < g; row G: end of e's real rows) and writes num_valid_ids;
+//   3. place : block g ranks its chunk as above and writes sorted_token_ids,
+//              sorted_weights and m_indices of its pairs, plus the pad rows and
+//              sorted_expert_ids of experts g*16 + w (+ G*16 ...);
+//   4. reverse: reverse_sorted[j] = -1 for pairs that are not local, and, for
+//              every row p < num_valid_ids[0] holding a pair (t, k),
+//              reverse_sorted[t*topk + k] = p.
+// Each launch only reads what earlier launches wrote, so there is no
+// inter-block dependency inside a launch.
+#pragma once
+
+#include "common.h"
+#include "quant.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+constexpr int kSortWarps = 16;
+constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
+constexpr int64_t kSmallSortMaxPairs = 8192;          // single-block path
+constexpr int kMinChunk = 4096;                       // pairs per block, large path
+constexpr int kMaxChunk = 32768;                      // keeps uint16 counters exact
+constexpr int kTargetChunks = 64;
+constexpr int kZeroBlocksMax = 256;
+constexpr int kQuantBlocksMax = 1024;
+constexpr int kReverseThreads = 256;
+
+__host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
+
+template <int E>
+struct ChunkSmem {
+  uint16_t wcnt[kSortWarps][E];  // per-warp counts, then per-warp bases
+  int base[E];                   // first row of this chunk's pairs of expert e
+  int tot[E];                    // pairs of expert e in the chunk
+  int warp_tot[kSortWarps];      // block-scan scratch
+};
+
+// Lanes of the warp whose key equals this lane's key (keys in [0, E]).
+template <int E>
+__device__ __forceinline__ lane_mask_t match_key(int key) {
+  constexpr int kBits = bit_width(E);
+  lane_mask_t peers = ~static_cast<lane_mask_t>(0);
+#pragma unroll
+  for (int b = 0; b < kBits; ++b) {
+    const bool bit = ((key >> b) & 1) != 0;
+    const lane_mask_t bal = warp_ballot(bit);
+    peers &= bit ? bal : ~bal;
+  }
+  return peers;
+}
+
+template <int E>
+__device__ __forceinline__ int load_key(const int32_t* ids, int j, int end) {
+  if (j >= end) return E;
+  const int id = ids[j];
+  return (id >= 0 && id < E) ? id : E;
+}
+
+// Contiguous range of warp `warp` inside the chunk [cb, ce).
+__device__ __forceinline__ void warp_range(int cb, int ce, int warp, int* wb, int* we) {
+  const int per = (ce - cb + kSortWarps - 1) / kSortWarps;
+  const int64_t b = static_cast<int64_t>(cb) + static_cast<int64_t>(warp) * per;
+  const int64_t e = b + per;
+  *wb = static_cast<int>(b < ce ? b : ce);
+  *we = static_cast<int>(e < ce ? e : ce);
+}
+
+__device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
+  for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
+}
+
+// Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loop.
+template <int E>
+__device__ __forceinline__ void warp_count(const int32_t* ids, int wb, int we, uint16_t* my_cnt) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kWarpSize) {
+    const int key = load_key<E>(ids, j0 + lane, we);
+    const lane_mask_t peers = match_key<E>(key);
+    if (key < E && (peers & lt) == 0) {
+      my_cnt[key] = static_cast<uint16_t>(my_cnt[key] + popc(peers));
+    }
+    warp_sync();
+  }
+}
+
+// After pass 1 (and a block_sync): per-warp counts -> per-warp exclusive
+// bases; tot[e] = pairs of e in the chunk.
+template <int E>
+__device__ __forceinline__ void warp_bases(ChunkSmem<E>& sm) {
+  for (int e = thread_idx(); e < E; e += kSortThreads) {
+    int run = 0;
+#pragma unroll
+    for (int w = 0; w < kSortWarps; ++w) {
+      const int c = sm.wcnt[w][e];
+      sm.wcnt[w][e] = static_cast<uint16_t>(run);
+      run += c;
+    }
+    sm.tot[e] = run;
+  }
+}
+
+// Pass 2: places the pairs of [wb, we).  base[e] = first row of the chunk's
+// pairs of e; my_cnt = this warp's bases (advanced as the warp goes).
+template <int E, int K, bool kWriteReverse>
+__device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, int we,
+                                           uint16_t* my_cnt, const int* base) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kWarpSize) {
+    const int j = j0 + lane;
+    const int key = load_key<E>(a.topk_ids, j, we);
+    const lane_mask_t peers = match_key<E>(key);
+    const int rank = popc(peers & lt);
+    const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
+    warp_sync();  // every lane has read its counter before the leader updates it
+    if (key < E && rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
+    warp_sync();
+    if (j < we) {
+      if (key < E) {
+        const int p = base[key] + before + rank;
+        const int t = j / K;
+        const int k = j - t * K;
+        a.sorted_token_ids[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
+                                                     (static_cast<uint32_t>(k) << 24));
+        a.sorted_weights[p] = a.topk_weights[j];
+        a.m_indices[p] = t;
+        if (kWriteReverse) a.reverse_sorted[j] = p;
+      } else if (kWriteReverse) {
+        a.reverse_sorted[j] = -1;
+      }
+    }
+  }
+}
+
+// Pad rows and sorted_expert_ids of expert e (segment at row `off`, `cnt` real
+// pairs), written by the lanes of one warp.
+__device__ __forceinline__ void write_segment_tail(const AiterAuxSortArgs& a, int e, int off,
+                                                   int cnt) {
+  const int lane = lane_id();
+  const int bm = a.block_m;
+  const int padded = (cnt + bm - 1) / bm * bm;
+  const int m = static_cast<int>(a.num_tokens);
+  for (int r = cnt + lane; r < padded; r += kWarpSize) {
+    const int p = off + r;
+    a.sorted_token_ids[p] = m;
+    a.sorted_weights[p] = 0.0f;
+    a.m_indices[p] = m;
+  }
+  const int first_block = off / bm;
+  for (int b = lane; b < padded / bm; b += kWarpSize) a.sorted_expert_ids[first_block + b] = e;
+}
+
+// ------------------------------------------------------------ small path ----
+template <int E, int K>
+__device__ __forceinline__ void small_sort_block(const AiterAuxSortArgs& a, ChunkSmem<E>& sm) {
+  const int tid = thread_idx();
+  const int warp = warp_id();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int bm = a.block_m;
+
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  block_sync();
+  int wb, we;
+  warp_range(0, n, warp, &wb, &we);
+  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp]);
+  block_sync();
+  warp_bases<E>(sm);
+  block_sync();
+
+  // Segment offsets: exclusive scan of the padded sizes, kPer experts/thread.
+  constexpr int kPer = (E + kSortThreads - 1) / kSortThreads;
+  int padded[kPer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    padded[i] = e < E ? (sm.tot[e] + bm - 1) / bm * bm : 0;
+    sum += padded[i];
+  }
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(sum, sm.warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    if (e < E) sm.base[e] = off;
+    off += padded[i];
+  }
+  if (tid == 0) {
+    a.num_valid_ids[0] = total;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+
+  for (int e = warp; e < E; e += kSortWarps) write_segment_tail(a, e, sm.base[e], sm.tot[e]);
+  warp_place<E, K, true>(a, wb, we, sm.wcnt[warp], sm.base);
+}
+
+// Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
+template <int D>
+__device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
+                                          const AiterAuxQuantArgs& q, int quant_blocks,
+                                          int zero_blocks, bool x_al16, bool q_al4) {
+  if constexpr (D > 0) {
+    if (b < quant_blocks) {
+      quant_detail::quant_tensor<D>(q, static_cast<int64_t>(b) * kSortWarps + warp_id(),
+                                    static_cast<int64_t>(quant_blocks) * kSortWarps, x_al16,
+                                    q_al4);
+      return;
+    }
+  } else {
+    (void)q;
+    (void)x_al16;
+    (void)q_al4;
+  }
+  b -= quant_blocks;
+  if (b < zero_blocks) {
+    zero_fill_bf16(a.zero_buf, a.zero_numel, static_cast<int64_t>(b) * kSortThreads + thread_idx(),
+                   static_cast<int64_t>(zero_blocks) * kSortThreads);
+  }
+}
+
+// Grid: 1 + quant_blocks + zero_blocks.
+template <int E, int K, int D>
+__global__ __launch_bounds__(kSortThreads) void sort_small_kernel(AiterAuxSortArgs a,
+                                                                  AiterAuxQuantArgs q,
+                                                                  int quant_blocks,
+                                                                  int zero_blocks, bool x_al16,
+                                                                  bool q_al4) {
+  __shared__ ChunkSmem<E> sm;
+  const int b = block_idx();
+  if (b == 0) {
+    small_sort_block<E, K>(a, sm);
+    return;
+  }
+  aux_block<D>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+// ------------------------------------------------------------ large path ----
+// 1. Grid: num_chunks + quant_blocks + zero_blocks.
+template <int E, int K, int D>
+__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortArgs a,
+                                                                  AiterAuxQuantArgs q, int chunk,
+                                                                  int num_chunks,
+                                                                  int quant_blocks,
+                                                                  int zero_blocks, bool x_al16,
+                                                                  bool q_al4) {
+  __shared__ ChunkSmem<E> sm;
+  const int b = block_idx();
+  if (b >= num_chunks) {
+    aux_block<D>(b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+    return;
+  }
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int cb = b * chunk;
+  const int ce = n - cb < chunk ? n : cb + chunk;
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  block_sync();
+  int wb, we;
+  warp_range(cb, ce, warp_id(), &wb, &we);
+  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp_id()]);
+  block_sync();
+  int32_t* row = a.reverse_sorted + static_cast<int64_t>(b) * E;
+  for (int e = thread_idx(); e < E; e += kSortThreads) {
+    int c = 0;
+#pragma unroll
+    for (int w = 0; w < kSortWarps; ++w) c += sm.wcnt[w][e];
+    row[e] = c;
+  }
+}
+
+// 2. Grid: 1 block.
+template <int E>
+__global__ __launch_bounds__(kSortThreads) void sort_scan_kernel(AiterAuxSortArgs a,
+                                                                 int num_chunks) {
+  __shared__ int warp_tot[kSortWarps];
+  constexpr int kPer = (E + kSortThreads - 1) / kSortThreads;
+  constexpr int kUnroll = 8;
+  int32_t* table = a.reverse_sorted;
+  const int tid = thread_idx();
+  const int bm = a.block_m;
+  const int g_count = num_chunks;
+
+  int padded[kPer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    int c = 0;
+    if (e < E) {
+      int g = 0;
+      for (; g + kUnroll <= g_count; g += kUnroll) {
+        int v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) v[u] = table[static_cast<int64_t>(g + u) * E + e];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) c += v[u];
+      }
+      for (; g < g_count; ++g) c += table[static_cast<int64_t>(g) * E + e];
+    }
+    padded[i] = (c + bm - 1) / bm * bm;
+    sum += padded[i];
+  }
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(sum, warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    if (e < E) {
+      int run = off;
+      int g = 0;
+      for (; g + kUnroll <= g_count; g += kUnroll) {
+        int v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) v[u] = table[static_cast<int64_t>(g + u) * E + e];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          table[static_cast<int64_t>(g + u) * E + e] = run;
+          run += v[u];
+        }
+      }
+      for (; g < g_count; ++g) {
+        const int v = table[static_cast<int64_t>(g) * E + e];
+        table[static_cast<int64_t>(g) * E + e] = run;
+        run += v;
+      }
+      table[static_cast<int64_t>(g_count) * E + e] = run;  // off + pairs of e
+    }
+    off += padded[i];
+  }
+  if (tid == 0) {
+    a.num_valid_ids[0] = total;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+}
+
+// 3. Grid: num_chunks.
+template <int E, int K>
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int chunk,
+                                                                  int num_chunks) {
+  __shared__ ChunkSmem<E> sm;
+  const int b = block_idx();
+  const int warp = warp_id();
+  const int32_t* table = a.reverse_sorted;
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int cb = b * chunk;
+  const int ce = n - cb < chunk ? n : cb + chunk;
+
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  for (int e = thread_idx(); e < E; e += kSortThreads) {
+    sm.base[e] = table[static_cast<int64_t>(b) * E + e];
+  }
+  block_sync();
+  int wb, we;
+  warp_range(cb, ce, warp, &wb, &we);
+  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp]);
+  block_sync();
+  warp_bases<E>(sm);
+  block_sync();
+  warp_place<E, K, false>(a, wb, we, sm.wcnt[warp], sm.base);
+
+  // Pads and sorted_expert_ids: row 0 of the table holds the segment offsets,
+  // row num_chunks the ends of the real rows.
+  for (int e = b * kSortWarps + warp; e < E; e += num_chunks * kSortWarps) {
+    const int off = table[e];
+    const int end = table[static_cast<int64_t>(num_chunks) * E + e];
+    write_segment_tail(a, e, off, end - off);
+  }
+}
+
+// 4. Grid-stride over pairs and over rows < num_valid_ids[0].
+template <int E, int K>
+__global__ __launch_bounds__(kReverseThreads) void sort_reverse_kernel(AiterAuxSortArgs a,
+                                                                       int num_blocks) {
+  const int64_t n = a.num_tokens * K;
+  const int64_t gtid = static_cast<int64_t>(block_idx()) * kReverseThreads + thread_idx();
+  const int64_t stride = static_cast<int64_t>(num_blocks) * kReverseThreads;
+  for (int64_t j = gtid; j < n; j += stride) {
+    const int id = a.topk_ids[j];
+    if (!(id >= 0 && id < E)) a.reverse_sorted[j] = -1;
+  }
+  const int rows = a.num_valid_ids[0];
+  const uint32_t m = static_cast<uint32_t>(a.num_tokens);
+  for (int64_t p = gtid; p < rows; p += stride) {
+    const uint32_t v = static_cast<uint32_t>(a.sorted_token_ids[p]);
+    const uint32_t t = v & 0xFFFFFFu;
+    if (t < m) a.reverse_sorted[static_cast<int64_t>(t) * K + (v >> 24)] = static_cast<int32_t>(p);
+  }
+}
+
+// --------------------------------------------------------------- host side ----
+template <int E, int K>
+inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
+  if (a.num_experts != E)
+    return fail_invalid("%s: num_experts %d does not match the instance (%d)", op, a.num_experts, E);
+  if (a.topk != K) return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
+  if (!valid_block_m(a.block_m))
+    return fail_invalid("%s: block_m %d not in {16, 32, 64, 128}", op, a.block_m);
+  if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))
+    return fail_invalid("%s: num_tokens %lld out of [0, 2^24)", op, (long long)a.num_tokens);
+  const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
+  if (a.max_rows < cap || a.max_rows % a.block_m != 0 || a.max_rows > INT32_MAX)
+    return fail_invalid("%s: max_rows %lld must be a multiple of block_m, >= %lld and < 2^31", op,
+                        (long long)a.max_rows, (long long)cap);
+  if (a.sorted_token_ids == nullptr || a.sorted_weights == nullptr || a.m_indices == nullptr ||
+      a.sorted_expert_ids == nullptr || a.num_valid_ids == nullptr)
+    return fail_invalid("%s: null output pointer", op);
+  if (a.num_tokens > 0 &&
+      (a.topk_ids == nullptr || a.topk_weights == nullptr || a.reverse_sorted == nullptr))
+    return fail_invalid("%s: null tensor pointer", op);
+  if (a.zero_buf != nullptr && a.zero_numel < 0)
+    return fail_invalid("%s: zero_numel %lld < 0", op, (long long)a.zero_numel);
+  return AITER_AUX_OK;
+}
+
+// D == 0: moe_sort; D > 0: moe_sort_quant (q quantised by the same launches).
+template <int E, int K, int D>
+inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, void* stream,
+                       const char* op) {
+  static_assert(E >= 1 && E <= 1024, "num_experts must be in [1, 1024]");
+  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  hipStream_t st = static_cast<hipStream_t>(stream);
+  const int64_t n = a.num_tokens * K;
+
+  int zero_blocks = 0;
+  if (a.zero_buf != nullptr && a.zero_numel > 0) {
+    zero_blocks = static_cast<int>(
+        clamp_i64(ceil_div_i64(a.zero_numel, int64_t(kSortThreads) * 8 * 2), 1, kZeroBlocksMax));
+  }
+  int quant_blocks = 0;
+  bool x_al16 = false, q_al4 = false;
+  if (D > 0 && q.num_tokens > 0) {
+    const int64_t units = q.num_tokens * static_cast<int64_t>(D / 8);
+    quant_blocks =
+        static_cast<int>(clamp_i64(ceil_div_i64(units, kSortThreads), 1, kQuantBlocksMax));
+    x_al16 = is_aligned(q.x, 16);
+    q_al4 = is_aligned(q.a_q, 4);
+  }
+
+  if (n <= kSmallSortMaxPairs) {
+    const int grid = 1 + quant_blocks + zero_blocks;
+    sort_small_kernel<E, K, D><<<dim3(grid), dim3(kSortThreads), 0, st>>>(
+        a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+    return check_launch(op);
+  }
+
+  const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kMinChunk) * kMinChunk,
+                                  kMinChunk, kMaxChunk);
+  const int64_t num_chunks = ceil_div_i64(n, chunk);
+  if ((num_chunks + 1) * E > n)  // cannot happen for n > kSmallSortMaxPairs, E <= 1024
+    return fail_invalid("%s: internal: count table does not fit reverse_sorted", op);
+  const int nc = static_cast<int>(num_chunks);
+  const int ch = static_cast<int>(chunk);
+
+  sort_count_kernel<E, K, D><<<dim3(nc + quant_blocks + zero_blocks), dim3(kSortThreads), 0, st>>>(
+      a, q, ch, nc, quant_blocks, zero_blocks, x_al16, q_al4);
+  int rc = check_launch(op);
+  if (rc != AITER_AUX_OK) return rc;
+  sort_scan_kernel<E><<<dim3(1), dim3(kSortThreads), 0, st>>>(a, nc);
+  rc = check_launch(op);
+  if (rc != AITER_AUX_OK) return rc;
+  sort_place_kernel<E, K><<<dim3(nc), dim3(kSortThreads), 0, st>>>(a, ch, nc);
+  rc = check_launch(op);
+  if (rc != AITER_AUX_OK) return rc;
+  const int64_t work = n > a.max_rows ? n : a.max_rows;
+  const int rb = static_cast<int>(clamp_i64(ceil_div_i64(work, kReverseThreads), 1, 4096));
+  sort_reverse_kernel<E, K><<<dim3(rb), dim3(kReverseThreads), 0, st>>>(a, rb);
+  return check_launch(op);
+}
+
+}  // namespace sort_detail
+
+template <int NumExperts, int TopK>
+int moe_sort(const AiterAuxSortArgs& a, void* stream) {
+  const int rc = sort_detail::check_sort_args<NumExperts, TopK>(a, "moe_sort");
+  if (rc != AITER_AUX_OK) return rc;
+  AiterAuxQuantArgs none = {};
+  return sort_detail::launch_sort<NumExperts, TopK, 0>(a, none, stream, "moe_sort");
+}
+
+template <int NumExperts, int TopK, int ModelDim>
+int moe_sort_quant(const AiterAuxSortQuantArgs& a, void* stream) {
+  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim must be a positive multiple of 32");
+  int rc = sort_detail::check_sort_args<NumExperts, TopK>(a.sort, "moe_sort_quant");
+  if (rc != AITER_AUX_OK) return rc;
+  rc = quant_detail::check_quant_args<ModelDim>(a.quant, "moe_sort_quant");
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.quant.num_tokens != a.sort.num_tokens)
+    return fail_invalid("moe_sort_quant: x has %lld rows, topk_ids %lld",
+                        (long long)a.quant.num_tokens, (long long)a.sort.num_tokens);
+  return sort_detail::launch_sort<NumExperts, TopK, ModelDim>(a.sort, a.quant, stream,
+                                                              "moe_sort_quant");
+}
+
+}  // namespace gpu
+}  // namespace aiter_aux
