@@ -1,4 +1,7 @@
-"""The CPU backend of module_moe_mxfp4_aux against the torch reference, byte for byte.
+"""Every backend of module_moe_mxfp4_aux against the torch reference, byte for byte.
+
+Runs on the CPU backend everywhere and, where torch sees a GPU, on the cuda/rocm backend
+too (the same tests, tensors moved to the GPU; the reference runs on CPU copies).
 
 Outputs are poisoned before each run (and surrounded by guard regions) so unwritten or
 out-of-bounds elements are caught.  Inputs are fresh random draws: router-like routing,
@@ -23,9 +26,17 @@ SHAPES = [(257, 7168, 256, 9), (513, 2560, 768, 11), (32, 5120, 2304, 2), (896, 
           (24, 7168, 3072, 6), (128, 5120, 768, 3)]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _module(cpu_module):
-    return cpu_module
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request, cpu_module):
+    """The device under test; the module of its backend is loaded on first use."""
+    return torch.device(request.param)
+
+
+def cpu(t):
+    return t.cpu() if isinstance(t, torch.Tensor) else t
 
 
 def gen(seed=None):
@@ -34,10 +45,10 @@ def gen(seed=None):
     return g
 
 
-def guarded(n: int, dtype, shape=None):
+def guarded(n: int, dtype, shape=None, device="cpu"):
     """A contiguous poisoned buffer of n elements with poisoned guard regions around it."""
     esize = torch.empty((), dtype=dtype).element_size()
-    raw = torch.full(((n + 2 * GUARD) * esize,), POISON, dtype=torch.uint8)
+    raw = torch.full(((n + 2 * GUARD) * esize,), POISON, dtype=torch.uint8, device=device)
     whole = raw.view(dtype)
     buf = whole[GUARD : GUARD + n]
     return (buf.view(shape) if shape is not None else buf), whole
@@ -50,6 +61,7 @@ def guards_intact(whole: torch.Tensor) -> bool:
 
 
 def same(a, b) -> bool:
+    a, b = cpu(a), cpu(b)
     return a.shape == b.shape and torch.equal(
         a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
     )
@@ -65,20 +77,23 @@ def random_bf16(m, d, g, kind="normal"):
 
 
 # ---------------------------------------------------------------------------- moe_sort
-def run_sort_out(ids, w, e, block_m, zero_buf=None):
+def run_sort_out(ids, w, e, block_m, device, zero_buf=None):
     m, k = ids.shape
     max_rows = ref.moe_sort_capacity(m, k, e, block_m)
-    bufs = [guarded(max_rows, torch.int32), guarded(max_rows, torch.float32),
-            guarded(max_rows, torch.int32), guarded(max_rows // block_m, torch.int32),
-            guarded(2, torch.int32), guarded(m * k, torch.int32)]  # fmt: skip
+    bufs = [guarded(max_rows, torch.int32, device=device),
+            guarded(max_rows, torch.float32, device=device),
+            guarded(max_rows, torch.int32, device=device),
+            guarded(max_rows // block_m, torch.int32, device=device),
+            guarded(2, torch.int32, device=device),
+            guarded(m * k, torch.int32, device=device)]  # fmt: skip
     out = ref.MoeSortOutput(*(b for b, _ in bufs))
-    ops.moe_sort_out(ids, w, e, block_m, out, zero_buf=zero_buf)
+    ops.moe_sort_out(ids.to(device), w.to(device), e, block_m, out, zero_buf=zero_buf)
     assert all(guards_intact(whole) for _, whole in bufs), "write outside an out= buffer"
-    return out
+    return ref.MoeSortOutput(*(cpu(b) for b in out))
 
 
-def check_sort(ids, w, e, block_m):
-    got = run_sort_out(ids, w, e, block_m)
+def check_sort(ids, w, e, block_m, device):
+    got = run_sort_out(ids, w, e, block_m, device)
     want = ref.moe_sort(ids, w, e, block_m)
     nv = int(want.num_valid_ids[0])
     assert got.num_valid_ids.tolist() == want.num_valid_ids.tolist()
@@ -94,16 +109,15 @@ def check_sort(ids, w, e, block_m):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("m", [0, 1, 5, 64, 700])
-def test_moe_sort_router_like(shape, m):
+def test_moe_sort_router_like(shape, m, device):
     e, _d, _i, k = shape
-    g = gen()
-    ids, w = draw_routing(m, e, k, g)
+    ids, w = draw_routing(m, e, k, gen())
     for block_m in BLOCK_MS:
-        check_sort(ids, w, e, block_m)
+        check_sort(ids, w, e, block_m, device)
 
 
 @pytest.mark.parametrize("shape", SHAPES[:3])
-def test_moe_sort_not_local_ids(shape):
+def test_moe_sort_not_local_ids(shape, device):
     e, _d, _i, k = shape
     g = gen()
     m = 97
@@ -112,44 +126,50 @@ def test_moe_sort_not_local_ids(shape):
     ids[1::7, -1] = -(2**31)
     ids[5] = -1  # a token with no local pair
     w = torch.rand(m, k, generator=g)
-    got = check_sort(ids, w, e, 32)
+    got = check_sort(ids, w, e, 32, device)
     assert bool((got.reverse_sorted.view(m, k)[5] == -1).all())
 
 
+def test_moe_sort_all_ids_not_local(device):
+    e, _d, _i, k = SHAPES[0]
+    ids = torch.full((40, k), -1, dtype=torch.int32)
+    got = check_sort(ids, torch.rand(40, k, generator=gen()), e, 64, device)
+    assert got.num_valid_ids.tolist() == [0, 40]
+
+
 @pytest.mark.parametrize("shape", SHAPES[:2])
-def test_moe_sort_one_expert_takes_every_token(shape):
+def test_moe_sort_one_expert_takes_every_token(shape, device):
     e, _d, _i, k = shape
     m = 333
     ids = torch.full((m, k), -1, dtype=torch.int32)
     ids[:, 0] = e - 1
     w = torch.rand(m, k, generator=gen())
     for block_m in BLOCK_MS:
-        got = check_sort(ids, w, e, block_m)
+        got = check_sort(ids, w, e, block_m, device)
         assert int(got.num_valid_ids[0]) == -(-m // block_m) * block_m
 
 
-def test_moe_sort_zero_buf_is_zeroed():
+def test_moe_sort_zero_buf_is_zeroed(device):
     e, d, _i, k = SHAPES[0]
     g = gen()
     ids, w = draw_routing(17, e, k, g)
-    zero_buf = torch.randn(17, d, generator=g).bfloat16()
-    run_sort_out(ids, w, e, 32, zero_buf=zero_buf)
+    zero_buf = torch.randn(17, d, generator=g).bfloat16().to(device)
+    run_sort_out(ids, w, e, 32, device, zero_buf=zero_buf)
     assert not bool(zero_buf.view(torch.int16).any())
 
 
-def test_moe_sort_unsupported_key_names_key_and_fix():
-    ids = torch.zeros(1, 9, dtype=torch.int32)
+def test_moe_sort_unsupported_key_names_key_and_fix(device):
+    ids = torch.zeros(1, 9, dtype=torch.int32, device=device)
     with pytest.raises(ops.UnsupportedShapeError, match=r"moe_sort_e100_k9.*add-shape"):
-        ops.moe_sort(ids, torch.ones(1, 9), 100, 32)
+        ops.moe_sort(ids, torch.ones(1, 9, device=device), 100, 32)
 
 
 # ---------------------------------------------------------------------------- quant
-def run_quant_out(x):
+def run_quant_out(x, device):
     m, d = x.shape
-    (a_q, wq), (a_s, ws) = guarded(m * d // 2, torch.uint8, (m, d // 2)), guarded(
-        m * d // 32, torch.uint8, (m, d // 32)
-    )
-    ops.mxfp4_quant_out(x, a_q, a_s)
+    a_q, wq = guarded(m * d // 2, torch.uint8, (m, d // 2), device)
+    a_s, ws = guarded(m * d // 32, torch.uint8, (m, d // 32), device)
+    ops.mxfp4_quant_out(x.to(device), a_q, a_s)
     assert guards_intact(wq) and guards_intact(ws)
     return a_q, a_s
 
@@ -157,14 +177,14 @@ def run_quant_out(x):
 @pytest.mark.parametrize("d", sorted({s[1] for s in SHAPES}))
 @pytest.mark.parametrize("kind", ["normal", "bits"])
 @pytest.mark.parametrize("m", [0, 1, 33])
-def test_mxfp4_quant_random(d, kind, m):
+def test_mxfp4_quant_random(d, kind, m, device):
     x = random_bf16(m, d, gen(), kind)
-    got_q, got_s = run_quant_out(x)
+    got_q, got_s = run_quant_out(x, device)
     want_q, want_s = ref.mxfp4_quant(x)
     assert same(got_q, want_q) and same(got_s, want_s)
 
 
-def test_mxfp4_quant_edge_blocks():
+def test_mxfp4_quant_edge_blocks(device):
     d = 2560
     g = gen()
     x = torch.randn(8, d, generator=g).bfloat16()
@@ -180,22 +200,24 @@ def test_mxfp4_quant_edge_blocks():
         x[3, 32 * j : 32 * (j + 1)] = blk * torch.where(torch.rand(32, generator=g) < 0.5, -1, 1)
     x[4] = torch.tensor(3.3895e38).bfloat16()  # near bf16 max
     x[5, ::2] = -x[5, ::2].abs()  # nibble order with signs
-    got_q, got_s = run_quant_out(x)
+    got_q, got_s = run_quant_out(x, device)
     want_q, want_s = ref.mxfp4_quant(x)
     assert same(got_q, want_q) and same(got_s, want_s)
-    assert int(got_s[1, 0]) == 255 and int(got_s[1, 1]) == 255 and int(got_s[1, 2]) == 255
+    assert cpu(got_s)[1, :3].tolist() == [255, 255, 255]
 
 
 # ---------------------------------------------------------------------------- fused
 @pytest.mark.parametrize("shape", SHAPES[:4])
-@pytest.mark.parametrize("m", [0, 1, 40])
-def test_moe_sort_quant_equals_separate_ops(shape, m):
+@pytest.mark.parametrize("m", [0, 1, 40, 1500])
+def test_moe_sort_quant_equals_separate_ops(shape, m, device):
     e, d, _i, k = shape
     g = gen()
     ids, w = draw_routing(m, e, k, g)
     x = random_bf16(m, d, g, "bits" if m % 2 else "normal")
-    zero_buf = torch.randn(m, d, generator=g).bfloat16()
-    out, a_q, a_s = ops.moe_sort_quant(ids, w, x, e, 64, zero_buf=zero_buf)
+    zero_buf = torch.randn(m, d, generator=g).bfloat16().to(device)
+    out, a_q, a_s = ops.moe_sort_quant(
+        ids.to(device), w.to(device), x.to(device), e, 64, zero_buf=zero_buf
+    )
     want = ref.moe_sort(ids, w, e, 64)
     nv = int(want.num_valid_ids[0])
     for gt, wt, n in zip(out, want, (nv, nv, nv, nv // 64, 2, m * k), strict=True):
@@ -208,7 +230,7 @@ def test_moe_sort_quant_equals_separate_ops(shape, m):
 # ---------------------------------------------------------------------------- sort_scales
 @pytest.mark.parametrize("shape", SHAPES[:4])
 @pytest.mark.parametrize("m", [0, 1, 50])
-def test_moe_sort_scales(shape, m):
+def test_moe_sort_scales(shape, m, device):
     e, d, _i, k = shape
     g = gen()
     ids, w = draw_routing(m, e, k, g)
@@ -217,8 +239,11 @@ def test_moe_sort_scales(shape, m):
         a_scale = torch.randint(0, 256, (m, d // 32), generator=g, dtype=torch.uint8)
         bm = max(32, block_m)
         n_rows = -(-sort.sorted_token_ids.numel() // bm) * bm
-        out, whole = guarded(n_rows * d // 32, torch.uint8, (n_rows, d // 32))
-        ops.moe_sort_scales_out(a_scale, sort.sorted_token_ids, sort.num_valid_ids, block_m, out)
+        out, whole = guarded(n_rows * d // 32, torch.uint8, (n_rows, d // 32), device)
+        ops.moe_sort_scales_out(
+            a_scale.to(device), sort.sorted_token_ids.to(device), sort.num_valid_ids.to(device),
+            block_m, out,
+        )  # fmt: skip
         assert guards_intact(whole)
         want = ref.moe_sort_scales(a_scale, sort.sorted_token_ids, sort.num_valid_ids, block_m)
         assert same(out, want)
@@ -236,13 +261,16 @@ def _scatter_inputs(shape, m, g):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("m", [0, 1, 30])
-def test_moe_scatter_reduce(shape, m):
+def test_moe_scatter_reduce(shape, m, device):
     g = gen()
     sort, rows, d, k = _scatter_inputs(shape, m, g)
     expert_out = random_bf16(rows, d, g, "normal")
     expert_out[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
-    out, whole = guarded(m * d, torch.bfloat16, (m, d))
-    ops.moe_scatter_reduce_out(expert_out, sort.reverse_sorted, sort.sorted_weights, k, out)
+    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
+    ops.moe_scatter_reduce_out(
+        expert_out.to(device), sort.reverse_sorted.to(device), sort.sorted_weights.to(device),
+        k, out,
+    )  # fmt: skip
     assert guards_intact(whole)
     want = ref.moe_scatter_reduce(expert_out, sort.reverse_sorted, sort.sorted_weights, k)
     assert same(out, want)
@@ -250,14 +278,17 @@ def test_moe_scatter_reduce(shape, m):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("m", [0, 1, 30])
-def test_moe_scatter_reduce_q(shape, m):
+def test_moe_scatter_reduce_q(shape, m, device):
     g = gen()
     sort, rows, d, k = _scatter_inputs(shape, m, g)
     q = torch.randint(0, 256, (rows, d // 2), generator=g, dtype=torch.uint8)
     s = torch.randint(100, 150, (rows, d // 32), generator=g, dtype=torch.uint8)
     s[0, 0], s[-1, -1] = 255, 0  # NaN scale; 2^-127 (fp32 subnormal)
-    out, whole = guarded(m * d, torch.bfloat16, (m, d))
-    ops.moe_scatter_reduce_q_out(q, s, sort.reverse_sorted, sort.sorted_weights, k, out)
+    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
+    ops.moe_scatter_reduce_q_out(
+        q.to(device), s.to(device), sort.reverse_sorted.to(device),
+        sort.sorted_weights.to(device), k, out,
+    )  # fmt: skip
     assert guards_intact(whole)
     want = ref.moe_scatter_reduce_q(q, s, sort.reverse_sorted, sort.sorted_weights, k)
     assert same(out, want)
@@ -271,18 +302,48 @@ def test_moe_scatter_reduce_rejects_rows_out_of_range():
         ops.moe_scatter_reduce(torch.zeros(10, d).bfloat16(), rev, torch.ones(10), k)
 
 
-def test_bad_input_raises_before_kernel():
+def test_bad_input_raises_before_kernel(device):
     e, d, _i, k = SHAPES[0]
-    ids = torch.zeros(4, k, dtype=torch.int64)
+    ids = torch.zeros(4, k, dtype=torch.int64, device=device)
     with pytest.raises(TypeError, match="topk_ids"):
-        ops.moe_sort(ids, torch.ones(4, k), e, 32)
+        ops.moe_sort(ids, torch.ones(4, k, device=device), e, 32)
     with pytest.raises(ValueError, match="block_m"):
-        ops.moe_sort(ids.int(), torch.ones(4, k), e, 48)
+        ops.moe_sort(ids.int(), torch.ones(4, k, device=device), e, 48)
     with pytest.raises(ValueError, match="contiguous"):
-        ops.mxfp4_quant(torch.zeros(d, 4).bfloat16().t())
+        ops.mxfp4_quant(torch.zeros(d, 4, device=device).bfloat16().t())
     with pytest.raises(ValueError, match="too small"):
         ops.mxfp4_quant_out(
-            torch.zeros(4, d).bfloat16(),
-            torch.empty(3, d // 2, dtype=torch.uint8),
-            torch.empty(4, d // 32, dtype=torch.uint8),
+            torch.zeros(4, d, device=device).bfloat16(),
+            torch.empty(3, d // 2, dtype=torch.uint8, device=device),
+            torch.empty(4, d // 32, dtype=torch.uint8, device=device),
         )
+
+
+# ---------------------------------------------------------------------------- large M (GPU)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("m", [65536, 70000])
+def test_large_m_pipeline_gpu(m):
+    """Large-M sort (multi-block path), quant, sort_scales and scatter against the reference
+    computed on the GPU with the same torch ops (bit-exact: no fused arithmetic)."""
+    e, d, _i, k = (32, 5120, 2304, 2)
+    dev = torch.device("cuda")
+    g = gen()
+    ids, w = draw_routing(m, e, k, g)
+    ids, w = ids.to(dev), w.to(dev)
+    got = ops.moe_sort(ids, w, e, 128)
+    want = ref.moe_sort(ids, w, e, 128)
+    nv = int(want.num_valid_ids[0])
+    for gt, wt, n in zip(got, want, (nv, nv, nv, nv // 128, 2, m * k), strict=True):
+        assert same(gt[:n], wt[:n])
+    x = random_bf16(m, d, g, "bits").to(dev)
+    q, s = ops.mxfp4_quant(x)
+    rq, rs = ref.mxfp4_quant(x)
+    assert same(q, rq) and same(s, rs)
+    args = (s, want.sorted_token_ids, want.num_valid_ids, 128)
+    assert same(ops.moe_sort_scales(*args), ref.moe_sort_scales(*args))
+    expert_out = random_bf16(nv, d, g).to(dev)
+    sargs = (expert_out, want.reverse_sorted, want.sorted_weights, k)
+    assert same(ops.moe_scatter_reduce(*sargs), ref.moe_scatter_reduce(*sargs))
+    eq, es = ref.mxfp4_quant(expert_out)
+    qargs = (eq, es, want.reverse_sorted, want.sorted_weights, k)
+    assert same(ops.moe_scatter_reduce_q(*qargs), ref.moe_scatter_reduce_q(*qargs))
