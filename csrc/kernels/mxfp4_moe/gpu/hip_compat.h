@@ -16,7 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#if defined(AITER_AUX_GPU_EMULATION)
+// ------------------------------------------------------ host emulation ----
+// Test-only: tests/emu.h (included first) runs the kernels on the CPU, one
+// fiber per GPU thread, with the warp and block primitives below emulated.
+#define AITER_AUX_GPU_EMU 1
+#define AITER_AUX_AMDGCN_DEVICE 0
+#define AITER_AUX_LAUNCH(kern, grid, block, stream) \
+  ::aiter_aux_emu::make_launch((kern), (grid), (block), (stream))
+
+#elif defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 // ---------------------------------------------------------------- CUDA ----
 #define AITER_AUX_GPU_CUDA 1
 #include <cuda_runtime.h>
@@ -58,10 +67,19 @@ typedef cudaError_t hipError_t;
 #endif
 #endif
 
+// Kernel launch on a stream, no dynamic shared memory:
+//   AITER_AUX_LAUNCH(kernel_ptr, grid, block, stream)(args...);
+#ifndef AITER_AUX_LAUNCH
+#define AITER_AUX_LAUNCH(kern, grid, block, stream) kern<<<(grid), (block), 0, (stream)>>>
+#endif
+
 namespace aiter_aux {
 namespace gpu {
 
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+constexpr int kWarpSize = AITER_AUX_EMU_WARP;
+typedef ::aiter_aux_emu::lane_mask_t lane_mask_t;
+#elif defined(AITER_AUX_GPU_CUDA)
 constexpr int kWarpSize = 32;
 typedef uint32_t lane_mask_t;
 #else
@@ -72,7 +90,9 @@ static_assert(sizeof(lane_mask_t) * 8 == kWarpSize, "lane mask width");
 
 // ----------------------------------------------------------- indexing ----
 __device__ __forceinline__ int thread_idx() {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  return ::aiter_aux_emu::thread_idx();
+#elif defined(AITER_AUX_GPU_CUDA)
   return static_cast<int>(threadIdx.x);
 #elif AITER_AUX_AMDGCN_DEVICE
   return static_cast<int>(__builtin_amdgcn_workitem_id_x());
@@ -82,7 +102,9 @@ __device__ __forceinline__ int thread_idx() {
 }
 
 __device__ __forceinline__ int block_idx() {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  return ::aiter_aux_emu::block_idx();
+#elif defined(AITER_AUX_GPU_CUDA)
   return static_cast<int>(blockIdx.x);
 #elif AITER_AUX_AMDGCN_DEVICE
   return static_cast<int>(__builtin_amdgcn_workgroup_id_x());
@@ -102,7 +124,9 @@ __device__ __forceinline__ lane_mask_t lanemask_lt(int lane) {
 // -------------------------------------------------------- warp primitives ----
 // All of them must be reached by every lane of the warp (converged code).
 __device__ __forceinline__ lane_mask_t warp_ballot(bool pred) {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  return static_cast<lane_mask_t>(::aiter_aux_emu::ballot(pred));
+#elif defined(AITER_AUX_GPU_CUDA)
   return __ballot_sync(0xffffffffu, pred);
 #elif AITER_AUX_AMDGCN_DEVICE
   return __builtin_amdgcn_ballot_w64(pred);
@@ -121,7 +145,9 @@ __device__ __forceinline__ int popc(lane_mask_t m) {
 
 // Orders shared-memory accesses of the lanes of one warp.
 __device__ __forceinline__ void warp_sync() {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  ::aiter_aux_emu::warp_barrier();
+#elif defined(AITER_AUX_GPU_CUDA)
   __syncwarp();
 #elif AITER_AUX_AMDGCN_DEVICE
   // A wave executes in lock step and its LDS operations complete in order;
@@ -136,7 +162,9 @@ __device__ __forceinline__ void warp_sync() {
 // spelled out (as ROCm's own __syncthreads does) so that the kernels do not
 // depend on device-library functions of a particular HIP version.
 __device__ __forceinline__ void block_sync() {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  ::aiter_aux_emu::block_barrier();
+#elif defined(AITER_AUX_GPU_CUDA)
   __syncthreads();
 #elif AITER_AUX_AMDGCN_DEVICE
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
@@ -146,7 +174,9 @@ __device__ __forceinline__ void block_sync() {
 }
 
 __device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int mask) {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  return static_cast<uint32_t>(::aiter_aux_emu::shfl(v, lane_id() ^ mask));
+#elif defined(AITER_AUX_GPU_CUDA)
   return __shfl_xor_sync(0xffffffffu, v, mask);
 #elif AITER_AUX_AMDGCN_DEVICE
   const int src = lane_id() ^ mask;
@@ -159,7 +189,11 @@ __device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int mask) {
 
 // Lane `lane - delta` (own value where that is negative).
 __device__ __forceinline__ int shfl_up_i32(int v, int delta) {
-#if defined(AITER_AUX_GPU_CUDA)
+#if defined(AITER_AUX_GPU_EMU)
+  const int lane = lane_id();
+  return static_cast<int>(static_cast<uint32_t>(
+      ::aiter_aux_emu::shfl(static_cast<uint32_t>(v), lane >= delta ? lane - delta : lane)));
+#elif defined(AITER_AUX_GPU_CUDA)
   return __shfl_up_sync(0xffffffffu, v, delta);
 #elif AITER_AUX_AMDGCN_DEVICE
   const int lane = lane_id();
@@ -223,6 +257,8 @@ __host__ __device__ __forceinline__ uint32_t as_u32_any(float f) {
 __device__ __forceinline__ float f32_mul_rn(float a, float b) {
 #if defined(AITER_AUX_GPU_CUDA)
   return __fmul_rn(a, b);
+#elif defined(AITER_AUX_GPU_EMU)
+  return ::aiter_aux_emu::mul_rn(a, b);
 #else
 #pragma clang fp contract(off)
   float p = a * b;
@@ -238,6 +274,8 @@ __device__ __forceinline__ float f32_mul_rn(float a, float b) {
 __device__ __forceinline__ float f32_add_rn(float a, float b) {
 #if defined(AITER_AUX_GPU_CUDA)
   return __fadd_rn(a, b);
+#elif defined(AITER_AUX_GPU_EMU)
+  return ::aiter_aux_emu::add_rn(a, b);
 #else
 #pragma clang fp contract(off)
   return a + b;

@@ -207,8 +207,8 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
   const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads), 1, 8192));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
-  mxfp4_quant_kernel<ModelDim><<<dim3(blocks), dim3(kQuantThreads), 0,
-                                 static_cast<hipStream_t>(stream)>>>(a, blocks, x_al16, q_al4);
+  AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim>), dim3(blocks), dim3(kQuantThreads),
+                   static_cast<hipStream_t>(stream))(a, blocks, x_al16, q_al4);
   return check_launch("mxfp4_quant");
 }
 

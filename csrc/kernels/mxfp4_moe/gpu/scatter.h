@@ -123,8 +123,8 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 8192));
   const bool in_al = kQ ? is_aligned(a.expert_out_q, 4) : is_aligned(a.expert_out, 16);
   const bool out_al16 = is_aligned(a.out, 16);
-  scatter_reduce_kernel<D, K, kQ><<<dim3(blocks), dim3(kThreads), 0, static_cast<hipStream_t>(stream)>>>(
-      a, blocks, in_al, out_al16);
+  AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K, kQ>), dim3(blocks), dim3(kThreads),
+                   static_cast<hipStream_t>(stream))(a, blocks, in_al, out_al16);
   return check_launch(op);
 }
 

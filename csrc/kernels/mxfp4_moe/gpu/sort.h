@@ -468,7 +468,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
 
   if (n <= kSmallSortMaxPairs) {
     const int grid = 1 + quant_blocks + zero_blocks;
-    sort_small_kernel<E, K, D><<<dim3(grid), dim3(kSortThreads), 0, st>>>(
+    AITER_AUX_LAUNCH((sort_small_kernel<E, K, D>), dim3(grid), dim3(kSortThreads), st)(
         a, q, quant_blocks, zero_blocks, x_al16, q_al4);
     return check_launch(op);
   }
@@ -481,19 +481,19 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   const int nc = static_cast<int>(num_chunks);
   const int ch = static_cast<int>(chunk);
 
-  sort_count_kernel<E, K, D><<<dim3(nc + quant_blocks + zero_blocks), dim3(kSortThreads), 0, st>>>(
-      a, q, ch, nc, quant_blocks, zero_blocks, x_al16, q_al4);
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K, D>), dim3(nc + quant_blocks + zero_blocks),
+                   dim3(kSortThreads), st)(a, q, ch, nc, quant_blocks, zero_blocks, x_al16, q_al4);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  sort_scan_kernel<E><<<dim3(1), dim3(kSortThreads), 0, st>>>(a, nc);
+  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kSortThreads), st)(a, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  sort_place_kernel<E, K><<<dim3(nc), dim3(kSortThreads), 0, st>>>(a, ch, nc);
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, ch, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   const int64_t work = n > a.max_rows ? n : a.max_rows;
   const int rb = static_cast<int>(clamp_i64(ceil_div_i64(work, kReverseThreads), 1, 4096));
-  sort_reverse_kernel<E, K><<<dim3(rb), dim3(kReverseThreads), 0, st>>>(a, rb);
+  AITER_AUX_LAUNCH((sort_reverse_kernel<E, K>), dim3(rb), dim3(kReverseThreads), st)(a, rb);
   return check_launch(op);
 }
 

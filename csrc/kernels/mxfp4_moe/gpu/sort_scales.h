@@ -83,8 +83,9 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
       (a.num_tokens > 0 && a.a_scale == nullptr))
     return fail_invalid("%s: null tensor pointer", op);
   const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(total_dwords, kThreads), 1, 8192));
-  sort_scales_kernel<ModelDim><<<dim3(blocks), dim3(kThreads), 0, static_cast<hipStream_t>(stream)>>>(
-      a, total_dwords, blocks, is_aligned(a.sorted_scales, 4));
+  AITER_AUX_LAUNCH((sort_scales_kernel<ModelDim>), dim3(blocks), dim3(kThreads),
+                   static_cast<hipStream_t>(stream))(a, total_dwords, blocks,
+                                                     is_aligned(a.sorted_scales, 4));
   return check_launch(op);
 }
 

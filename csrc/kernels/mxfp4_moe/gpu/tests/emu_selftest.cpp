@@ -1,0 +1,690 @@
+// Self-test of the GPU kernels of ../ on the CPU, through the fiber emulation
+// of emu.h, against plain C++ references written from docs/ops.md.  Also checks
+// the pure arithmetic helpers exhaustively.  No GPU, no torch.
+//
+//   g++ -std=c++17 -O2 -ffp-contract=off -fno-strict-aliasing -Wno-unknown-pragmas
+//       -DAITER_AUX_EMU_WARP=32 -I csrc/kernels/mxfp4_moe
+//       csrc/kernels/mxfp4_moe/gpu/tests/emu_selftest.cpp -o /tmp/emu32
+//   (and -DAITER_AUX_EMU_WARP=64), then run; the last line is "N passed, M failed".
+//   AITER_AUX_EMU_LONG=1 adds a large sort with 16384-pair chunks (slow).
+#include "emu.h"  // must come first
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "gpu/mxfp4_moe_aux_gpu.h"
+
+static std::string g_last_error;
+extern "C" void aiter_aux_set_error(const char* msg) { g_last_error = msg; }
+
+namespace {
+
+using namespace aiter_aux::gpu;
+
+int g_pass = 0, g_fail = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_pass;
+  } else {
+    ++g_fail;
+    if (g_fail <= 50) fprintf(stderr, "FAIL: %s\n", what.c_str());
+  }
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b, std::string* where = nullptr) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+      if (where) *where = "first difference at element " + std::to_string(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+float bf2f(uint16_t h) { return u2f(uint32_t(h) << 16); }
+
+// ------------------------------------------------------------ references ----
+// e8m0 exponent per the spec (host fp: IEEE, subnormals kept).
+uint32_t ref_scale(uint32_t amax16) {
+  const double amax = static_cast<double>(bf2f(static_cast<uint16_t>(amax16)));
+  const double sixth = static_cast<double>(u2f(0x3E2AAAABu));
+  const float w = static_cast<float>(amax * sixth);  // exact product, one RNE rounding
+  const uint32_t s = (f2u(w) + 0x7FFFFFu) >> 23;
+  return s < 254 ? s : 254;
+}
+
+// e2m1 nibble of bf16 h in a finite block of exponent s, per the spec.
+uint32_t ref_code(uint16_t h, uint32_t s) {
+  const double q = std::fabs(static_cast<double>(bf2f(h))) * std::ldexp(1.0, 127 - static_cast<int>(s));
+  uint32_t c;
+  if (q <= 0.25) c = 0;
+  else if (q < 0.75) c = 1;
+  else if (q <= 1.25) c = 2;
+  else if (q < 1.75) c = 3;
+  else if (q <= 2.5) c = 4;
+  else if (q < 3.5) c = 5;
+  else if (q <= 5.0) c = 6;
+  else c = 7;
+  return c | ((h & 0x8000u) ? 8u : 0u);
+}
+
+// A model of the documented gfx950 scaled conversion bf16 -> e2m1 (AMD's host
+// emulation of v_cvt_scalef32_pk_fp4_*: source exponent minus the scale
+// exponent, round to nearest even at e2m1 precision, overflow saturates to
+// the max code, signed zeros), written independently.  `flush` models an
+// input-denormal flush to a signed zero.
+uint32_t model_hw_code(uint16_t h, uint32_t s, bool flush) {
+  const uint32_t sign = (h & 0x8000u) ? 8u : 0u;
+  const uint32_t e = (h >> 7) & 0xFFu;
+  uint32_t man = h & 0x7Fu;
+  if (e == 0 && man == 0) return sign;
+  int exp;  // unbiased exponent of the value 1.man * 2^exp
+  if (e == 0) {
+    if (flush) return sign;
+    exp = -126;
+    while ((man & 0x80u) == 0) {
+      man <<= 1;
+      --exp;
+    }
+    man &= 0x7Fu;
+  } else {
+    exp = static_cast<int>(e) - 127;
+  }
+  const int x = exp - (static_cast<int>(s) - 127);  // exponent of q = x_val / 2^(s-127)
+  const uint32_t full = 0x80u | man;                 // q = full * 2^(x-7)
+  if (x > 2) return sign | 7u;                       // >= 8: saturate
+  uint32_t code, round, sticky;
+  if (x >= 0) {  // normal e2m1: 1.m1 * 2^x, code = (x+1)*2 + m1
+    code = (static_cast<uint32_t>(x + 1) << 1) | ((full >> 6) & 1u);
+    round = (full >> 5) & 1u;
+    sticky = full & 0x1Fu;
+  } else {  // subnormal e2m1: multiples of 0.5, q / 0.5 = full * 2^(x-6)
+    const int shift = 6 - x;
+    if (shift >= 32) return sign;
+    code = full >> shift;
+    round = (full >> (shift - 1)) & 1u;
+    sticky = full & ((1u << (shift - 1)) - 1u);
+  }
+  if (round && (sticky || (code & 1u))) ++code;  // nearest, ties to the even code
+  return sign | (code > 7u ? 7u : code);
+}
+
+struct SortBufs {
+  std::vector<int32_t> sti, mi, seid, nv, rev;
+  std::vector<float> sw;
+};
+
+SortBufs prefilled(int64_t max_rows, int bm, int64_t n) {
+  SortBufs b;
+  b.sti.assign(max_rows, 0x7B7B7B7B);
+  b.mi.assign(max_rows, 0x6C6C6C6C);
+  b.sw.assign(max_rows, u2f(0x7FA5A5A5u));
+  b.seid.assign(max_rows / bm, 0x5D5D5D5D);
+  b.nv.assign(2, 0x4E4E4E4E);
+  b.rev.assign(n, 0x3F3F3F3F);
+  return b;
+}
+
+void ref_sort(const std::vector<int32_t>& ids, const std::vector<float>& w, int m, int k, int e,
+              int bm, SortBufs& o) {
+  const int n = m * k;
+  std::vector<int64_t> cnt(e, 0), off(e, 0), fill(e, 0);
+  for (int j = 0; j < n; ++j)
+    if (ids[j] >= 0 && ids[j] < e) ++cnt[ids[j]];
+  int64_t r = 0;
+  for (int x = 0; x < e; ++x) {
+    off[x] = r;
+    r += (cnt[x] + bm - 1) / bm * bm;
+  }
+  for (int j = 0; j < n; ++j) {
+    const int id = ids[j];
+    if (id >= 0 && id < e) {
+      const int64_t p = off[id] + fill[id]++;
+      const int t = j / k, kk = j % k;
+      o.sti[p] = static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(kk) << 24));
+      o.sw[p] = w[j];
+      o.mi[p] = t;
+      o.rev[j] = static_cast<int32_t>(p);
+    } else {
+      o.rev[j] = -1;
+    }
+  }
+  for (int x = 0; x < e; ++x) {
+    const int64_t padded = (cnt[x] + bm - 1) / bm * bm;
+    for (int64_t q = cnt[x]; q < padded; ++q) {
+      o.sti[off[x] + q] = m;
+      o.sw[off[x] + q] = 0.0f;
+      o.mi[off[x] + q] = m;
+    }
+    for (int64_t b = 0; b < padded / bm; ++b) o.seid[off[x] / bm + b] = x;
+  }
+  o.nv[0] = static_cast<int32_t>(r);
+  o.nv[1] = m;
+}
+
+void ref_quant(const uint16_t* x, int64_t m, int d, std::vector<uint8_t>& aq,
+               std::vector<uint8_t>& as) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int b = 0; b < d / 32; ++b) {
+      const uint16_t* blk = x + r * d + b * 32;
+      bool bad = false;
+      uint32_t amax = 0;
+      for (int i = 0; i < 32; ++i) {
+        const uint32_t a = blk[i] & 0x7FFFu;
+        if (a >= 0x7F80u) bad = true;
+        if (a > amax) amax = a;
+      }
+      uint8_t* q = &aq[r * (d / 2) + b * 16];
+      if (bad) {
+        as[r * (d / 32) + b] = 255;
+        for (int i = 0; i < 16; ++i) q[i] = 0;
+        continue;
+      }
+      const uint32_t s = ref_scale(amax);
+      as[r * (d / 32) + b] = static_cast<uint8_t>(s);
+      for (int i = 0; i < 16; ++i)
+        q[i] = static_cast<uint8_t>(ref_code(blk[2 * i], s) | (ref_code(blk[2 * i + 1], s) << 4));
+    }
+  }
+}
+
+uint16_t ref_bf16(float f) {
+  const uint32_t u = f2u(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+float ref_decode(uint32_t nib, uint32_t s) {
+  static const float lut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const float scale = s == 255 ? NAN : static_cast<float>(std::ldexp(1.0, static_cast<int>(s) - 127));
+  volatile float v = lut[nib] * scale;
+  return v;
+}
+
+// ---------------------------------------------------------- helper tests ----
+void test_helpers() {
+  // scale exponent, every finite amax
+  int bad = 0;
+  for (uint32_t a = 0; a < 0x7F80u; ++a)
+    if (quant_detail::mx_scale_exponent(a) != ref_scale(a)) {
+      if (++bad < 5) fprintf(stderr, "  scale mismatch amax16=%#x: %u vs %u\n", a,
+                             quant_detail::mx_scale_exponent(a), ref_scale(a));
+    }
+  check(bad == 0, "mx_scale_exponent == spec for every finite amax");
+
+  // element codes, every finite bf16 and every s
+  bad = 0;
+  for (uint32_t s = 0; s <= 254; ++s) {
+    const quant_detail::Bounds b = quant_detail::mx_bounds(s);
+    for (uint32_t h = 0; h < 0x10000u; ++h) {
+      if ((h & 0x7FFFu) >= 0x7F80u) continue;
+      if (quant_detail::mx_code(h, b) != ref_code(static_cast<uint16_t>(h), s)) {
+        if (++bad < 5) fprintf(stderr, "  code mismatch s=%u h=%#x\n", s, h);
+      }
+    }
+  }
+  check(bad == 0, "mx_code == spec for every finite bf16 and every s");
+
+  // the gfx950 instruction model vs the spec, where quant8 uses it (amax >= 2^-119 -> s >= 3)
+  bad = 0;
+  int bad_sub = 0;
+  for (uint32_t s = 0; s <= 254; ++s) {
+    for (uint32_t h = 0; h < 0x10000u; ++h) {
+      if ((h & 0x7FFFu) >= 0x7F80u) continue;
+      const uint32_t want = ref_code(static_cast<uint16_t>(h), s);
+      if (model_hw_code(static_cast<uint16_t>(h), s, false) != want) ++bad;
+      const bool sub = (h & 0x7F80u) == 0 && (h & 0x7Fu) != 0;
+      if (sub && s >= 3 && model_hw_code(static_cast<uint16_t>(h), s, true) != want) ++bad_sub;
+    }
+  }
+  check(bad == 0, "gfx950 conversion model == spec for every finite bf16 and s");
+  check(bad_sub == 0, "gfx950 conversion with flushed subnormal input == spec for s >= 3");
+  // and quant8's threshold: amax >= 0x0400 gives s >= 3
+  bool s3 = true;
+  for (uint32_t a = 0x0400u; a < 0x7F80u; ++a) s3 = s3 && quant_detail::mx_scale_exponent(a) >= 3;
+  check(s3, "amax16 >= 0x0400 implies s >= 3");
+
+  // mxfp4 decode
+  bad = 0;
+  for (uint32_t s = 0; s < 256; ++s)
+    for (uint32_t nib = 0; nib < 16; ++nib) {
+      const uint32_t got = scatter_detail::mx_decode_bits(nib, s);
+      const uint32_t want = f2u(ref_decode(nib, s));
+      const bool both_nan = std::isnan(u2f(got)) && std::isnan(u2f(want));
+      if (got != want && !both_nan) ++bad;
+    }
+  check(bad == 0, "mx_decode_bits == fp32(e2m1 * 2^(s-127)) for every nibble and s");
+
+  // bf16 rounding
+  bad = 0;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000000; ++i) {
+    const uint32_t u = rng();
+    if (f32_bits_to_bf16_rne(u) != ref_bf16(u2f(u))) ++bad;
+  }
+  check(bad == 0, "f32 -> bf16 RNE (NaN -> 0x7FC0)");
+}
+
+// ------------------------------------------------------------ sort tests ----
+std::vector<int32_t> make_ids(int m, int k, int e, std::mt19937& rng, int mode) {
+  std::vector<int32_t> ids(static_cast<size_t>(m) * k);
+  for (auto& v : ids) {
+    const uint32_t r = rng() % 100;
+    if (mode == 1) {  // skewed: most pairs to a few experts
+      v = r < 70 ? 0 : (r < 90 ? e - 1 : static_cast<int32_t>(rng() % e));
+    } else if (mode == 2) {  // expert parallel: mostly non-local
+      v = r < 80 ? -1 : static_cast<int32_t>(rng() % e);
+    } else {
+      if (r < 8) v = -1;
+      else if (r < 10) v = e + static_cast<int32_t>(rng() % 5);
+      else if (r < 11) v = -2 - static_cast<int32_t>(rng() % 1000);
+      else v = static_cast<int32_t>(rng() % e);
+    }
+  }
+  return ids;
+}
+
+std::vector<float> make_weights(size_t n, std::mt19937& rng) {
+  std::vector<float> w(n);
+  for (auto& x : w) x = u2f((rng() & 0x3FFFFFFFu) | 0x3C000000u);
+  return w;
+}
+
+AiterAuxSortArgs sort_args(const std::vector<int32_t>& ids, const std::vector<float>& w, int m, int k,
+                           int e, int bm, int64_t max_rows, SortBufs& o) {
+  AiterAuxSortArgs a = {};
+  a.topk_ids = ids.data();
+  a.topk_weights = w.data();
+  a.num_tokens = m;
+  a.num_experts = e;
+  a.topk = k;
+  a.block_m = bm;
+  a.max_rows = max_rows;
+  a.sorted_token_ids = o.sti.data();
+  a.sorted_weights = o.sw.data();
+  a.m_indices = o.mi.data();
+  a.sorted_expert_ids = o.seid.data();
+  a.num_valid_ids = o.nv.data();
+  a.reverse_sorted = o.rev.data();
+  return a;
+}
+
+void compare_sort(const SortBufs& got, const SortBufs& want, const std::string& tag) {
+  std::string w;
+  check(same_bytes(got.nv, want.nv, &w), tag + ": num_valid_ids " + w);
+  check(same_bytes(got.sti, want.sti, &w), tag + ": sorted_token_ids " + w);
+  check(same_bytes(got.sw, want.sw, &w), tag + ": sorted_weights " + w);
+  check(same_bytes(got.mi, want.mi, &w), tag + ": m_indices " + w);
+  check(same_bytes(got.seid, want.seid, &w), tag + ": sorted_expert_ids " + w);
+  check(same_bytes(got.rev, want.rev, &w), tag + ": reverse_sorted " + w);
+}
+
+template <int E, int K>
+void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
+  std::mt19937 rng(seed);
+  const auto ids = make_ids(m, K, E, rng, mode);
+  const auto w = make_weights(ids.size(), rng);
+  const int64_t cap = sort_capacity(m, K, E, bm);
+  const int64_t max_rows = cap + (seed % 2 ? bm : 0);  // buffers may be larger than needed
+  SortBufs got = prefilled(max_rows, bm, ids.size());
+  SortBufs want = prefilled(max_rows, bm, ids.size());
+  AiterAuxSortArgs a = sort_args(ids, w, m, K, E, bm, max_rows, got);
+  // zero_buf: odd length, 2-byte (not 16-byte) aligned, guarded on both sides
+  std::vector<uint16_t> zb(static_cast<size_t>(m) * 37 + 19, 0xBEEF);
+  if (with_zero) {
+    a.zero_buf = zb.data() + 1;
+    a.zero_numel = static_cast<int64_t>(zb.size()) - 2;
+  }
+  const int rc = moe_sort<E, K>(a, nullptr);
+  ref_sort(ids, w, m, K, E, bm, want);
+  const std::string tag = "moe_sort<" + std::to_string(E) + "," + std::to_string(K) + "> M=" +
+                          std::to_string(m) + " bm=" + std::to_string(bm) + " mode=" +
+                          std::to_string(mode);
+  check(rc == AITER_AUX_OK, tag + ": status " + std::to_string(rc) + " " + g_last_error);
+  compare_sort(got, want, tag);
+  if (with_zero) {
+    bool ok = zb.front() == 0xBEEF && zb.back() == 0xBEEF;
+    for (size_t i = 1; i + 1 < zb.size(); ++i) ok = ok && zb[i] == 0;
+    check(ok, tag + ": zero_buf");
+  }
+}
+
+// ----------------------------------------------------------- quant tests ----
+std::vector<uint16_t> make_x(int64_t m, int d, std::mt19937& rng) {
+  std::vector<uint16_t> x(static_cast<size_t>(m) * d);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int b = 0; b < d / 32; ++b) {
+      const uint32_t kind = rng() % 16;
+      // a per-block magnitude so that every range of s is visited
+      const uint32_t ebase = rng() % 256;
+      for (int i = 0; i < 32; ++i) {
+        uint16_t h;
+        const uint32_t r2 = rng();
+        switch (kind) {
+          case 0: h = static_cast<uint16_t>(r2 & 0x807Fu); break;  // zeros and subnormals
+          case 1: h = static_cast<uint16_t>(r2 & 0x8000u); break;  // +-0 only
+          case 2: h = static_cast<uint16_t>((r2 & 0x8000u) | ((r2 >> 16) % 0x0500u)); break;  // tiny
+          case 3: h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0x7F80u : static_cast<uint16_t>(r2); break;    // +Inf
+          case 4: h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0xFFC1u : static_cast<uint16_t>(r2 & 0x3FFFu); break;  // NaN
+          case 5: h = static_cast<uint16_t>((r2 & 0x8000u) | (0x7F00u + (r2 >> 16) % 0x80u)); break;  // huge
+          default: {
+            const uint32_t e = (ebase + (r2 >> 20) % 6) % 255;
+            h = static_cast<uint16_t>((r2 & 0x8000u) | (e << 7) | (r2 & 0x7Fu));
+            if ((h & 0x7FFFu) >= 0x7F80u) h = static_cast<uint16_t>(h & 0x807Fu);
+          }
+        }
+        x[r * d + b * 32 + i] = h;
+      }
+    }
+  }
+  return x;
+}
+
+template <int D>
+void run_quant_case(int64_t m, uint32_t seed, bool misalign) {
+  std::mt19937 rng(seed);
+  const auto xs = make_x(m, D, rng);
+  // misaligned copies: x at +2 bytes, a_q at +1 byte
+  std::vector<uint16_t> xbuf(xs.size() + 8);
+  uint16_t* x = xbuf.data() + (misalign ? 1 : 0);
+  memcpy(x, xs.data(), xs.size() * 2);
+  std::vector<uint8_t> qbuf(m * D / 2 + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
+  uint8_t* q = qbuf.data() + (misalign ? 1 : 0);
+  AiterAuxQuantArgs a = {};
+  a.x = x;
+  a.num_tokens = m;
+  a.model_dim = D;
+  a.a_q = q;
+  a.a_scale = sbuf.data();
+  const int rc = mxfp4_quant<D>(a, nullptr);
+  std::vector<uint8_t> wq(m * D / 2), ws(m * D / 32);
+  ref_quant(xs.data(), m, D, wq, ws);
+  const std::string tag = "mxfp4_quant<" + std::to_string(D) + "> M=" + std::to_string(m) +
+                          (misalign ? " misaligned" : "");
+  check(rc == AITER_AUX_OK, tag + ": status");
+  std::vector<uint8_t> gq(q, q + m * D / 2), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
+  std::string w;
+  check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
+  check(same_bytes(gs, ws, &w), tag + ": a_scale " + w);
+  check(sbuf[m * D / 32] == 0xCD && q[m * D / 2] == 0xAB, tag + ": no write past the end");
+}
+
+template <int E, int K, int D>
+void run_sort_quant_case(int m, int bm, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto ids = make_ids(m, K, E, rng, 0);
+  const auto w = make_weights(ids.size(), rng);
+  const auto xs = make_x(m, D, rng);
+  const int64_t max_rows = sort_capacity(m, K, E, bm);
+  SortBufs got = prefilled(max_rows, bm, ids.size());
+  SortBufs want = prefilled(max_rows, bm, ids.size());
+  std::vector<uint8_t> q(m * D / 2, 0xAB), s(m * D / 32, 0xCD), wq(q.size()), ws(s.size());
+  std::vector<uint16_t> zb(static_cast<size_t>(m) * D, 0x1234);
+  AiterAuxSortQuantArgs a = {};
+  a.sort = sort_args(ids, w, m, K, E, bm, max_rows, got);
+  a.sort.zero_buf = zb.data();
+  a.sort.zero_numel = static_cast<int64_t>(zb.size());
+  a.quant.x = xs.data();
+  a.quant.num_tokens = m;
+  a.quant.model_dim = D;
+  a.quant.a_q = q.data();
+  a.quant.a_scale = s.data();
+  const int rc = moe_sort_quant<E, K, D>(a, nullptr);
+  ref_sort(ids, w, m, K, E, bm, want);
+  ref_quant(xs.data(), m, D, wq, ws);
+  const std::string tag = "moe_sort_quant<" + std::to_string(E) + "," + std::to_string(K) + "," +
+                          std::to_string(D) + "> M=" + std::to_string(m);
+  check(rc == AITER_AUX_OK, tag + ": status");
+  compare_sort(got, want, tag);
+  check(same_bytes(q, wq), tag + ": a_q");
+  check(same_bytes(s, ws), tag + ": a_scale");
+  bool z = true;
+  for (auto v : zb) z = z && v == 0;
+  check(z, tag + ": zero_buf");
+}
+
+// ----------------------------------------------------- sort_scales tests ----
+template <int D>
+void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid) {
+  std::mt19937 rng(seed);
+  const auto ids = make_ids(m, k, e, rng, 0);
+  const auto w = make_weights(ids.size(), rng);
+  const int64_t max_rows = sort_capacity(m, k, e, bm);
+  SortBufs sb = prefilled(max_rows, bm, ids.size());
+  ref_sort(ids, w, m, k, e, bm, sb);
+  // rows past num_valid_ids[0] hold junk (including token ids < M)
+  for (int64_t r = sb.nv[0]; r < max_rows; ++r) sb.sti[r] = static_cast<int32_t>(rng() % (m + 1));
+  std::vector<int32_t> nv = sb.nv;
+  if (shrink_valid && nv[0] > 0) nv[0] = nv[0] / 2;
+  std::vector<uint8_t> as(static_cast<size_t>(m) * (D / 32));
+  for (auto& v : as) v = static_cast<uint8_t>(rng());
+  const int BM = bm > 32 ? bm : 32;
+  const int64_t out_rows = (max_rows + BM - 1) / BM * BM;
+  std::vector<uint8_t> got(out_rows * (D / 32) + 7, 0xEE), want(out_rows * (D / 32), 0);
+  AiterAuxSortScalesArgs a = {};
+  a.a_scale = as.data();
+  a.num_tokens = m;
+  a.model_dim = D;
+  a.block_m = bm;
+  a.sorted_token_ids = sb.sti.data();
+  a.num_valid_ids = nv.data();
+  a.max_rows = max_rows;
+  a.sorted_scales = got.data();
+  const int rc = moe_sort_scales<D>(a, nullptr);
+  // reference: loop over (row, scale column) and place the byte
+  const int cm1 = BM / 32, ck1 = D / 256;
+  for (int64_t row = 0; row < out_rows; ++row) {
+    const int64_t c = row / BM;
+    const int rr = static_cast<int>(row % BM);
+    const int mi = rr / 32, ia = (rr / 16) % 2, nl = rr % 16;
+    int64_t tok = -1;
+    if (row < max_rows && row < nv[0]) {
+      tok = static_cast<uint32_t>(sb.sti[row]) & 0xFFFFFFu;
+      if (tok >= m) tok = -1;
+    }
+    for (int col = 0; col < D / 32; ++col) {
+      const int ku = col / 8, ik = (col / 4) % 2, kl = col % 4;
+      const int64_t dw = ((((c * cm1 + mi) * ck1 + ku) * 4 + kl) * 16 + nl);
+      want[dw * 4 + 2 * ik + ia] = tok >= 0 ? as[tok * (D / 32) + col] : 0;
+    }
+  }
+  const std::string tag = "moe_sort_scales<" + std::to_string(D) + "> M=" + std::to_string(m) +
+                          " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "");
+  check(rc == AITER_AUX_OK, tag + ": status");
+  std::vector<uint8_t> g(got.begin(), got.begin() + want.size());
+  std::string where;
+  check(same_bytes(g, want, &where), tag + ": bytes " + where);
+  check(got[want.size()] == 0xEE, tag + ": no write past the end");
+}
+
+// --------------------------------------------------------- scatter tests ----
+float rand_weight(std::mt19937& rng) {
+  const uint32_t r = rng() % 64;
+  if (r == 0) return u2f(0x00000300u);  // subnormal weight
+  if (r == 1) return 0.0f;
+  if (r == 2) return -1.5f;
+  return u2f((rng() & 0x807FFFFFu) | ((120u + rng() % 10) << 23));
+}
+
+template <int D, int K, bool kQ>
+void run_scatter_case(int m, int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> rev(static_cast<size_t>(m) * K);
+  for (auto& p : rev) {
+    const uint32_t r = rng() % 10;
+    p = r == 0 ? -1 : static_cast<int32_t>(rng() % rows);
+  }
+  if (m > 2) {  // a token with no local pair, and an out-of-range row (skipped)
+    for (int k = 0; k < K; ++k) rev[1 * K + k] = -1;
+    rev[2 * K] = rows + 3;
+  }
+  std::vector<float> sw(rows);
+  for (auto& v : sw) v = rand_weight(rng);
+  std::vector<uint16_t> eo(static_cast<size_t>(rows) * D);
+  for (auto& h : eo) {
+    const uint32_t r = rng();
+    h = static_cast<uint16_t>(r);
+    if (r % 97 == 0) h = 0x7F80u;  // inf
+    else if (r % 89 == 0) h = 0xFFC0u;  // nan
+    else if (r % 13 == 0) h = static_cast<uint16_t>(r & 0x807Fu);  // subnormal
+    else if ((h & 0x7F80u) == 0x7F80u) h = static_cast<uint16_t>(h & 0xBFFFu);
+  }
+  std::vector<uint8_t> eq(static_cast<size_t>(rows) * D / 2), es(static_cast<size_t>(rows) * (D / 32 > 0 ? D / 32 : 1));
+  for (auto& v : eq) v = static_cast<uint8_t>(rng());
+  for (auto& v : es) {
+    const uint32_t r = rng() % 50;
+    v = r == 0 ? 255 : (r == 1 ? 0 : (r == 2 ? 254 : static_cast<uint8_t>(100 + rng() % 40)));
+  }
+  std::vector<uint16_t> got(static_cast<size_t>(m) * D + 1, 0x5555), want(static_cast<size_t>(m) * D);
+  AiterAuxScatterArgs a = {};
+  a.expert_out = eo.data();
+  a.expert_out_q = eq.data();
+  a.expert_out_scale = es.data();
+  a.num_rows = rows;
+  a.reverse_sorted = rev.data();
+  a.sorted_weights = sw.data();
+  a.num_tokens = m;
+  a.model_dim = D;
+  a.topk = K;
+  a.out = got.data();
+  int rc;
+  if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
+  else rc = moe_scatter_reduce<D, K>(a, nullptr);
+  for (int t = 0; t < m; ++t) {
+    for (int c = 0; c < D; ++c) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int p = rev[t * K + k];
+        if (p < 0 || p >= rows) continue;
+        float v;
+        if (kQ) {
+          const uint32_t byte = eq[static_cast<size_t>(p) * (D / 2) + c / 2];
+          v = ref_decode((c % 2) ? (byte >> 4) : (byte & 0xFu), es[static_cast<size_t>(p) * (D / 32) + c / 32]);
+        } else {
+          v = bf2f(eo[static_cast<size_t>(p) * D + c]);
+        }
+        volatile float prod = v * sw[p];
+        volatile float sum = acc + prod;
+        acc = sum;
+      }
+      want[static_cast<size_t>(t) * D + c] = ref_bf16(acc);
+    }
+  }
+  const std::string tag = std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") +
+                          std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m);
+  check(rc == AITER_AUX_OK, tag + ": status");
+  std::vector<uint16_t> g(got.begin(), got.begin() + want.size());
+  std::string where;
+  check(same_bytes(g, want, &where), tag + ": out " + where);
+  check(got.back() == 0x5555, tag + ": no write past the end");
+}
+
+// ------------------------------------------------------- argument checks ----
+void test_arg_checks() {
+  std::vector<int32_t> ids(4, 0), sti(64), mi(64), seid(64), nv(2), rev(4);
+  std::vector<float> w(4), sw(64);
+  AiterAuxSortArgs a = {};
+  a.topk_ids = ids.data();
+  a.topk_weights = w.data();
+  a.num_tokens = 2;
+  a.num_experts = 4;
+  a.topk = 2;
+  a.block_m = 16;
+  a.max_rows = 64;
+  a.sorted_token_ids = sti.data();
+  a.sorted_weights = sw.data();
+  a.m_indices = mi.data();
+  a.sorted_expert_ids = seid.data();
+  a.num_valid_ids = nv.data();
+  a.reverse_sorted = rev.data();
+  const uint64_t launches = aiter_aux_emu::emu().launches;
+  g_last_error.clear();
+  check(moe_sort<8, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT && !g_last_error.empty(),
+        "moe_sort: num_experts mismatch rejected");
+  check(moe_sort<4, 3>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: topk mismatch rejected");
+  a.block_m = 8;
+  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: block_m 8 rejected");
+  a.block_m = 16;
+  a.max_rows = 16;
+  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: small max_rows rejected");
+  check(aiter_aux_emu::emu().launches == launches, "nothing launched for rejected arguments");
+  AiterAuxQuantArgs q = {};
+  q.model_dim = 64;
+  check(mxfp4_quant<32>(q, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "mxfp4_quant: model_dim mismatch");
+  AiterAuxScatterArgs s = {};
+  s.model_dim = 64;
+  s.topk = 2;
+  check(moe_scatter_reduce<64, 3>(s, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "scatter: topk mismatch");
+}
+
+}  // namespace
+
+int main() {
+  const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
+  printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
+  test_helpers();
+  test_arg_checks();
+
+  // moe_sort: small path (M*topk <= 8192) ...
+  run_sort_case<257, 9>(0, 32, 0, 1, true);
+  run_sort_case<257, 9>(1, 16, 0, 2, true);
+  run_sort_case<257, 9>(7, 128, 0, 3, false);
+  run_sort_case<257, 9>(64, 32, 0, 4, true);
+  run_sort_case<257, 9>(910, 64, 0, 5, false);
+  run_sort_case<257, 9>(910, 16, 1, 6, false);
+  run_sort_case<385, 9>(300, 128, 2, 7, true);
+  run_sort_case<8, 2>(100, 16, 1, 8, false);
+  run_sort_case<1, 1>(50, 16, 0, 9, false);
+  run_sort_case<1024, 8>(1000, 128, 0, 10, false);
+  run_sort_case<896, 16>(512, 32, 0, 11, false);
+  // ... and large path (four launches)
+  run_sort_case<257, 9>(911, 32, 0, 12, true);
+  run_sort_case<257, 9>(3000, 16, 0, 13, false);
+  run_sort_case<257, 9>(3000, 128, 1, 14, true);
+  run_sort_case<385, 9>(2000, 64, 2, 15, false);
+  run_sort_case<8, 2>(5000, 16, 0, 16, false);
+  run_sort_case<1024, 8>(1100, 32, 0, 17, false);
+  run_sort_case<896, 16>(700, 128, 1, 18, false);
+  run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
+  if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 16384-pair chunks
+
+  run_quant_case<256>(5, 21, false);
+  run_quant_case<256>(33, 22, true);
+  run_quant_case<7168>(3, 23, false);
+  run_quant_case<2560>(9, 24, true);
+  run_quant_case<32>(1, 25, false);
+
+  run_sort_quant_case<257, 9, 512>(40, 32, 26);
+  run_sort_quant_case<257, 9, 256>(1000, 64, 27);
+  run_sort_quant_case<8, 2, 7168>(2, 16, 28);
+
+  for (int bm : {16, 32, 64, 128}) {
+    run_scales_case<256>(37, bm, 16, 4, 30 + bm, false);
+    run_scales_case<512>(100, bm, 33, 3, 31 + bm, true);
+  }
+  run_scales_case<7168>(5, 32, 8, 2, 32, false);
+
+  run_scatter_case<64, 3, false>(17, 40, 41);
+  run_scatter_case<100, 2, false>(9, 20, 42);
+  run_scatter_case<7168, 9, false>(3, 30, 43);
+  run_scatter_case<64, 3, true>(17, 40, 44);
+  run_scatter_case<2560, 16, true>(2, 40, 45);
+
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail == 0 ? 0 : 1;
+}
