@@ -1,0 +1,250 @@
+"""The ``torch.library`` custom ops (``torch.ops.aiter_aux.*``, aiter_aux/ops/torch_ops.py).
+
+* ``torch.compile(fullgraph=True)`` of the whole aux pipeline (sort -> quant -> sort_scales ->
+  scatter_reduce / scatter_reduce_q, and the fused sort_quant) on CPU: no graph break, one
+  static and one dynamic-M recompile, outputs byte-equal to :mod:`aiter_aux.reference`.
+* the same with the ``_out`` ops writing preallocated buffers.
+* ``torch.library.opcheck`` on every op (schema, fake tensors, AOT dispatch).
+* CUDA-graph capture of the ``_out`` ops at fixed buffer sizes, replayed with new routing
+  (including all ids -1); skipped where torch sees no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.ops import torch_ops as T  # noqa: E402
+from aiter_aux.pipeline import draw_routing  # noqa: E402
+
+E, D, K = 256, 3072, 8  # catalog shape (256, 3072, 256, 8)
+BM = 32
+
+
+@pytest.fixture(autouse=True)
+def _module(cpu_module):
+    return cpu_module
+
+
+def same(a, b) -> bool:
+    return a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
+    )
+
+
+def assert_sort_equal(got, want, block_m=BM):
+    got = ref.MoeSortOutput(*(t.cpu() for t in got))
+    nv = int(want.num_valid_ids[0])
+    assert got.num_valid_ids.tolist() == want.num_valid_ids.tolist()
+    for name, n in (("sorted_token_ids", nv), ("sorted_weights", nv), ("m_indices", nv),
+                    ("sorted_expert_ids", nv // block_m), ("reverse_sorted", None)):  # fmt: skip
+        g, w = getattr(got, name), getattr(want, name)
+        n = w.numel() if n is None else n
+        assert same(g[:n], w[:n]), name
+
+
+def inputs(m: int, seed: int, not_local: str = "some"):
+    """Routing (with some or all ids -1), activations and expert outputs [max_rows, D]."""
+    g = torch.Generator().manual_seed(seed)
+    ids, w = draw_routing(m, E, K, g)
+    if not_local == "all":
+        ids.fill_(-1)
+    elif not_local == "some" and m:
+        ids.view(-1)[torch.randint(0, m * K, (max(1, m // 3),), generator=g)] = -1
+    x = (torch.randn(m, D, generator=g) * 3).bfloat16()
+    rows = ref.moe_sort_capacity(m, K, E, BM)
+    expert_out = torch.randn(rows, D, generator=g).bfloat16()
+    return ids, w, x, expert_out
+
+
+def pipeline(ids, w, x, expert_out, zero_buf):
+    s = T.moe_sort(ids, w, E, BM)
+    a_q, a_s = T.mxfp4_quant(x)
+    scales = T.moe_sort_scales(a_s, s.sorted_token_ids, s.num_valid_ids, BM)
+    fused, fq, fs = T.moe_sort_quant(ids, w, x, E, BM, zero_buf=zero_buf)
+    y = T.moe_scatter_reduce(expert_out, s.reverse_sorted, s.sorted_weights, K)
+    eq, es = T.mxfp4_quant(expert_out)
+    yq = T.moe_scatter_reduce_q(eq, es, s.reverse_sorted, s.sorted_weights, K)
+    return s, a_q, a_s, scales, fused, fq, fs, y, yq
+
+
+def check_pipeline(result, ids, w, x, expert_out, zero_buf):
+    s, a_q, a_s, scales, fused, fq, fs, y, yq = result
+    want = ref.moe_sort(ids, w, E, BM)
+    assert_sort_equal(s, want)
+    assert_sort_equal(fused, want)
+    wq, ws = ref.mxfp4_quant(x)
+    assert same(a_q, wq) and same(a_s, ws) and same(fq, wq) and same(fs, ws)
+    assert same(scales, ref.moe_sort_scales(ws, want.sorted_token_ids, want.num_valid_ids, BM))
+    assert same(y, ref.moe_scatter_reduce(expert_out, want.reverse_sorted, want.sorted_weights, K))
+    eq, es = ref.mxfp4_quant(expert_out)
+    want_q = ref.moe_scatter_reduce_q(eq, es, want.reverse_sorted, want.sorted_weights, K)
+    assert same(yq, want_q)
+    assert not bool(zero_buf.view(torch.int16).any()), "zero_buf was not zeroed"
+
+
+def test_compile_fullgraph_pipeline():
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(pipeline, fullgraph=True)
+    # 16: the static first compile; 37 and 5: M is dynamic from the second size on
+    for m, seed, not_local in ((16, 1, "some"), (37, 2, "some"), (5, 3, "all"), (37, 4, "all")):
+        ids, w, x, expert_out = inputs(m, seed, not_local)
+        zero_buf = torch.randn(m, D).bfloat16()
+        result = compiled(ids, w, x, expert_out, zero_buf)
+        check_pipeline(result, ids, w, x, expert_out, zero_buf)
+    counters = torch._dynamo.utils.counters
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+
+
+def pipeline_out(ids, w, x, expert_out, bufs):
+    sort, a_q, a_s, scales, eq, es, y, yq = bufs
+    T.moe_sort_quant_out(ids, w, x, E, BM, sort, a_q, a_s)
+    T.moe_sort_scales_out(a_s, sort.sorted_token_ids, sort.num_valid_ids, BM, scales)
+    T.mxfp4_quant_out(expert_out, eq, es)
+    T.moe_scatter_reduce_out(expert_out, sort.reverse_sorted, sort.sorted_weights, K, y)
+    T.moe_scatter_reduce_q_out(eq, es, sort.reverse_sorted, sort.sorted_weights, K, yq)
+
+
+def out_buffers(m: int, device="cpu"):
+    rows = ref.moe_sort_capacity(m, K, E, BM)
+    bm = max(32, BM)
+    i32 = dict(dtype=torch.int32, device=device)
+    u8 = dict(dtype=torch.uint8, device=device)
+    sort = ref.MoeSortOutput(
+        torch.full((rows,), 7, **i32), torch.zeros(rows, device=device),
+        torch.full((rows,), 7, **i32), torch.full((rows // BM,), 7, **i32),
+        torch.zeros(2, **i32), torch.zeros(m * K, **i32),
+    )  # fmt: skip
+    return (
+        sort, torch.zeros(m, D // 2, **u8), torch.zeros(m, D // 32, **u8),
+        torch.zeros(-(-rows // bm) * bm, D // 32, **u8), torch.zeros(rows, D // 2, **u8),
+        torch.zeros(rows, D // 32, **u8),
+        torch.zeros(m, D, dtype=torch.bfloat16, device=device),
+        torch.zeros(m, D, dtype=torch.bfloat16, device=device),
+    )  # fmt: skip
+
+
+def check_out_buffers(bufs, ids, w, x, expert_out):
+    sort, a_q, a_s, scales, eq, es, y, yq = (b if isinstance(b, tuple) else b.cpu() for b in bufs)
+    want = ref.moe_sort(ids, w, E, BM)
+    assert_sort_equal(sort, want)
+    wq, ws = ref.mxfp4_quant(x)
+    assert same(a_q, wq) and same(a_s, ws)
+    assert same(scales, ref.moe_sort_scales(ws, want.sorted_token_ids, want.num_valid_ids, BM))
+    req, res = ref.mxfp4_quant(expert_out)
+    assert same(eq, req) and same(es, res)
+    assert same(y, ref.moe_scatter_reduce(expert_out, want.reverse_sorted, want.sorted_weights, K))
+    assert same(yq, ref.moe_scatter_reduce_q(req, res, want.reverse_sorted, want.sorted_weights, K))
+
+
+def test_compile_fullgraph_out_ops():
+    torch._dynamo.reset()
+    compiled = torch.compile(pipeline_out, fullgraph=True)
+    for m, seed, not_local in ((24, 5, "some"), (24, 6, "all")):
+        ids, w, x, expert_out = inputs(m, seed, not_local)
+        bufs = out_buffers(m)
+        compiled(ids, w, x, expert_out, bufs)
+        check_out_buffers(bufs, ids, w, x, expert_out)
+
+
+def full_coverage_routing(m: int = 32):
+    """Every expert gets exactly one pair, so every row of max_rows holds defined values
+    (num_valid_ids[0] == max_rows): opcheck compares whole outputs."""
+    assert m * K == E
+    ids = torch.arange(m * K, dtype=torch.int32).view(m, K)
+    w = torch.rand(m, K, generator=torch.Generator().manual_seed(0))
+    return ids, w
+
+
+def opcheck_cases():
+    ids, w = full_coverage_routing()
+    m = ids.shape[0]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(m, D, generator=g).bfloat16()
+    sort = ref.moe_sort(ids, w, E, BM)
+    assert int(sort.num_valid_ids[0]) == sort.sorted_token_ids.numel()
+    a_q, a_s = ref.mxfp4_quant(x)
+    eo = torch.randn(sort.sorted_token_ids.numel(), D, generator=g).bfloat16()
+    eq, es = ref.mxfp4_quant(eo)
+    zb = lambda: torch.ones(3, 5, dtype=torch.bfloat16)  # noqa: E731
+    b = out_buffers(m)
+    scat = (sort.reverse_sorted, sort.sorted_weights, K)
+    ops = torch.ops.aiter_aux
+    return {
+        "moe_sort": (ops.moe_sort, (ids, w, E, BM), {"zero_buf": zb()}),
+        "moe_sort_out": (ops.moe_sort_out, (ids, w, E, BM, *b[0]), {"zero_buf": zb()}),
+        "mxfp4_quant": (ops.mxfp4_quant, (x,), {}),
+        "mxfp4_quant_out": (ops.mxfp4_quant_out, (x, b[1], b[2]), {}),
+        "moe_sort_quant": (ops.moe_sort_quant, (ids, w, x, E, BM), {"zero_buf": zb()}),
+        "moe_sort_quant_out": (ops.moe_sort_quant_out, (ids, w, x, E, BM, *b[0], b[1], b[2]),
+                               {}),  # fmt: skip
+        "moe_sort_scales": (ops.moe_sort_scales, (a_s, *sort[:1], sort[4], BM), {}),
+        "moe_sort_scales_out": (ops.moe_sort_scales_out, (a_s, sort[0], sort[4], BM, b[3]), {}),
+        "moe_scatter_reduce": (ops.moe_scatter_reduce, (eo, *scat), {}),
+        "moe_scatter_reduce_out": (ops.moe_scatter_reduce_out, (eo, *scat, b[6]), {}),
+        "moe_scatter_reduce_q": (ops.moe_scatter_reduce_q, (eq, es, *scat), {}),
+        "moe_scatter_reduce_q_out": (ops.moe_scatter_reduce_q_out, (eq, es, *scat, b[7]), {}),
+    }
+
+
+OPS = ["moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
+       "moe_scatter_reduce_q"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [n + sfx for n in OPS for sfx in ("", "_out")])
+def test_opcheck(name):
+    op, args, kwargs = opcheck_cases()[name]
+    torch.library.opcheck(op, args, kwargs)
+
+
+def test_fake_impl_rejects_bad_input_while_tracing():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        with pytest.raises(TypeError, match="x must have dtype torch.bfloat16"):
+            torch.ops.aiter_aux.mxfp4_quant(torch.empty(4, D))
+        with pytest.raises(ValueError, match="block_m"):
+            T.moe_sort(torch.empty(4, K, dtype=torch.int32), torch.empty(4, K), E, 48)
+        s = T.moe_sort(torch.empty(5, K, dtype=torch.int32), torch.empty(5, K), E, BM)
+        assert s.sorted_token_ids.shape[0] == ref.moe_sort_capacity(5, K, E, BM)
+
+
+# ------------------------------------------------------------------------ CUDA graphs
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_capture_out_ops():
+    """Capture the out ops once at fixed buffer sizes; replay with new routing."""
+    dev = torch.device("cuda")
+    m = 64
+    ids0, w0, x0, eo0 = inputs(m, 10)
+    static = [t.to(dev) for t in (ids0, w0, x0, eo0)]
+    bufs = out_buffers(m, dev)
+    sort2 = out_buffers(m, dev)[0]
+    zero_buf = torch.ones(m, D, dtype=torch.bfloat16, device=dev)
+
+    def step():
+        ids, w, x, eo = static
+        pipeline_out(ids, w, x, eo, bufs)
+        T.moe_sort_out(ids, w, E, BM, sort2, zero_buf=zero_buf)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: loads (or builds) the module outside capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed, not_local in ((11, "some"), (12, "all"), (13, "some"), (14, "none")):
+        ids, w, x, eo = inputs(m, seed, not_local)
+        for dst, src in zip(static, (ids, w, x, eo), strict=True):
+            dst.copy_(src)
+        zero_buf.fill_(1.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_out_buffers(bufs, ids, w, x, eo)
+        assert_sort_equal(sort2, ref.moe_sort(ids, w, E, BM))
+        assert not bool(zero_buf.view(torch.int16).any())
