@@ -90,17 +90,17 @@ __host__ __device__ __forceinline__ Bounds mx_bounds(uint32_t s) {
 __host__ __device__ __forceinline__ uint32_t mx_code(uint32_t h, const Bounds& b) {
   const uint32_t a = h & 0x7FFFu;
   uint32_t c = 0;
-#pragma unroll
   for (int i = 0; i < 7; ++i) c += (a > b.u[i]) ? 1u : 0u;
   return c | ((h >> 12) & 0x8u);
 }
 
+// (No `#pragma unroll` in these __host__ __device__ helpers: host compilers
+// warn about it; the constant-trip loops are unrolled by the device compilers.)
 // Software conversion of 8 elements (w[j] = elements 2j | 2j+1 << 16) of a
 // finite block with exponent s; element i goes to nibble i.
 __host__ __device__ __forceinline__ uint32_t mx_pack8_sw(const uint32_t w[4], uint32_t s) {
   const Bounds b = mx_bounds(s);
   uint32_t out = 0;
-#pragma unroll
   for (int j = 0; j < 4; ++j) {
     out |= mx_code(w[j] & 0xFFFFu, b) << (8 * j);
     out |= mx_code(w[j] >> 16, b) << (8 * j + 4);

@@ -53,6 +53,7 @@ constexpr int kTargetChunks = 64;
 constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
 constexpr int kReverseThreads = 256;
+constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 
 __host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
 
@@ -98,18 +99,26 @@ __device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
   for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
 }
 
-// Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loop.
+// Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
+// keys of kBatch steps are loaded up front so that their latencies overlap.
 template <int E>
 __device__ __forceinline__ void warp_count(const int32_t* ids, int wb, int we, uint16_t* my_cnt) {
   const int lane = lane_id();
   const lane_mask_t lt = lanemask_lt(lane);
-  for (int j0 = wb; j0 < we; j0 += kWarpSize) {
-    const int key = load_key<E>(ids, j0 + lane, we);
-    const lane_mask_t peers = match_key<E>(key);
-    if (key < E && (peers & lt) == 0) {
-      my_cnt[key] = static_cast<uint16_t>(my_cnt[key] + popc(peers));
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) keys[s] = load_key<E>(ids, j0 + s * kWarpSize + lane, we);
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int key = keys[s];
+      const lane_mask_t peers = match_key<E>(key);
+      if (key < E && (peers & lt) == 0) {
+        my_cnt[key] = static_cast<uint16_t>(my_cnt[key] + popc(peers));
+      }
+      warp_sync();
     }
-    warp_sync();
   }
 }
 
@@ -136,27 +145,39 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
                                            uint16_t* my_cnt, const int* base) {
   const int lane = lane_id();
   const lane_mask_t lt = lanemask_lt(lane);
-  for (int j0 = wb; j0 < we; j0 += kWarpSize) {
-    const int j = j0 + lane;
-    const int key = load_key<E>(a.topk_ids, j, we);
-    const lane_mask_t peers = match_key<E>(key);
-    const int rank = popc(peers & lt);
-    const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
-    warp_sync();  // every lane has read its counter before the leader updates it
-    if (key < E && rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
-    warp_sync();
-    if (j < we) {
-      if (key < E) {
-        const int p = base[key] + before + rank;
-        const int t = j / K;
-        const int k = j - t * K;
-        a.sorted_token_ids[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
-                                                     (static_cast<uint32_t>(k) << 24));
-        a.sorted_weights[p] = a.topk_weights[j];
-        a.m_indices[p] = t;
-        if (kWriteReverse) a.reverse_sorted[j] = p;
-      } else if (kWriteReverse) {
-        a.reverse_sorted[j] = -1;
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+    float wts[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      const int j = j0 + s * kWarpSize + lane;
+      keys[s] = load_key<E>(a.topk_ids, j, we);
+      wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
+    }
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int j = j0 + s * kWarpSize + lane;
+      const int key = keys[s];
+      const lane_mask_t peers = match_key<E>(key);
+      const int rank = popc(peers & lt);
+      const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
+      warp_sync();  // every lane has read its counter before the leader updates it
+      if (key < E && rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
+      warp_sync();
+      if (j < we) {
+        if (key < E) {
+          const int p = base[key] + before + rank;
+          const int t = j / K;
+          const int k = j - t * K;
+          a.sorted_token_ids[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
+                                                       (static_cast<uint32_t>(k) << 24));
+          a.sorted_weights[p] = wts[s];
+          a.m_indices[p] = t;
+          if (kWriteReverse) a.reverse_sorted[j] = p;
+        } else if (kWriteReverse) {
+          a.reverse_sorted[j] = -1;
+        }
       }
     }
   }
@@ -304,7 +325,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_scan_kernel(AiterAuxSortArg
                                                                  int num_chunks) {
   __shared__ int warp_tot[kSortWarps];
   constexpr int kPer = (E + kSortThreads - 1) / kSortThreads;
-  constexpr int kUnroll = 8;
+  constexpr int kUnroll = 16;
   int32_t* table = a.reverse_sorted;
   const int tid = thread_idx();
   const int bm = a.block_m;
@@ -428,9 +449,11 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))
     return fail_invalid("%s: num_tokens %lld out of [0, 2^24)", op, (long long)a.num_tokens);
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-  if (a.max_rows < cap || a.max_rows % a.block_m != 0 || a.max_rows > INT32_MAX)
-    return fail_invalid("%s: max_rows %lld must be a multiple of block_m, >= %lld and < 2^31", op,
-                        (long long)a.max_rows, (long long)cap);
+  // Rows and pair indices are int32 on the device (with some headroom for
+  // index arithmetic past the end of a range).
+  if (a.max_rows < cap || a.max_rows % a.block_m != 0 || a.max_rows > INT32_MAX - 65536)
+    return fail_invalid("%s: max_rows %lld must be a multiple of block_m, >= %lld and < 2^31 - 2^16",
+                        op, (long long)a.max_rows, (long long)cap);
   if (a.sorted_token_ids == nullptr || a.sorted_weights == nullptr || a.m_indices == nullptr ||
       a.sorted_expert_ids == nullptr || a.num_valid_ids == nullptr)
     return fail_invalid("%s: null output pointer", op);
