@@ -2,9 +2,10 @@
 
 Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain fingerprint>``):
 
-* Only the holder of ``.lock`` (a ``filelock`` lock; the OS releases it when its holder
-  dies, even by SIGKILL) writes anything in it.  Waiters report the lock path while they
-  wait and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
+* Only the holder of the build lock (:mod:`.lock`: ``.lock``, a ``filelock`` lock the OS
+  releases when its holder dies, even by SIGKILL, plus ``.lock.workers``, held until the
+  holder's ninja and compilers have exited too) writes anything in it.  Waiters report the
+  lock path at once and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
 * ``manifest.json`` names the published module file, its sha256, the sources digest and
   the instance keys it holds.  Both are published atomically (temp file + ``os.replace``),
   so a reader sees either the old or the new pair, never half a file.
@@ -27,15 +28,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import filelock
 from ninja import BIN_DIR
 
 from . import toolchain as toolchain_mod
+from .lock import BuildLock, LockTimeoutError  # noqa: F401 (re-exported)
 from .ninja_file import render_build_ninja
 from .paths import MODULE_NAME, cache_root, codegen_module
 
@@ -66,6 +66,7 @@ class BuildResult:
     wall_s: float
     toolchain: str
     keys: list[str] = field(default_factory=list)
+    waited_s: float = 0.0  # time spent waiting for the build lock
 
 
 def _env_flag(name: str) -> bool:
@@ -101,50 +102,13 @@ def _ensure_dir(path: Path) -> None:
     check_safe(path)
 
 
-_THREAD_LOCK = threading.Lock()
-
-
-class _BuildLock:
-    """Inter-process (filelock) plus in-process (threading) lock with a bounded wait."""
-
-    def __init__(self, directory: Path):
-        self.path = directory / ".lock"
-        self.lock = filelock.FileLock(str(self.path))
-
-    def __enter__(self):
-        _THREAD_LOCK.acquire()
-        limit = float(os.environ.get("AITER_AUX_LOCK_TIMEOUT", "900"))
-        start = time.monotonic()
-        while True:
-            try:
-                self.lock.acquire(timeout=min(5.0, limit))
-                return self
-            except filelock.Timeout:
-                waited = time.monotonic() - start
-                if waited >= limit:
-                    _THREAD_LOCK.release()
-                    raise BuildError(
-                        f"gave up after {waited:.0f} s waiting for the build lock {self.path} "
-                        "(another process is building; raise AITER_AUX_LOCK_TIMEOUT to wait "
-                        "longer)"
-                    ) from None
-                print(
-                    f"aiter_aux: waiting for build lock {self.path} ({waited:.0f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    def __exit__(self, *exc):
-        self.lock.release()
-        _THREAD_LOCK.release()
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -179,6 +143,7 @@ def published_module(tc: toolchain_mod.Toolchain, key: str | None = None) -> Pat
         return None
     if manifest.get("sources_digest") != toolchain_mod.sources_digest(tc.backend):
         return None
+    check_safe(directory.parent)
     check_safe(directory)
     check_safe(path)
     if _sha256(path) != manifest.get("module_sha256"):
@@ -196,7 +161,7 @@ def _cleanup_temps(directory: Path) -> None:
 _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] (CXX|LINK) ")
 
 
-def _run_ninja(directory: Path, verbose: bool, progress) -> tuple[int, bool]:
+def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool]:
     cmd = [str(Path(BIN_DIR) / "ninja"), "-C", str(directory)]
     if os.environ.get("MAX_JOBS"):
         cmd += ["-j", str(int(os.environ["MAX_JOBS"]))]
@@ -204,19 +169,25 @@ def _run_ninja(directory: Path, verbose: bool, progress) -> tuple[int, bool]:
         cmd.append("-v")
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        pass_fds=pass_fds,
+    )  # fmt: skip
     lines, compiled, linked = [], 0, False
-    for line in proc.stdout:
-        lines.append(line)
-        m = _STATUS_RE.match(line)
-        if m:
-            compiled += m.group(3) == "CXX" and "src/inst_" in line
-            linked |= m.group(3) == "LINK"
-            if progress:
-                progress(int(m.group(1)), int(m.group(2)), line[m.end() :].strip())
-        if verbose:
-            sys.stderr.write(line)
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            m = _STATUS_RE.match(line)
+            if m:
+                compiled += m.group(3) == "CXX" and "src/inst_" in line
+                linked |= m.group(3) == "LINK"
+                if progress:
+                    progress(int(m.group(1)), int(m.group(2)), line[m.end() :].strip())
+            if verbose:
+                sys.stderr.write(line)
+    except BaseException:  # e.g. KeyboardInterrupt: ninja stops its compilers on SIGTERM
+        proc.terminate()
+        proc.wait()
+        raise
     if proc.wait() != 0:
         failed = [ln for ln in lines if ln.startswith("FAILED:")]
         raise BuildError(
@@ -251,7 +222,8 @@ def build_module(
         return _cached_or_raise(tc, gen, shapes, t0)
     _ensure_dir(cache_root())
     _ensure_dir(directory)
-    with _BuildLock(directory):
+    lock = BuildLock(directory, f"another process building {MODULE_NAME}")
+    with lock:
         _cleanup_temps(directory)
         result = gen.generate(directory / "src", tc.backend, shapes)
         digest = toolchain_mod.sources_digest(tc.backend)
@@ -259,12 +231,19 @@ def build_module(
         codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
         if force:
             shutil.rmtree(directory / "obj", ignore_errors=True)
-        compiled, linked = _run_ninja(directory, verbose, progress)
+        compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+        if not linked and _link_output_changed(directory):
+            # ninja saw nothing to do, yet its output is not the module it last published:
+            # the link output was truncated or corrupted (or a builder died before
+            # publishing).  Relink rather than publish a broken module.
+            (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)
+            more, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+            compiled += more
         keys = [p.stem[len("inst_") :] for p in result.instance_files]
         module_path = _publish(directory, tc, digest, keys, shapes)
     return BuildResult(
         module_path, directory, tc.backend, len(shapes), len(keys), compiled, linked,
-        time.perf_counter() - t0, tc.describe(), keys,
+        time.perf_counter() - t0, tc.describe(), keys, lock.waited_s,
     )  # fmt: skip
 
 
@@ -286,13 +265,18 @@ def _cached_or_raise(tc, gen, shapes, t0: float) -> BuildResult:
     )  # fmt: skip
 
 
+def _link_output_changed(directory: Path) -> bool:
+    built = directory / "obj" / f"{MODULE_NAME}.so"
+    manifest = read_manifest(directory) or {}
+    return not built.is_file() or _sha256(built) != manifest.get("module_sha256")
+
+
 def _publish(directory: Path, tc, digest: str, keys: list[str], shapes) -> Path:
     built = directory / "obj" / f"{MODULE_NAME}.so"
     sha = _sha256(built)
     dest = directory / f"{MODULE_NAME}-{sha[:16]}.so"
     if not dest.is_file() or _sha256(dest) != sha:
-        _atomic_write_bytes(dest, built.read_bytes())
-        os.chmod(dest, 0o755)
+        _atomic_write_bytes(dest, built.read_bytes(), 0o755)
     manifest = {
         "module": dest.name,
         "module_sha256": sha,

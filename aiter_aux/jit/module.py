@@ -1,8 +1,11 @@
 """Load ``module_moe_mxfp4_aux`` and call its instances.
 
-The module is loaded lazily, on the first op call, never at import: the published module
-of the backend's build directory is used when it is intact and holds the needed key;
-otherwise the catalog is (re)built first (:func:`aiter_aux.jit.build.build_module`).
+The module is loaded lazily, on the first op call, never at import: a prebuilt module
+shipped in the wheel (:mod:`.prebuilt`) serves every key its manifest lists; for other keys
+the published module of the backend's build directory is used when it is intact and holds
+the key; otherwise the catalog shapes outside the prebuilt module (all of them when there
+is none) are (re)built first (:func:`aiter_aux.jit.build.build_module`, with progress on
+stderr).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import threading
 from pathlib import Path
 
 from . import abi
+from . import prebuilt as prebuilt_mod
 from . import toolchain as toolchain_mod
 from .build import build_module, published_module
 
@@ -64,11 +68,41 @@ class AuxModule:
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, AuxModule] = {}  # backend -> module
+_PREBUILT: dict[str, AuxModule | None] = {}  # backend -> shipped prebuilt module (or None)
+
+
+def _prebuilt(backend: str, key: str | None) -> AuxModule | None:
+    """The shipped prebuilt module of ``backend`` if it is usable here and holds ``key``."""
+    if backend not in _PREBUILT:
+        with _LOCK:
+            if backend not in _PREBUILT:
+                pb, _reason = prebuilt_mod.find(backend)
+                _PREBUILT[backend] = AuxModule(pb.module_path) if pb is not None else None
+    mod = _PREBUILT[backend]
+    if mod is not None and (key is None or key in mod._fns or mod.has(key)):
+        return mod
+    return None
+
+
+def _jit_build(backend: str, key: str | None):
+    """Build the catalog shapes outside the prebuilt module (say so once), with progress."""
+    from .progress import Reporter
+
+    prebuilt_mod.announce_jit(backend, key)
+    reporter = Reporter()
+    result = build_module(prebuilt_mod.jit_shapes(backend), backend=backend, progress=reporter)
+    reporter.finish(result)
+    return result
 
 
 def load_module(backend: str, key: str | None = None) -> AuxModule:
-    """The module of ``backend`` holding ``key``: loaded from the cache, built if needed.
-    Raises ``InstanceMissingError`` when even a fresh build of the catalog lacks ``key``."""
+    """The module of ``backend`` holding ``key``: the shipped prebuilt module when it holds
+    it, else loaded from the cache, built if needed.  Raises ``InstanceMissingError`` when
+    even a fresh build of the catalog lacks ``key``, ``JitDisabledError`` when a build is
+    needed under ``AITER_AUX_DISABLE_JIT=1``."""
+    pre = _prebuilt(backend, key)
+    if pre is not None:
+        return pre
     mod = _LOADED.get(backend)
     if mod is not None and (key is None or key in mod._fns or mod.has(key)):
         return mod
@@ -79,9 +113,17 @@ def load_module(backend: str, key: str | None = None) -> AuxModule:
         tc = toolchain_mod.select(backend)
         path = published_module(tc, key)
         if path is None:
-            path = build_module(backend=backend).module_path
+            path = _jit_build(backend, key).module_path
         if mod is None or path != mod.path:
-            mod = AuxModule(path)
+            try:
+                mod = AuxModule(path)
+            except OSError:
+                if path.exists():
+                    raise
+                # a concurrent build published a newer module and removed this one between
+                # our check and the load: build (a no-op unless needed) and load its result
+                path = _jit_build(backend, key).module_path
+                mod = AuxModule(path)
             _LOADED[backend] = mod
         if key is not None and not mod.has(key):
             raise InstanceMissingError(key)

@@ -1,0 +1,137 @@
+"""The lock of one build directory: bounded, reported, and safe against killed builders.
+
+Three layers, taken in order:
+
+* a ``threading`` lock (builders in one process);
+* ``.lock``, a ``filelock`` lock (builders in different processes; the OS releases it when
+  its holder dies, even by SIGKILL);
+* ``.lock.workers``, an ``flock`` on a descriptor that ninja and every compiler it starts
+  inherit (``subprocess.Popen(pass_fds=...)``).  It stays held until the *last* process
+  that can write in the build directory has exited.  A builder killed by SIGKILL releases
+  ``.lock`` at once, but its ninja and compilers live on as orphans and keep writing object
+  files; the next builder waits for them instead of compiling the same files concurrently
+  (two compilers writing one ``.o`` make a corrupt module).
+
+Every wait is reported on stderr at once, naming the lock file, and repeated every few
+seconds; it gives up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900) with
+:class:`LockTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import filelock
+
+try:
+    import fcntl
+except ImportError:  # Windows: builders are serialised by .lock only
+    fcntl = None
+
+_THREAD_LOCK = threading.Lock()
+_REPORT_EVERY_S = 5.0
+
+
+class LockTimeoutError(TimeoutError):
+    """Waited longer than ``$AITER_AUX_LOCK_TIMEOUT`` for a build lock."""
+
+
+def _report(msg: str) -> None:
+    print(f"aiter_aux: {msg}", file=sys.stderr, flush=True)
+
+
+def wait_for(try_acquire, path: Path, what: str, start: float, limit: float) -> None:
+    """Call ``try_acquire(timeout)`` until it returns True.  A wait is reported on stderr at
+    once (naming ``path``) and every few seconds; ``limit`` seconds after ``start`` it
+    raises :class:`LockTimeoutError`."""
+    if try_acquire(0.0):
+        return
+    _report(f"waiting for {what} (lock {path}); giving up after {limit:.0f} s")
+    next_report = _REPORT_EVERY_S
+    while True:
+        waited = time.monotonic() - start
+        if waited >= limit:
+            raise LockTimeoutError(
+                f"gave up after {waited:.0f} s waiting for {what} (lock {path}); raise "
+                "AITER_AUX_LOCK_TIMEOUT to wait longer"
+            )
+        if try_acquire(min(0.5, limit - waited)):
+            _report(f"got lock {path} after {waited:.1f} s")
+            return
+        if waited >= next_report:
+            _report(f"still waiting for lock {path} ({waited:.0f} s)")
+            next_report += _REPORT_EVERY_S
+
+
+class BuildLock:
+    """Context manager holding the three locks of ``directory`` (see the module doc).
+    ``pass_fds()`` is what the builder must pass to the ninja ``Popen``; ``waited_s`` is
+    how long the acquisition waited."""
+
+    def __init__(self, directory: Path, what: str = "another process building this module"):
+        self.path = Path(directory) / ".lock"
+        self.workers_path = Path(directory) / ".lock.workers"
+        self.what = what
+        self.lock = filelock.FileLock(str(self.path))
+        self.workers_fd: int | None = None
+        self.waited_s = 0.0
+
+    def _try_filelock(self, timeout: float) -> bool:
+        try:
+            self.lock.acquire(timeout=timeout)
+            return True
+        except filelock.Timeout:
+            return False
+
+    def _try_workers(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self.workers_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+
+    def __enter__(self) -> BuildLock:
+        _THREAD_LOCK.acquire()
+        start = time.monotonic()
+        limit = float(os.environ.get("AITER_AUX_LOCK_TIMEOUT", "900"))
+        try:
+            wait_for(self._try_filelock, self.path, self.what, start, limit)
+            try:
+                if fcntl is not None:
+                    self.workers_fd = os.open(self.workers_path, os.O_RDWR | os.O_CREAT, 0o600)
+                    what = "the compiler processes of an interrupted build to exit"
+                    wait_for(self._try_workers, self.workers_path, what, start, limit)
+            except BaseException:
+                self._close_workers()
+                self.lock.release()
+                raise
+        except BaseException:
+            _THREAD_LOCK.release()
+            raise
+        self.waited_s = time.monotonic() - start
+        return self
+
+    def pass_fds(self) -> tuple[int, ...]:
+        return () if self.workers_fd is None else (self.workers_fd,)
+
+    def _close_workers(self) -> None:
+        # Close without LOCK_UN: an unlock would release the lock for every process sharing
+        # the descriptor; closing keeps it held until the last inheriting child is gone.
+        if self.workers_fd is not None:
+            os.close(self.workers_fd)
+            self.workers_fd = None
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._close_workers()
+            self.lock.release()
+        finally:
+            _THREAD_LOCK.release()
