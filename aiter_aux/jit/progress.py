@@ -1,0 +1,186 @@
+"""Progress of a build, and the per-translation-unit times ninja records.
+
+:class:`Reporter` is the ``progress(done, total, what)`` callback that
+:func:`aiter_aux.jit.build.build_module` calls for each of ninja's ``[n/N] CXX ...`` lines:
+
+* on a TTY it redraws one line: ``[12/94] 13%  21.4 s  CXX src/inst_moe_sort_e257_k9.cpp``;
+* elsewhere (CI logs) it prints plain lines, one each time another ~10% is done or every
+  few seconds, whichever comes first, and always the last one;
+* :meth:`Reporter.finish` prints the total and the slowest translation units of the build.
+
+The times come from ``.ninja_log`` in the build directory (:func:`read_ninja_log`): one
+tab-separated line per output, ``start_ms end_ms mtime output command_hash``, appended by
+each ninja run (v5 to v7 formats); this build's outputs are those whose mtime is not older
+than the reporter's clock.  Stdlib only.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+NINJA_LOG = ".ninja_log"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One ninja output (``obj/inst_<key>.o``, the module) and its build time."""
+
+    output: str
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        """A short name: the instance key, ``lookup``, ``module_common`` or the file name."""
+        stem = Path(self.output).name
+        stem = stem[: -len(".o")] if stem.endswith(".o") else stem
+        return stem[len("inst_") :] if stem.startswith("inst_") else stem
+
+
+def read_ninja_log(directory: Path, since_ns: int | None = None) -> list[Timing]:
+    """The outputs logged in ``directory/.ninja_log``, slowest first (the last entry of an
+    output wins); with ``since_ns`` only those whose recorded mtime (ns since the epoch; v5
+    logs of old ninjas store seconds) is at or after it, i.e. the outputs of a build that
+    started then.  A missing or unreadable log gives ``[]``."""
+    try:
+        text = (Path(directory) / NINJA_LOG).read_text(errors="replace")
+    except OSError:
+        return []
+    latest: dict[str, tuple[float, int]] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if line.startswith("#") or len(parts) < 4:
+            continue
+        try:
+            start, end, mtime = int(parts[0]), int(parts[1]), int(parts[2])
+        except ValueError:
+            continue
+        latest[parts[3]] = (
+            max(0, end - start) / 1000.0,
+            mtime * 10**9 if mtime < 10**12 else mtime,
+        )
+    return sorted(
+        (Timing(out, secs) for out, (secs, mtime) in latest.items()
+         if since_ns is None or mtime >= since_ns),
+        key=lambda t: (-t.seconds, t.output),
+    )  # fmt: skip
+
+
+def format_slowest(timings: list[Timing], n: int = 5) -> str:
+    """``"moe_sort_e257_k9 2.1 s, lookup 1.9 s, ..."`` for the ``n`` slowest compiles."""
+    tus = [t for t in timings if t.output.endswith(".o")] or timings
+    return ", ".join(f"{t.name} {t.seconds:.1f} s" for t in tus[:n])
+
+
+class Reporter:
+    """``progress(done, total, what)`` callback drawing build progress on ``stream``.
+
+    Args:
+        stream: where to write (default ``sys.stderr``).
+        tty: force TTY (one updating line) or plain-line mode; default ``stream.isatty()``.
+        step: in plain mode, print each time another ``step`` fraction is done ...
+        interval_s: ... or when ``interval_s`` seconds passed since the last line.
+        prefix: first word of every line.
+
+    The clock starts when the reporter is made and again after :meth:`finish` (or when
+    ``done`` goes backwards: a new build).  Thread-safe.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        step: float = 0.1,
+        interval_s: float = 5.0,
+        prefix: str = "aiter_aux:",
+    ):
+        self.stream = stream
+        self._tty = tty
+        self.step = step
+        self.interval_s = interval_s
+        self.prefix = prefix
+        self._lock = threading.Lock()
+        self._reset(0)
+
+    def _reset(self, total: int) -> None:
+        self.start = time.monotonic()
+        self.start_ns = time.time_ns()
+        self.total, self.done = total, 0
+        self._printed_at, self._printed_step, self._open_line = self.start, -1, False
+
+    @property
+    def out(self) -> TextIO:
+        return self.stream if self.stream is not None else sys.stderr
+
+    @property
+    def tty(self) -> bool:
+        if self._tty is not None:
+            return self._tty
+        try:
+            return self.out.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        with self._lock:
+            if done < self.done:  # a new build without finish(): restart the clock
+                self._reset(total)
+            self.total, self.done = total, done
+            pct = 100 * done // max(total, 1)
+            text = f"[{done}/{total}] {pct:3d}% {self.elapsed():6.1f} s  {what}"
+            if self.tty:
+                width = shutil.get_terminal_size((100, 20)).columns
+                line = f"{self.prefix} {text}"[: max(20, width - 1)]
+                self.out.write(f"\r\033[K{line}")
+                self._open_line = done < total
+                if done >= total:
+                    self.out.write("\n")
+                self.out.flush()
+                return
+            now = time.monotonic()
+            step_no = int(done / max(total, 1) / self.step) if self.step > 0 else done
+            if (
+                done >= total
+                or step_no > self._printed_step
+                or now - self._printed_at >= self.interval_s
+            ):
+                self._printed_step, self._printed_at = step_no, now
+                self.out.write(f"{self.prefix} {text}\n")
+                self.out.flush()
+
+    def finish(self, result=None, n: int = 5) -> None:
+        """End the progress display; with a ``BuildResult`` (``compiled``, ``wall_s``,
+        ``build_dir``) print what was compiled, the wall time and the ``n`` slowest TUs
+        (from the build directory's ``.ninja_log``)."""
+        with self._lock:
+            if self._open_line:
+                self.out.write("\n")
+                self._open_line = False
+            if result is not None and getattr(result, "compiled", 0):
+                slow = format_slowest(read_ninja_log(result.build_dir, self.start_ns), n)
+                self.out.write(
+                    f"{self.prefix} compiled {result.compiled} translation unit(s) in "
+                    f"{result.wall_s:.1f} s" + (f"; slowest: {slow}" if slow else "") + "\n"
+                )
+            self.out.flush()
+            self._reset(0)
+
+
+_DEFAULT: Reporter | None = None
+
+
+def default_reporter() -> Reporter:
+    """The process-wide reporter on stderr (used by ``aiter-aux build``)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Reporter()
+    return _DEFAULT

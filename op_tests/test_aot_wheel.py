@@ -1,0 +1,169 @@
+"""AOT wheel: build a small-catalog prebuilt wheel on CPU, install it into a fresh venv and
+run ops there without compiling anything; then JIT from the wheel's shipped sources.
+
+Steps (the whole test must finish in under 2 minutes; every step runs against a deadline):
+
+1. copy the package sources to a temp dir and ``pip wheel . --no-deps --no-build-isolation``
+   with ``AITER_AUX_PREBUILD=1 AITER_AUX_PREBUILD_SHAPES=<2 shapes> AITER_AUX_BACKEND=cpu``;
+2. a fresh venv (no system site-packages): ``torch==2.13.0`` (the CPU wheel from local disk)
+   with ninja/jinja2/filelock, then the wheel with ``--no-deps``;
+3. in that venv, from another directory, with an empty ``AITER_AUX_CACHE_DIR`` and
+   ``AITER_AUX_DISABLE_JIT=1``: the aux pipeline of both shapes matches the reference, the
+   module comes from ``aiter_aux/_prebuilt``, the cache stays empty, and a key outside the
+   prebuilt catalog raises ``JitDisabledError`` after one single log line;
+4. then, in the same process, without ``AITER_AUX_DISABLE_JIT`` and with another cache: a
+   one-shape JIT build from the shipped ``aiter_aux/_src`` (non-editable install), its op
+   output matching the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.wheel
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 120.0
+SHAPES = "256,3072,256,8;128,3072,512,4"
+PACKAGE_FILES = ("aiter_aux", "codegen", "templates", "csrc", "setup.py", "pyproject.toml",
+                 "README.md", "MANIFEST.in")  # fmt: skip
+
+CHECK = r"""
+import json, os, pathlib, sys, time
+t0 = time.perf_counter()
+import torch
+import aiter_aux
+from aiter_aux import reference as ref
+from aiter_aux.jit.build import JitDisabledError, build_module
+from aiter_aux.jit.module import load_module
+from aiter_aux.jit.paths import source_root
+from aiter_aux.ops import aux_ops as ops
+from aiter_aux.pipeline import run_one
+t_import = time.perf_counter() - t0
+x = torch.randn(8, 3072).bfloat16()
+t1 = time.perf_counter()
+q, s = ops.mxfp4_quant(x)
+first_call = time.perf_counter() - t1
+ok = [torch.equal(q, ref.mxfp4_quant(x)[0]), torch.equal(s, ref.mxfp4_quant(x)[1])]
+gen = torch.Generator().manual_seed(0)
+for shape in [(256, 3072, 256, 8), (128, 3072, 512, 4)]:
+    for m in (1, 33):
+        ok += [row[3] for row in run_one(shape, m, 32, gen, torch.device("cpu"))]
+errors = []
+for _ in range(2):  # the JIT is announced once
+    try:
+        ops.mxfp4_quant(torch.randn(2, 7168).bfloat16())
+    except JitDisabledError as e:
+        errors.append(str(e)[:80])
+cache_files = [str(p) for p in pathlib.Path(os.environ["AITER_AUX_CACHE_DIR"]).rglob("*")]
+out = {"file": aiter_aux.__file__, "module": str(load_module("cpu").path), "ok": all(ok),
+       "n": len(ok), "errors": errors, "import_s": t_import, "first_call_s": first_call,
+       "cache_files": cache_files}
+# JIT from the shipped sources: a one-shape catalog into another cache, then an op of it
+del os.environ["AITER_AUX_DISABLE_JIT"]
+os.environ["AITER_AUX_CACHE_DIR"] = sys.argv[1]
+r = build_module(shapes=[(257, 7168, 256, 9)], backend="cpu")
+x = torch.randn(5, 7168).bfloat16()
+q, s = ops.mxfp4_quant(x)
+wq, ws = ref.mxfp4_quant(x)
+out["jit"] = {"source_root": str(source_root()), "compiled": r.compiled, "module":
+              str(r.module_path), "ok": torch.equal(q, wq) and torch.equal(s, ws)}
+print(json.dumps(out))
+"""
+
+
+class Deadline:
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"test_aot_wheel ran past its {BUDGET_S:.0f} s budget")
+        return left
+
+
+def run(cmd, deadline: Deadline, **kwargs) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=deadline.left(), **kwargs)
+    if p.returncode:
+        raise AssertionError(f"{cmd[:4]} failed ({p.returncode}):\n{p.stdout[-3000:]}\n"
+                             f"{p.stderr[-5000:]}")  # fmt: skip
+    return p
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AITER_AUX_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
+    return dict(env, **extra)
+
+
+def test_prebuilt_wheel_in_fresh_venv(tmp_path):
+    deadline = Deadline(BUDGET_S)
+    t0 = time.monotonic()
+    src = tmp_path / "src"
+    for name in PACKAGE_FILES:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.o", "_src",
+                                            "_prebuilt")  # fmt: skip
+            shutil.copytree(ROOT / name, src / name, ignore=ignore)
+        elif (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, src / name)
+    wheelhouse = tmp_path / "wheelhouse"
+    env = clean_env(AITER_AUX_PREBUILD="1", AITER_AUX_PREBUILD_SHAPES=SHAPES,
+                    AITER_AUX_BACKEND="cpu")  # fmt: skip
+    run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation",
+         "-w", str(wheelhouse)], deadline, cwd=src, env=env)  # fmt: skip
+    (wheel,) = wheelhouse.glob("aiter_aux-*.whl")
+    assert wheel.name.endswith("-py3-none-linux_x86_64.whl") or "none" in wheel.name
+    t_wheel = time.monotonic() - t0
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], deadline)
+    py = str(venv / "bin" / "python")
+    pip = [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile",
+           "--disable-pip-version-check"]  # fmt: skip
+    run(pip + ["torch==2.13.0", "ninja", "jinja2", "filelock"], deadline, env=clean_env())
+    run(pip + ["--no-deps", str(wheel)], deadline, env=clean_env())
+    site = Path(run([py, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
+                    deadline).stdout.strip())  # fmt: skip
+    assert (site / "aiter_aux" / "_src" / "codegen" / "gen_instances.py").is_file()
+    manifest = json.loads(next((site / "aiter_aux" / "_prebuilt").glob("*/manifest.json"))
+                          .read_text())  # fmt: skip
+    assert manifest["backend"] == "cpu" and len(manifest["keys"]) == 10
+    t_install = time.monotonic() - t0 - t_wheel
+
+    cache, jit_cache = tmp_path / "empty_cache", tmp_path / "jit_cache"
+    cache.mkdir(mode=0o700)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = clean_env(AITER_AUX_CACHE_DIR=str(cache), AITER_AUX_DISABLE_JIT="1")
+    p = run([py, "-W", "ignore", "-c", CHECK, str(jit_cache)], deadline, cwd=work, env=env)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["file"].startswith(str(site)), got
+    assert "/_prebuilt/cpu-host/" in got["module"], got
+    assert got["ok"] and got["n"] == 26, got
+    assert len(got["errors"]) == 2 and all("AITER_AUX_DISABLE_JIT=1" in e for e in got["errors"])
+    announced = [ln for ln in p.stderr.splitlines() if "JIT-compiling" in ln]
+    assert len(announced) == 1 and "not in the prebuilt cpu module" in announced[0], p.stderr
+    assert got["cache_files"] == [], "something was compiled or written into the cache"
+    assert list(cache.rglob("*")) == []
+    jit = got["jit"]
+    assert jit["source_root"] == str(site / "aiter_aux" / "_src"), jit
+    assert jit["compiled"] == 6 and jit["ok"] and jit["module"].startswith(str(jit_cache)), jit
+
+    total = time.monotonic() - t0
+    print(f"\n[aot wheel] {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, built in "
+          f"{t_wheel:.1f} s; venv + install {t_install:.1f} s; first op call without "
+          f"compiling {got['first_call_s'] * 1e3:.0f} ms (import {got['import_s']:.1f} s); "
+          f"total {total:.1f} s")  # fmt: skip
+    assert total < BUDGET_S
