@@ -1,0 +1,278 @@
+"""``aiter-aux doctor``: what the JIT would use, what is cached, and what would be rebuilt.
+
+Prints, without writing anything into the cache: the package and where its sources come
+from; python, torch and ninja; the backend and why it was chosen, the compiler and its
+version, the target arch and the toolchain fingerprint; the cache root (is it safe?) and
+every build directory in it (manifest, keys, shapes, module intact?, built from the
+current kernel sources?, lock held?); the prebuilt modules shipped in the install and
+whether each is usable here; the catalog's coverage; and what ``aiter-aux build`` would
+rebuild: the manifest compared with the catalog and the sources, and ``ninja -n`` run on a
+temporary copy of the build directory after codegen into it.
+
+:func:`doctor` returns 0, or 1 when it found a problem (an unsafe cache, a corrupted
+module, no usable compiler, a failing dry run); each problem is listed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from . import __version__
+
+_STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] (CXX|LINK) (.*)$")
+
+
+@dataclass
+class DryRun:
+    """What ``ninja -n`` would do in a build directory: TUs to compile, relink or not."""
+
+    compile: list[str] = field(default_factory=list)
+    link: bool = False
+    total: int = 0
+
+
+def dry_run(tc, shapes) -> DryRun:
+    """Codegen ``shapes`` into a temporary copy of ``tc``'s build directory (mtimes kept)
+    and run ``ninja -n`` there.  Raises ``RuntimeError`` when ninja fails."""
+    from ninja import BIN_DIR
+
+    from .jit.build import build_dir
+    from .jit.ninja_file import render_build_ninja
+    from .jit.paths import MODULE_NAME, codegen_module
+    from .jit.toolchain import sources_digest
+
+    directory = build_dir(tc)
+    with tempfile.TemporaryDirectory(prefix="aiter_aux_doctor_") as tmp:
+        work = Path(tmp) / directory.name
+        if directory.is_dir():
+            skip = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
+            shutil.copytree(directory, work, symlinks=True, ignore=skip)
+        gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
+        text = render_build_ninja(
+            tc, gen.instance_files, gen.lookup_file, sources_digest(tc.backend)
+        )
+        codegen_module("writer").write_if_different(work / "build.ninja", text)
+        p = subprocess.run(
+            [str(Path(BIN_DIR) / "ninja"), "-C", str(work), "-n"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, NINJA_STATUS="[%f/%t] "),
+            timeout=120,
+        )
+    if p.returncode:
+        raise RuntimeError(f"ninja -n failed: {(p.stdout + p.stderr).strip()[-500:]}")
+    result = DryRun()
+    for line in p.stdout.splitlines():
+        m = _STATUS_RE.match(line)
+        if m:
+            result.total = int(m.group(2))
+            if m.group(3) == "LINK":
+                result.link = True
+            else:
+                result.compile.append(Path(m.group(4).strip()).name)
+    return result
+
+
+def _short(items, n: int = 6) -> str:
+    items = list(items)
+    more = f" ... (+{len(items) - n})" if len(items) > n else ""
+    return ", ".join(str(i) for i in items[:n]) + more
+
+
+def _lock_state(directory: Path) -> str:
+    import filelock
+
+    if not (directory / ".lock").exists():
+        return "no lock file"
+    lock = filelock.FileLock(str(directory / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return "LOCKED (a build is running)"
+    lock.release()
+    return "idle"
+
+
+class _Report:
+    def __init__(self, out: TextIO):
+        self.out = out
+        self.problems: list[str] = []
+
+    def line(self, label: str, text: str = "") -> None:
+        self.out.write(f"{label:<14}{text}\n" if text else f"{label}\n")
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        self.out.write(f"  PROBLEM: {text}\n")
+
+
+def _environment(r: _Report) -> None:
+    from ninja import BIN_DIR
+
+    from .jit.paths import source_root
+
+    pkg = Path(__file__).resolve().parent
+    r.line("package", f"aiter_aux {__version__} at {pkg}")
+    try:
+        root = source_root()
+        kind = "shipped in the install" if root == pkg / "_src" else "source checkout"
+        if os.environ.get("AITER_AUX_SOURCE_DIR"):
+            kind = "AITER_AUX_SOURCE_DIR"
+        r.line("sources", f"{root} ({kind})")
+    except FileNotFoundError as e:
+        r.problem(str(e))
+    r.line("python", f"{platform.python_version()} on {platform.system()} {platform.machine()}")
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        dev = f", {torch.cuda.get_device_name(0)}" if cuda else ""
+        r.line("torch", f"{torch.__version__} (GPU available: {'yes' if cuda else 'no'}{dev})")
+    except ImportError:
+        r.line("torch", "not installed (the ops need it; the builder does not)")
+    ninja = Path(BIN_DIR) / "ninja"
+    try:
+        version = subprocess.run([str(ninja), "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout.strip()  # fmt: skip
+        r.line("ninja", f"{version} ({ninja})")
+    except OSError as e:
+        r.problem(f"ninja at {ninja} cannot run: {e}")
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("AITER_AUX_")}
+    r.line("environment", _short((f"{k}={v}" for k, v in env.items()), 12) or "(no AITER_AUX_*)")
+
+
+def _toolchain(r: _Report, backend: str | None):
+    from .jit import toolchain
+
+    try:
+        chosen = backend or toolchain.default_backend()
+        why = ("--backend" if backend else "AITER_AUX_BACKEND" if os.environ.get(
+            "AITER_AUX_BACKEND") else "detected (GPU device nodes)" if chosen != "cpu"
+            else "default (no GPU device node)")  # fmt: skip
+        r.line("backend", f"{chosen} ({why})")
+        tc = toolchain.select(chosen)
+    except toolchain.ToolchainError as e:
+        r.problem(f"no toolchain: {e}")
+        return None
+    r.line("compiler", f"{tc.compiler} [{tc.compiler_version}]")
+    r.line("target arch", ",".join(tc.arch) or "host (cpu)")
+    r.line("flags", " ".join(tc.device_flags))
+    r.line("toolchain id", f"{tc.fingerprint[:16]} -> build dir {tc.build_dir_name()}")
+    return tc
+
+
+def _cache(r: _Report, tc) -> None:
+    from .jit import toolchain
+    from .jit.build import CacheSafetyError, _sha256, check_safe, read_manifest
+    from .jit.paths import cache_root
+
+    root = cache_root()
+    if not root.is_dir():
+        r.line("cache", f"{root} (does not exist yet: nothing built)")
+        return
+    try:
+        check_safe(root)
+        r.line("cache", f"{root} (private)")
+    except CacheSafetyError as e:
+        r.line("cache", str(root))
+        r.problem(str(e))
+    dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    if not dirs:
+        r.line("", "no build directories")
+    digests: dict[str, str] = {}
+    for d in dirs:
+        current = tc is not None and d.name == tc.build_dir_name()
+        m = read_manifest(d)
+        tag = " [current toolchain]" if current else ""
+        if m is None:
+            r.line("", f"{d.name}{tag}: no manifest (never published), lock {_lock_state(d)}")
+            continue
+        module = d / m.get("module", "")
+        intact = module.is_file() and _sha256(module) == m.get("module_sha256")
+        backend = m.get("backend", d.name.split("-")[0])
+        if backend not in digests:
+            try:
+                digests[backend] = toolchain.sources_digest(backend)
+            except OSError:
+                digests[backend] = ""
+        fresh = m.get("sources_digest") == digests[backend]
+        state = (
+            f"{len(m.get('keys', []))} keys, {len(m.get('shapes', []))} shapes, "
+            f"module {'intact' if intact else 'MISSING/CORRUPTED'}, "
+            f"sources {'current' if fresh else 'changed since'}, lock {_lock_state(d)}"
+        )
+        r.line("", f"{d.name}{tag}: {state}")
+        if not intact:
+            r.problem(f"{module} differs from its manifest; the next build rebuilds it")
+
+
+def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> None:
+    from .jit import prebuilt
+    from .jit.build import build_dir, read_manifest
+    from .jit.paths import codegen_module
+
+    shapes = codegen_module("gen_instances").SHAPES
+    inst = codegen_module("instances")
+    keys = {i.key for i in inst.enumerate_instances(shapes)}
+    r.line("catalog", f"{len(shapes)} shapes, {len(keys)} instances")
+    found = prebuilt.candidates()
+    if not found:
+        r.line("prebuilt", f"none in this install ({prebuilt.PREBUILT_DIR})")
+    chosen = tc.backend if tc is not None else backend
+    for pb in found:
+        why = prebuilt.mismatch(pb, pb.backend if chosen is None else chosen)
+        state = "usable" if why is None else why
+        cover = f"{len(pb.keys)} keys ({len(keys & pb.keys)} of the catalog's)"
+        r.line("prebuilt", f"{pb.name}: {cover}, {len(pb.shapes)} shapes; {state}")
+    if tc is None:
+        return
+    usable, _ = prebuilt.find(tc.backend)
+    jit = prebuilt.jit_shapes(tc.backend)
+    if usable is not None:
+        n_jit = len(shapes) if jit is None else len(jit)
+        r.line("op calls", f"{len(keys & usable.keys)} keys from the prebuilt module; the JIT "
+                           f"builds {n_jit} shape(s) outside it")  # fmt: skip
+    m = read_manifest(build_dir(tc)) or {}
+    have = set(m.get("keys", ()))
+    plan = [f"{len(keys - have)} instance(s) to add" + (f" ({_short(sorted(keys - have), 3)})"
+            if keys - have else ""), f"{len(have - keys)} to drop"]  # fmt: skip
+    if m and m.get("shapes") is not None and sorted(map(tuple, m["shapes"])) != sorted(shapes):
+        plan.append("catalog differs from the last build")
+    r.line("would build", "aiter-aux build: " + ", ".join(plan))
+    if not run_ninja:
+        return
+    try:
+        d = dry_run(tc, list(shapes))
+    except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as e:
+        r.problem(f"dry run failed: {e}")
+        return
+    if not d.compile and not d.link:
+        r.line("", "ninja -n: nothing to do (the cached module is up to date)")
+    else:
+        r.line("", f"ninja -n: {len(d.compile)} of {d.total - 1} translation unit(s) to compile"
+                   f"{', relink' if d.link else ''}: {_short(d.compile, 5)}")  # fmt: skip
+
+
+def doctor(backend: str | None = None, *, run_ninja: bool = True, out: TextIO | None = None) -> int:
+    """Print the report on ``out`` (default stdout); 0 when healthy, 1 on a problem."""
+    r = _Report(out or sys.stdout)
+    _environment(r)
+    tc = _toolchain(r, backend)
+    _cache(r, tc)
+    _prebuilt_and_plan(r, tc, backend, run_ninja)
+    if r.problems:
+        r.line("status", f"{len(r.problems)} problem(s):")
+        for p in r.problems:
+            r.line("", f"- {p}")
+        return 1
+    r.line("status", "ok")
+    return 0
