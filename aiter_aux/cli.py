@@ -4,6 +4,7 @@ aiter-aux build [--backend B] [--verbose] [--rebuild]
 aiter-aux list
 aiter-aux run --shape E,MODEL_DIM,INTER,TOPK --tokens 1,16,512,4096 [--block-m 32]
 aiter-aux clean
+aiter-aux doctor [--backend B] [--no-dry-run]
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def _int_list(text: str) -> list[int]:
 
 
 def _progress(done: int, total: int, what: str) -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write(f"\r\033[K[{done}/{total}] {what}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    """Build progress on stderr: one updating line on a TTY, else plain lines every ~10% or
+    few seconds (:class:`aiter_aux.jit.progress.Reporter`)."""
+    from .jit.progress import default_reporter
+
+    default_reporter()(done, total, what)
 
 
 def cmd_build(args) -> int:
@@ -47,6 +48,9 @@ def cmd_build(args) -> int:
     print(f"aiter-aux build: {len(shapes)} shapes")
     r = build_module(backend=args.backend, verbose=args.verbose, force=args.rebuild,
                      progress=_progress)  # fmt: skip
+    from .jit.progress import default_reporter
+
+    default_reporter().finish(r)  # when something compiled: the time and the slowest TUs
     cached = r.num_instances - min(r.compiled, r.num_instances)
     print(f"  toolchain : {r.toolchain}")
     print(f"  instances : {r.num_instances} ({r.compiled} translation units compiled, "
@@ -90,6 +94,12 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from .doctor import doctor
+
+    return doctor(args.backend, run_ninja=not args.no_dry_run)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aiter-aux", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("clean", help="remove the build cache ($AITER_AUX_CACHE_DIR)")
     p.set_defaults(func=cmd_clean)
+    p = sub.add_parser("doctor", help="backend, compilers, cache state, what would be rebuilt")
+    p.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default=None)
+    p.add_argument("--no-dry-run", action="store_true", help="skip `ninja -n` on a temp copy")
+    p.set_defaults(func=cmd_doctor)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
