@@ -5,6 +5,8 @@ aiter-aux list
 aiter-aux run --shape E,MODEL_DIM,INTER,TOPK --tokens 1,16,512,4096 [--block-m 32]
 aiter-aux clean
 aiter-aux doctor [--backend B] [--no-dry-run]
+aiter-aux add-shape E,MODEL_DIM,INTER,TOPK [--note TEXT] [--no-build]
+aiter-aux remove-shape E,MODEL_DIM,INTER,TOPK [--no-build]
 """
 
 from __future__ import annotations
@@ -94,6 +96,33 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def cmd_edit_shape(args) -> int:
+    """add-shape / remove-shape: edit both catalog lists, then rebuild the new catalog."""
+    from .catalog_edit import CatalogEditError, add_shape, remove_shape
+
+    try:
+        if args.command == "add-shape":
+            r = add_shape(args.shape, args.note)
+        else:
+            r = remove_shape(args.shape)
+    except CatalogEditError as e:
+        print(f"aiter-aux {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    print(r.summary())
+    if args.no_build:
+        print("  not rebuilt (--no-build); run `aiter-aux build`")
+        return 0
+    from .jit.build import build_module
+
+    # This process imported the old catalog; build the edited one explicitly.
+    b = build_module(r.shapes, backend=args.backend, progress=_progress)
+    relinked = ", relinked" if b.linked else ""
+    print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
+          f"{b.compiled} translation units compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
+    print(f"  module    : {b.module_path}")
+    return 0
+
+
 def cmd_doctor(args) -> int:
     from .doctor import doctor
 
@@ -135,6 +164,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default=None)
     p.add_argument("--no-dry-run", action="store_true", help="skip `ninja -n` on a temp copy")
     p.set_defaults(func=cmd_doctor)
+    for name, what in (
+        ("add-shape", "add a model shape to"),
+        ("remove-shape", "remove a shape from"),
+    ):
+        p = sub.add_parser(name, help=f"{what} both catalog lists, then rebuild")
+        p.add_argument(
+            "shape", type=_shape, help="E,MODEL_DIM,INTER,TOPK (INTER rounded up to 256)"
+        )
+        if name == "add-shape":
+            p.add_argument("--note", default=None, help="the comment of the new line (model name)")
+        p.add_argument("--no-build", action="store_true", help="edit only, do not rebuild")
+        p.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default=None)
+        p.set_defaults(func=cmd_edit_shape)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
