@@ -37,7 +37,7 @@ class DryRun:
 
     compile: list[str] = field(default_factory=list)
     link: bool = False
-    total: int = 0
+    total: int = 0  # translation units of the build (instances, lookup, module_common)
 
 
 def dry_run(tc, shapes) -> DryRun:
@@ -70,11 +70,10 @@ def dry_run(tc, shapes) -> DryRun:
         )
     if p.returncode:
         raise RuntimeError(f"ninja -n failed: {(p.stdout + p.stderr).strip()[-500:]}")
-    result = DryRun()
+    result = DryRun(total=len(gen.instance_files) + 2)
     for line in p.stdout.splitlines():
         m = _STATUS_RE.match(line)
         if m:
-            result.total = int(m.group(2))
             if m.group(3) == "LINK":
                 result.link = True
             else:
@@ -258,7 +257,7 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
     if not d.compile and not d.link:
         r.line("", "ninja -n: nothing to do (the cached module is up to date)")
     else:
-        r.line("", f"ninja -n: {len(d.compile)} of {d.total - 1} translation unit(s) to compile"
+        r.line("", f"ninja -n: {len(d.compile)} of {d.total} translation unit(s) to compile"
                    f"{', relink' if d.link else ''}: {_short(d.compile, 5)}")  # fmt: skip
 
 

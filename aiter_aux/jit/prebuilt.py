@@ -96,10 +96,11 @@ class Prebuilt:
         return [tuple(s) for s in self.manifest.get("shapes", ())]
 
 
-def candidates(root: Path = PREBUILT_DIR) -> list[Prebuilt]:
-    """Every prebuilt directory with a readable manifest, by name."""
+def candidates(root: Path | None = None) -> list[Prebuilt]:
+    """Every prebuilt directory (under ``root``, default :data:`PREBUILT_DIR`) with a
+    readable manifest, by name."""
     found = []
-    for manifest in sorted(Path(root).glob(f"*/{MANIFEST}")):
+    for manifest in sorted(Path(root or PREBUILT_DIR).glob(f"*/{MANIFEST}")):
         try:
             found.append(Prebuilt(manifest.parent, json.loads(manifest.read_text())))
         except (OSError, ValueError):

@@ -147,7 +147,7 @@ class Reporter:
                 self.out.flush()
                 return
             now = time.monotonic()
-            step_no = int(done / max(total, 1) / self.step) if self.step > 0 else done
+            step_no = int(done / max(total, 1) / self.step) if self.step > 0 else 0
             if (
                 done >= total
                 or step_no > self._printed_step
