@@ -16,6 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Bit-exactness needs IEEE fp32 (round to nearest even, subnormals kept, no
+// reassociation).  clang/gcc -ffast-math is caught here; nvcc's
+// --use_fast_math / -ftz=true define no macro: never pass them.
+#if defined(__FAST_MATH__)
+#error "aiter_aux GPU kernels must not be compiled with -ffast-math"
+#endif
+
 #if defined(AITER_AUX_GPU_EMULATION)
 // ------------------------------------------------------ host emulation ----
 // Test-only: tests/emu.h (included first) runs the kernels on the CPU, one

@@ -1,7 +1,8 @@
 // moe_scatter_reduce and moe_scatter_reduce_q on the GPU; docs/ops.md is the spec.
 //
 // One thread per (token, V consecutive columns) unit, grid-stride (V = 8 when
-// model_dim % 8 == 0).  For k = 0..topk-1 in order, p = reverse_sorted[t*topk+k];
+// model_dim % 8 == 0; the loads of up to 8 pairs are issued together).  For
+// k = 0..topk-1 in order, p = reverse_sorted[t*topk+k];
 // p < 0 (not local) is skipped, and so is p >= num_rows (an error in the spec,
 // which the Python op reports where it can check; here it only keeps the read
 // in bounds).  acc = acc + fp32(x) * w with each product and each sum rounded
@@ -57,34 +58,59 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[i] = 0.0f;
     const int32_t* rev = a.reverse_sorted + t * K;
-    for (int k = 0; k < K; ++k) {
-      const int p = rev[k];
-      if (p < 0 || p >= rows) continue;
-      const float wt = a.sorted_weights[p];
-      float v[V];
-      if constexpr (kQ) {
-        const uint32_t q =
-            load_u8x4(a.expert_out_q + static_cast<int64_t>(p) * (D / 2) + col / 2, in_al);
-        const uint32_t s = a.expert_out_scale[static_cast<int64_t>(p) * (D / 32) + col / 32];
+    // kKB pairs at a time: their rows are loaded together (latencies overlap),
+    // then accumulated strictly in k order.  A pair that is skipped loads row 0
+    // instead (rows > 0 whenever any pair is kept) and is not accumulated.
+    constexpr int kKB = K < 8 ? K : 8;
+    constexpr int kRaw = kQ ? 1 : (V == 8 ? 4 : V);  // raw words per pair
+    for (int k0 = 0; k0 < K; k0 += kKB) {
+      int ps[kKB];
+      bool ok[kKB];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = as_f32(mx_decode_bits((q >> (4 * i)) & 0xFu, s));
-      } else {
-        const uint16_t* src = a.expert_out + static_cast<int64_t>(p) * D + col;
-        if constexpr (V == 8) {
-          uint32_t w[4];
-          load_bf16x8(src, in_al, w);
+      for (int i = 0; i < kKB; ++i) {
+        const int p = k0 + i < K ? rev[k0 + i] : -1;
+        ok[i] = p >= 0 && p < rows;
+        ps[i] = ok[i] ? p : 0;
+      }
+      if (rows == 0) continue;  // nothing is kept
+      float wt[kKB];
+      uint32_t raw[kKB][kRaw];
+      uint32_t sc[kKB];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            v[2 * j] = as_f32(w[j] << 16);
-            v[2 * j + 1] = as_f32(w[j] & 0xFFFF0000u);
-          }
+      for (int i = 0; i < kKB; ++i) {
+        const int64_t p = ps[i];
+        wt[i] = a.sorted_weights[p];
+        sc[i] = 0;
+        if constexpr (kQ) {
+          raw[i][0] = load_u8x4(a.expert_out_q + p * (D / 2) + col / 2, in_al);
+          sc[i] = a.expert_out_scale[p * (D / 32) + col / 32];
+        } else if constexpr (V == 8) {
+          load_bf16x8(a.expert_out + p * D + col, in_al, raw[i]);
         } else {
 #pragma unroll
-          for (int i = 0; i < V; ++i) v[i] = as_f32(static_cast<uint32_t>(src[i]) << 16);
+          for (int j = 0; j < V; ++j) raw[i][j] = a.expert_out[p * D + col + j];
         }
       }
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc[i] = f32_add_rn(acc[i], f32_mul_rn(v[i], wt));
+      for (int i = 0; i < kKB; ++i) {
+        if (!ok[i]) continue;
+        float v[V];
+        if constexpr (kQ) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = as_f32(mx_decode_bits((raw[i][0] >> (4 * j)) & 0xFu, sc[i]));
+        } else if constexpr (V == 8) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            v[2 * j] = as_f32(raw[i][j] << 16);
+            v[2 * j + 1] = as_f32(raw[i][j] & 0xFFFF0000u);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) v[j] = as_f32(raw[i][j] << 16);
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = f32_add_rn(acc[j], f32_mul_rn(v[j], wt[i]));
+      }
     }
     uint16_t* dst = a.out + t * D + col;
     if constexpr (V == 8) {

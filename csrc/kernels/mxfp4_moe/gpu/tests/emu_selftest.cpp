@@ -630,6 +630,20 @@ void test_arg_checks() {
   s.model_dim = 64;
   s.topk = 2;
   check(moe_scatter_reduce<64, 3>(s, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "scatter: topk mismatch");
+
+  // no expert rows at all (every pair remote): zeros, nothing read
+  std::vector<int32_t> rv(3 * 2, -1);
+  std::vector<uint16_t> out(3 * 64, 0x7777);
+  s.reverse_sorted = rv.data();
+  s.num_tokens = 3;
+  s.num_rows = 0;
+  s.out = out.data();
+  bool ok = moe_scatter_reduce<64, 2>(s, nullptr) == AITER_AUX_OK;
+  for (auto v : out) ok = ok && v == 0;
+  std::fill(out.begin(), out.end(), 0x7777);
+  ok = ok && moe_scatter_reduce_q<64, 2>(s, nullptr) == AITER_AUX_OK;
+  for (auto v : out) ok = ok && v == 0;
+  check(ok, "scatter with num_rows = 0 gives zeros");
 }
 
 }  // namespace
@@ -680,6 +694,8 @@ int main() {
   run_scales_case<7168>(5, 32, 8, 2, 32, false);
 
   run_scatter_case<64, 3, false>(17, 40, 41);
+  run_scatter_case<64, 1, false>(5, 3, 46);
+  run_scatter_case<96, 1, true>(5, 3, 47);
   run_scatter_case<100, 2, false>(9, 20, 42);
   run_scatter_case<7168, 9, false>(3, 30, 43);
   run_scatter_case<64, 3, true>(17, 40, 44);
