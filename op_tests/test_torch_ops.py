@@ -180,8 +180,11 @@ def opcheck_cases():
         "mxfp4_quant": (ops.mxfp4_quant, (x,), {}),
         "mxfp4_quant_out": (ops.mxfp4_quant_out, (x, b[1], b[2]), {}),
         "moe_sort_quant": (ops.moe_sort_quant, (ids, w, x, E, BM), {"zero_buf": zb()}),
-        "moe_sort_quant_out": (ops.moe_sort_quant_out, (ids, w, x, E, BM, *b[0], b[1], b[2]),
-                               {}),  # fmt: skip
+        "moe_sort_quant_out": (
+            ops.moe_sort_quant_out,
+            (ids, w, x, E, BM, *b[0], b[1], b[2]),
+            {"zero_buf": None},
+        ),
         "moe_sort_scales": (ops.moe_sort_scales, (a_s, *sort[:1], sort[4], BM), {}),
         "moe_sort_scales_out": (ops.moe_sort_scales_out, (a_s, sort[0], sort[4], BM, b[3]), {}),
         "moe_scatter_reduce": (ops.moe_scatter_reduce, (eo, *scat), {}),

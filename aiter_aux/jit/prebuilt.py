@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import platform
+import re
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -122,6 +123,12 @@ def runtime_arch(backend: str) -> tuple[str, ...] | None:
     return ()
 
 
+def _arch_base(arch: str) -> str:
+    """``sm_90a`` / ``sm_100f`` -> ``sm_90`` / ``sm_100``: code for an arch-specific or family
+    target runs on the device of the plain compute capability (ROCm names stay as they are)."""
+    return re.sub(r"(?<=\d)[af]$", "", arch) if arch.startswith("sm_") else arch
+
+
 def mismatch(pb: Prebuilt, backend: str, digest: str | None = None) -> str | None:
     """Why ``pb`` cannot serve ``backend`` here, or None when it can."""
     from . import abi
@@ -139,7 +146,7 @@ def mismatch(pb: Prebuilt, backend: str, digest: str | None = None) -> str | Non
         return f"built for {'/'.join(map(str, built))}, this is {'/'.join(here)}"
     if backend != "cpu":
         arch = runtime_arch(backend)
-        if not arch or not set(arch) <= set(pb.arch):
+        if not arch or not {_arch_base(a) for a in arch} <= {_arch_base(a) for a in pb.arch}:
             return f"built for {','.join(pb.arch)}, the target is {','.join(arch or ('unknown',))}"
     digest = digest if digest is not None else sources_digest()
     if m.get("sources_digest") != digest:

@@ -10,12 +10,13 @@ ops neither allocate nor synchronise, so they can be captured in a CUDA graph (l
 module first: the first call of a key may compile it).  Real implementations call
 :mod:`aiter_aux.ops.aux_ops` (CPU or CUDA tensors; same bytes as :mod:`aiter_aux.reference`).
 
-Schemas (``int`` arguments are SymInt; ``zero_buf`` is zeroed when given)::
+Schemas (``int`` arguments are SymInt; ``zero_buf`` is zeroed unless None; it has no
+default because torch < 2.13 mishandles an omitted optional mutated argument)::
 
     moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m,
-             Tensor(a!)? zero_buf=None) -> (Tensor x 6)      # MoeSortOutput fields
+             Tensor(a!)? zero_buf) -> (Tensor x 6)      # MoeSortOutput fields
     mxfp4_quant(Tensor x) -> (Tensor a_q, Tensor a_scale)
-    moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=None)
+    moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, zero_buf)
         -> (Tensor x 6, Tensor a_q, Tensor a_scale)
     moe_sort_scales(Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids,
                     int block_m) -> Tensor
@@ -100,7 +101,7 @@ def _fake_quant(x: T) -> tuple[T, T]:
 # ------------------------------------------------------------------------- functional ops
 @torch.library.custom_op("aiter_aux::moe_sort", mutates_args=("zero_buf",))
 def _moe_sort(
-    topk_ids: T, topk_weights: T, num_experts: int, block_m: int, zero_buf: T | None = None
+    topk_ids: T, topk_weights: T, num_experts: int, block_m: int, zero_buf: T | None
 ) -> _SORT6:
     return tuple(aux_ops.moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf=zero_buf))
 
@@ -118,7 +119,7 @@ _mxfp4_quant.register_fake(_fake_quant)
 
 @torch.library.custom_op("aiter_aux::moe_sort_quant", mutates_args=("zero_buf",))
 def _moe_sort_quant(
-    topk_ids: T, topk_weights: T, x: T, num_experts: int, block_m: int, zero_buf: T | None = None
+    topk_ids: T, topk_weights: T, x: T, num_experts: int, block_m: int, zero_buf: T | None
 ) -> tuple[T, T, T, T, T, T, T, T]:
     out, a_q, a_scale = aux_ops.moe_sort_quant(
         topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf
@@ -190,7 +191,7 @@ _SORT_MUT = (*SORT_FIELDS, "zero_buf")
 def _moe_sort_out(
     topk_ids: T, topk_weights: T, num_experts: int, block_m: int,
     sorted_token_ids: T, sorted_weights: T, m_indices: T, sorted_expert_ids: T,
-    num_valid_ids: T, reverse_sorted: T, zero_buf: T | None = None,
+    num_valid_ids: T, reverse_sorted: T, zero_buf: T | None,
 ) -> None:  # fmt: skip
     out = MoeSortOutput(sorted_token_ids, sorted_weights, m_indices, sorted_expert_ids,
                         num_valid_ids, reverse_sorted)  # fmt: skip
@@ -208,7 +209,7 @@ def _mxfp4_quant_out(x: T, a_q: T, a_scale: T) -> None:
 def _moe_sort_quant_out(
     topk_ids: T, topk_weights: T, x: T, num_experts: int, block_m: int,
     sorted_token_ids: T, sorted_weights: T, m_indices: T, sorted_expert_ids: T,
-    num_valid_ids: T, reverse_sorted: T, a_q: T, a_scale: T, zero_buf: T | None = None,
+    num_valid_ids: T, reverse_sorted: T, a_q: T, a_scale: T, zero_buf: T | None,
 ) -> None:  # fmt: skip
     out = MoeSortOutput(sorted_token_ids, sorted_weights, m_indices, sorted_expert_ids,
                         num_valid_ids, reverse_sorted)  # fmt: skip
