@@ -32,12 +32,12 @@ __host__ __device__ __forceinline__ uint32_t mx_scale_exponent(uint32_t amax16) 
   if (amax16 == 0) return 0;
   const float c = as_f32_any(kOneSixthBits);
   if (amax16 >= 0x0C00u) {
-    // amax >= 2^-104: operands and product are normal fp32.
+    // amax >= 2^-103: operands and product are normal fp32.
     const float w = as_f32_any(amax16 << 16) * c;
     const uint32_t s = (as_u32_any(w) + 0x7FFFFFu) >> 23;
     return s < 254u ? s : 254u;
   }
-  // amax < 2^-104: compute w' = fp32(amax * 2^64 * c) with normal operands.
+  // amax < 2^-103: compute w' = fp32(amax * 2^64 * c) with normal operands.
   // Where the exact product amax*c is >= 2^-126, w = w' * 2^-64 exactly (both
   // normal, same rounding), so s = s' - 64.  Below 2^-126, w (rounded in the
   // subnormal range) is at most 2^-126 and nonzero, so s = 1; then s' <= 65.
