@@ -1,0 +1,65 @@
+"""Types shared by the reference (:mod:`aiter_aux.reference`) and the compiled ops.
+
+This module is deliberately tiny and free of torch-side logic so that both the reference and
+the backend ops can import it without pulling in each other.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["MoeSortOutput", "moe_sort_capacity"]
+
+
+class MoeSortOutput(NamedTuple):
+    """The six outputs of ``moe_sort`` (see docs/ops.md), all on the device of ``topk_ids``.
+
+    With ``max_rows = moe_sort_capacity(M, topk, num_experts, block_m)``:
+
+    * ``sorted_token_ids`` -- int32 ``[max_rows]``: ``t | (k << 24)`` for the pair ``(t, k)``
+      placed in that row; padding rows hold ``M``.
+    * ``sorted_weights`` -- float32 ``[max_rows]``: ``topk_weights[t, k]``; padding rows 0.0.
+    * ``m_indices`` -- int32 ``[max_rows]``: the token ``t``; padding rows hold ``M``.
+    * ``sorted_expert_ids`` -- int32 ``[max_rows // block_m]``: the expert of rows
+      ``[b * block_m, (b + 1) * block_m)``.
+    * ``num_valid_ids`` -- int32 ``[2]``: ``[rows including padding, M]``.
+    * ``reverse_sorted`` -- int32 ``[M * topk]``: the row holding pair ``(t, k)`` at index
+      ``t * topk + k``, or -1 when the pair is not local.
+
+    Rows (and blocks) at or past ``num_valid_ids[0]`` are not written by the ops.
+    """
+
+    sorted_token_ids: torch.Tensor
+    sorted_weights: torch.Tensor
+    m_indices: torch.Tensor
+    sorted_expert_ids: torch.Tensor
+    num_valid_ids: torch.Tensor
+    reverse_sorted: torch.Tensor
+
+
+def moe_sort_capacity(num_tokens: int, topk: int, num_experts: int, block_m: int) -> int:
+    """Return ``max_rows``, the capacity of the sorted buffers of ``moe_sort``.
+
+    ``max_rows = round_up(num_tokens * topk + num_experts * (block_m - 1), block_m)``: every
+    local pair takes one row and each expert's segment wastes at most ``block_m - 1`` rows of
+    padding, so the rows actually used (``num_valid_ids[0]``) never exceed it.
+
+    Args:
+        num_tokens: M, ``0 <= M < 2**24``.
+        topk: pairs per token, ``1 <= topk <= 255``.
+        num_experts: ``1 <= num_experts <= 1024``.
+        block_m: one of 16, 32, 64, 128.
+
+    Returns:
+        The capacity in rows (a multiple of ``block_m``).
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: an argument is out of range, or the capacity does not fit in int32.
+    """
+    # Local import: aiter_aux.validation imports this module.
+    from aiter_aux.validation import validate_sort_sizes
+
+    return validate_sort_sizes(num_tokens, topk, num_experts, block_m)
