@@ -262,7 +262,7 @@ def _quant_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xb = x.reshape(m, nb, 32)
     lo, hi = torch.aminmax(xb, dim=2)  # NaN propagates
     nonfinite = ~(torch.isfinite(lo) & torch.isfinite(hi))  # some element is +-Inf or NaN
-    amax = torch.maximum(hi, -lo).to(torch.float64)  # exact
+    amax = torch.maximum(hi, -lo).abs().to(torch.float64)  # exact; abs: max(+0, -0) may be -0
     amax = torch.where(nonfinite, 0.0, amax)
     # w = fp32(amax * fp32(1/6)): the float64 product is exact, so one rounding to fp32 (RNE).
     w = (amax * _SIXTH_F32).to(torch.float32)
