@@ -81,16 +81,16 @@ def _key(op: str, **params: int) -> str:
     return key
 
 
-def _backend(device: torch.device) -> str:
+def _backend(device: torch.device, name: str = "the tensors") -> str:
     if device.type == "cpu":
         return "cpu"
     if device.type == "cuda":
         return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    raise ValueError(f"tensors on {device} are not supported (cpu or cuda only)")
+    raise ValueError(f"{name} is on {device}: the compiled ops take cpu or cuda tensors only")
 
 
-def _run(key: str, device: torch.device, args) -> None:
-    module = load_module(_backend(device), key)
+def _run(key: str, device: torch.device, args, name: str = "the tensors") -> None:
+    module = load_module(_backend(device, name), key)
     stream = None
     if device.type == "cuda":
         stream = torch.cuda.current_stream(device).cuda_stream
@@ -130,7 +130,7 @@ def moe_sort_out(topk_ids, topk_weights, num_experts, block_m, out, *, zero_buf=
     out = V.validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
     key = _key("moe_sort", num_experts=num_experts, topk=k)
     args = _sort_args(topk_ids, topk_weights, m, k, num_experts, block_m, max_rows, out, zero_buf)
-    _run(key, topk_ids.device, args)
+    _run(key, topk_ids.device, args, "topk_ids")
     return out
 
 
@@ -156,7 +156,7 @@ def mxfp4_quant_out(x, a_q, a_scale):
     m, d = V.validate_mxfp4_quant(x)
     V.validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
     key = _key("mxfp4_quant", model_dim=d)
-    _run(key, x.device, _quant_args(x, m, d, a_q, a_scale))
+    _run(key, x.device, _quant_args(x, m, d, a_q, a_scale), "x")
     return a_q, a_scale
 
 
@@ -183,7 +183,7 @@ def moe_sort_quant_out(
         _sort_args(topk_ids, topk_weights, m, k, num_experts, block_m, max_rows, out, zero_buf),
         _quant_args(x, m, d, a_q, a_scale),
     )
-    _run(key, x.device, args)
+    _run(key, x.device, args, "x")
     return out, a_q, a_scale
 
 
@@ -214,7 +214,7 @@ def moe_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sorte
         _ptr(a_scale), m, d, int(block_m), _ptr(sorted_token_ids), _ptr(num_valid_ids),
         max_rows, _ptr(sorted_scales),
     )  # fmt: skip
-    _run(key, a_scale.device, args)
+    _run(key, a_scale.device, args, "a_scale")
     return sorted_scales
 
 
@@ -235,7 +235,7 @@ def _scatter(key_op, expert_out, q, s, reverse_sorted, sorted_weights, topk, m, 
         _ptr(expert_out), _ptr(q), _ptr(s), rows, _ptr(reverse_sorted), _ptr(sorted_weights),
         m, d, int(topk), _ptr(out),
     )  # fmt: skip
-    _run(key, reverse_sorted.device, args)
+    _run(key, reverse_sorted.device, args, "reverse_sorted")
     return out
 
 
