@@ -19,19 +19,27 @@ import pytest
 torch = pytest.importorskip("torch")
 hypothesis = pytest.importorskip("hypothesis")
 
+from fuzz_cases import (  # noqa: E402 (op_tests/fuzz_cases.py)
+    alloc_outs,
+    corruptions,
+    defined,
+    guards_ok,
+    make_case,
+    outside_catalog,
+    raw,
+    slots,
+    tensor_names,
+    untouched,
+)  # fmt: skip
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.ops import aux_ops as ops  # noqa: E402
-from aiter_aux.ops.moe_mxfp4_aux import MXFP4_MOE_SUPPORTED_SHAPES  # noqa: E402
 
-CATALOG = sorted(MXFP4_MOE_SUPPORTED_SHAPES)
-POISON, GUARD = 0x5A, 16
 OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
        "moe_scatter_reduce_q")  # fmt: skip
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-SPECIAL_IDS = (-1, -2, 2**31 - 1, -(2**31), 1 << 24, 1025)
 
 
 @pytest.fixture(autouse=True)
@@ -52,134 +60,6 @@ class KernelSpy:
             return real(*a, **k)
 
         monkeypatch.setattr(AuxModule, "call", call)
-
-
-def guarded(shape, dtype, slack=0):
-    """A poisoned contiguous buffer of ``shape`` (+ ``slack`` rows) inside poisoned guards;
-    returns (buffer, whole allocation)."""
-    rows = (shape[0] + slack,) + tuple(shape[1:])
-    n = 1
-    for s in rows:
-        n *= s
-    esize = torch.empty((), dtype=dtype).element_size()
-    whole = torch.full(((n + 2 * GUARD) * esize,), POISON, dtype=torch.uint8)
-    return whole.view(dtype)[GUARD : GUARD + n].view(rows), whole
-
-
-def bits(g, shape, dtype):
-    """Every bit pattern of ``dtype`` (NaN, ±Inf, subnormals, ±0) at random."""
-    idt = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[dtype]
-    info = torch.iinfo(idt)
-    return torch.randint(info.min, info.max + 1, shape, generator=g, dtype=idt).view(dtype)
-
-
-def values(g, shape, dtype, kind):
-    if kind == "bits":
-        return bits(g, shape, dtype)
-    scale = 10.0 ** torch.randint(-30, 30, shape[:1] + (1,) * (len(shape) - 1), generator=g)
-    return (torch.randn(shape, generator=g) * scale).to(dtype)
-
-
-def routing(g, m, e, k, nonlocal_p):
-    ids = torch.randint(0, e, (m, k), generator=g, dtype=torch.int32)
-    special = torch.tensor(SPECIAL_IDS + (e, e + 3), dtype=torch.int32)
-    pick = special[torch.randint(0, len(special), (m, k), generator=g)]
-    return torch.where(torch.rand(m, k, generator=g) < nonlocal_p, pick, ids)
-
-
-def make_case(op, d: st.DataObject, m_min=0, shape=None):
-    """Valid inputs of ``op`` for a random catalog shape (or ``shape``): (inputs, out
-    shapes and dtypes)."""
-    e, dim, _inter, k = shape or d.draw(st.sampled_from(CATALOG), "shape")
-    m = d.draw(st.integers(m_min, 40), "M")
-    g = torch.Generator().manual_seed(d.draw(st.integers(0, 2**32), "seed"))
-    kind = d.draw(st.sampled_from(["normal", "bits"]), "kind")
-    bm = d.draw(st.sampled_from([16, 32, 64, 128]), "block_m")
-    a: dict = {}
-    outs: dict = {}
-    if op in ("moe_sort", "moe_sort_quant"):
-        p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
-        a["topk_ids"] = routing(g, m, e, k, p)
-        a["topk_weights"] = values(g, (m, k), torch.float32, kind)
-        rows = ref.moe_sort_capacity(m, k, e, bm)
-        outs["out"] = [
-            ((rows,), torch.int32),
-            ((rows,), torch.float32),
-            ((rows,), torch.int32),
-            ((rows // bm,), torch.int32),
-            ((2,), torch.int32),
-            ((m * k,), torch.int32),
-        ]
-    if op in ("mxfp4_quant", "moe_sort_quant"):
-        a["x"] = values(g, (m, dim), torch.bfloat16, kind)
-        outs["a_q"] = ((m, dim // 2), torch.uint8)
-        outs["a_scale"] = ((m, dim // 32), torch.uint8)
-    if op in ("moe_sort", "moe_sort_quant"):
-        a["num_experts"], a["block_m"] = e, bm
-        if d.draw(st.booleans(), "zero_buf"):
-            a["zero_buf"] = values(g, (d.draw(st.integers(0, 300)),), torch.bfloat16, "bits")
-    if op == "moe_sort_scales":
-        a["a_scale"] = torch.randint(0, 256, (m, dim // 32), generator=g, dtype=torch.uint8)
-        s = ref.moe_sort(routing(g, m, e, k, 0.2), torch.rand(m, k, generator=g), e, bm)
-        sti, nv = s.sorted_token_ids, s.num_valid_ids
-        if d.draw(st.booleans(), "garbage"):  # the spec defines the result for any values
-            sti = torch.randint(-(2**31), 2**31, sti.shape, generator=g, dtype=torch.int32)
-            nv = torch.randint(-(2**31), 2**31, (2,), generator=g, dtype=torch.int32)
-        a.update(sorted_token_ids=sti, num_valid_ids=nv, block_m=bm)
-        out_rows = -(-sti.numel() // max(32, bm)) * max(32, bm)
-        outs["sorted_scales"] = ((out_rows, dim // 32), torch.uint8)
-    if op.startswith("moe_scatter_reduce"):
-        rows = d.draw(st.integers(0, 3 * m + 4), "rows")
-        if op == "moe_scatter_reduce":
-            a["expert_out"] = values(g, (rows, dim), torch.bfloat16, kind)
-        else:
-            a["expert_out_q"] = torch.randint(0, 256, (rows, dim // 2), generator=g,
-                                              dtype=torch.uint8)  # fmt: skip
-            a["expert_out_scale"] = torch.randint(100, 256, (rows, dim // 32), generator=g,
-                                                  dtype=torch.uint8)  # fmt: skip
-        low = -3 if rows else -(2**31)
-        a["reverse_sorted"] = torch.randint(low, max(rows, 0) or -1, (m * k,), generator=g,
-                                            dtype=torch.int32)  # fmt: skip
-        a["sorted_weights"] = values(g, (rows + d.draw(st.integers(0, 3)),), torch.float32, kind)
-        a["topk"] = k
-        outs["out"] = ((m, dim), torch.bfloat16)
-    return a, outs
-
-
-def alloc_outs(outs: dict, slack: int):
-    """Guarded poisoned buffers for ``outs``: (kwargs, list of whole allocations)."""
-    kw, wholes = {}, []
-    for name, spec in outs.items():
-        if isinstance(spec, list):  # MoeSortOutput
-            pairs = [guarded(shape, dt, slack) for shape, dt in spec]
-            kw[name] = ref.MoeSortOutput(*(b for b, _ in pairs))
-            wholes += [w for _, w in pairs]
-        else:
-            buf, whole = guarded(spec[0], spec[1], slack)
-            kw[name], wholes = buf, wholes + [whole]
-    return kw, wholes
-
-
-def raw(t: torch.Tensor) -> bytes:
-    return t.contiguous().view(torch.uint8).numpy().tobytes()
-
-
-def guards_ok(whole: torch.Tensor) -> bool:
-    n = GUARD * whole.element_size()
-    b = raw(whole)
-    return b[:n].count(POISON) == n and b[-n:].count(POISON) == n
-
-
-def defined(op, result, bm):
-    """The bytes an allocating op defines (sort rows past num_valid_ids[0] are not)."""
-    result = result if isinstance(result, tuple) else (result,)
-    if op in ("moe_sort", "moe_sort_quant"):
-        s = result[0] if op == "moe_sort_quant" else result
-        n = int(s.num_valid_ids[0])
-        parts = [s.sorted_token_ids[:n], s.sorted_weights[:n], s.m_indices[:n],
-                 s.sorted_expert_ids[: n // bm], s.num_valid_ids, s.reverse_sorted]  # fmt: skip
-        result = parts + (list(result[1:]) if op == "moe_sort_quant" else [])
-    return [raw(p) for p in result]
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -203,98 +83,9 @@ def test_valid_inputs_match_reference_bytes(op, d):
     assert defined(op, getattr(ops, op)(**a), bm) == defined(op, getattr(ref, op)(**a), bm)
 
 
-WRONG_DTYPE = {torch.int32: torch.int64, torch.float32: torch.float64,
-               torch.bfloat16: torch.float16, torch.uint8: torch.int8}  # fmt: skip
-BAD_INTS = {"block_m": [(8, ValueError), (48, ValueError), (256, ValueError), (True, TypeError),
-                        (32.0, TypeError)],
-            "num_experts": [(0, ValueError), (1025, ValueError), ("8", TypeError)],
-            "topk": [(0, ValueError), (256, ValueError), (2.0, TypeError)]}  # fmt: skip
-
-
 @pytest.fixture
 def spy(monkeypatch):
     return KernelSpy(monkeypatch)
-
-
-def noncontig(t):
-    if t.dim() == 0 or t.shape[-1] < 2 or t.numel() == 0:  # else it is contiguous anyway
-        return None
-    nc = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)[..., ::2]
-    return nc.copy_(t)
-
-
-def slots(kw: dict):
-    """(name, tensor, change) of every tensor argument; sort out buffers one by one."""
-    for name, v in kw.items():
-        if isinstance(v, ref.MoeSortOutput):
-            for f in v._fields:
-                yield f, getattr(v, f), lambda x, n=name, f=f: {n: kw[n]._replace(**{f: x})}
-        elif isinstance(v, torch.Tensor):
-            yield name, v, lambda x, n=name: {n: x}
-
-
-def corruptions(op, a: dict, outs: dict) -> list:
-    """Single-argument corruptions of a valid call: (label, changes, exception, names)."""
-    n_inputs = sum(isinstance(v, torch.Tensor) for v in a.values())
-    cases = []
-    for name, t, put in slots({**a, **outs}):
-        is_out = name not in a
-        cases += [(f"{name}:dtype", put(t.to(WRONG_DTYPE[t.dtype])), TypeError, {name}),
-                  (f"{name}:list", put(t.tolist()), TypeError, {name})]  # fmt: skip
-        if name != "zero_buf":
-            cases.append((f"{name}:rank", put(t.unsqueeze(0)), ValueError, {name}))
-        if noncontig(t) is not None:
-            cases.append((f"{name}:noncontig", put(noncontig(t)), ValueError, {name}))
-        if n_inputs > 1 or is_out or name == "zero_buf":  # one meta tensor among cpu ones
-            cases.append((f"{name}:meta", put(t.to("meta")), ValueError, {name}))
-        if is_out and t.numel() > 0:
-            cases.append((f"{name}:small", put(t[:-1]), ValueError, {name}))
-            if t.dim() == 2:
-                cases.append((f"{name}:cols", put(t.view(-1, t.shape[1] // 2)), ValueError,
-                              {name}))  # fmt: skip
-    for name, bad in BAD_INTS.items():
-        cases += [(f"{name}={v!r}", {name: v}, exc, {name}) for v, exc in bad if name in a]
-    if "out" in outs and isinstance(outs["out"], ref.MoeSortOutput):
-        cases.append(("out:len5", {"out": tuple(outs["out"])[:5]}, TypeError, {"out"}))
-    if "topk_weights" in a:
-        cases.append(("w:rows", {"topk_weights": a["topk_weights"][:-1]}, ValueError,
-                      {"topk_weights"}))  # fmt: skip
-    if "x" in a:
-        bad_d = a["x"][:, :-16].contiguous()  # model_dim not a multiple of 32
-        cases.append(("x:model_dim", {"x": bad_d}, ValueError, {"x", "model_dim"}))
-        if "topk_ids" in a:
-            cases.append(("x:rows", {"x": a["x"][:-1]}, ValueError, {"x"}))
-    if op == "moe_sort_scales":
-        cases += [("a_scale:cols", {"a_scale": a["a_scale"][:, :-1].contiguous()}, ValueError,
-                   {"a_scale"}),
-                  ("sti:len", {"sorted_token_ids": a["sorted_token_ids"][:-1]}, ValueError,
-                   {"sorted_token_ids"}),
-                  ("nv:len", {"num_valid_ids": a["num_valid_ids"][:1]}, ValueError,
-                   {"num_valid_ids"})]  # fmt: skip
-    if op.startswith("moe_scatter_reduce"):
-        src = a.get("expert_out", a.get("expert_out_scale"))
-        rows, rev = src.shape[0], a["reverse_sorted"]
-        for big in (rows, 2**31 - 1):
-            r2 = rev.clone()
-            r2[0] = big
-            cases.append((f"rev>={big}", {"reverse_sorted": r2}, ValueError, {"reverse_sorted"}))
-        if rows:
-            cases.append(("w:short", {"sorted_weights": a["sorted_weights"][: rows - 1]},
-                          ValueError, {"sorted_weights"}))  # fmt: skip
-        if a["topk"] > 1:
-            cases.append(("rev:len", {"reverse_sorted": rev[:-1]}, ValueError,
-                          {"reverse_sorted", "topk"}))  # fmt: skip
-        for name in ("expert_out", "expert_out_scale"):
-            if name in a:
-                cases.append((f"{name}:0cols", {name: a[name][:, :0]}, ValueError, {name}))
-        if "expert_out_q" in a:
-            q = a["expert_out_q"][:, :-2].contiguous()
-            cases.append(("q:cols", {"expert_out_q": q}, ValueError, {"expert_out_q"}))
-    return cases
-
-
-def untouched(wholes) -> bool:
-    return all(raw(w).count(POISON) == w.numel() * w.element_size() for w in wholes)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -317,10 +108,6 @@ def test_invalid_inputs_raise_naming_argument_before_any_kernel(op, d, spy):
     assert str(theirs.value) == str(mine.value)
 
 
-def tensor_names(kw: dict) -> set[str]:
-    return {name for name, _t, _put in slots(kw)}
-
-
 @pytest.mark.parametrize("op", OPS)
 @settings(FUZZ, max_examples=10)
 @given(d=st.data())
@@ -336,14 +123,6 @@ def test_meta_tensors_rejected_before_any_kernel(op, d, spy):
         getattr(ops, op + variant)(**call)
     assert spy.calls == calls
     assert any(n in str(e.value) for n in tensor_names(a)), str(e.value)
-
-
-def outside_catalog(op, d) -> tuple[int, int, int, int]:
-    """A shape none of whose instances of ``op`` is in the catalog."""
-    e = d.draw(st.sampled_from([1, 7, 100, 1000, 1024]), "E")
-    k = d.draw(st.sampled_from([1, 5, 7]), "k")
-    dim = d.draw(st.sampled_from([256, 1024, 2048, 8192]), "d")
-    return (e, dim, 256, min(k, e))
 
 
 @pytest.mark.parametrize("op", OPS)
