@@ -116,6 +116,9 @@ def cmd_edit_shape(args) -> int:
 
     # This process imported the old catalog; build the edited one explicitly.
     b = build_module(r.shapes, backend=args.backend, progress=_progress)
+    from .jit.progress import default_reporter
+
+    default_reporter().finish(b)
     relinked = ", relinked" if b.linked else ""
     print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
           f"{b.compiled} translation units compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
