@@ -7,6 +7,7 @@ environment variables); such a wheel is tagged for this platform (``py3-none-<pl
 the module is a plain C library, independent of the Python version).
 """
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ class BuildPy(build_py):
         build_into(package_dir, build_temp, HERE, log=self.announce_info)
 
     def announce_info(self, msg: str) -> None:
-        self.announce(msg, level=2)  # INFO
+        self.announce(msg, level=logging.INFO)
 
 
 cmdclass = {"build_py": BuildPy}
