@@ -158,7 +158,8 @@ def _cleanup_temps(directory: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-_STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] (CXX|LINK) ")
+# "[done/total] CXX src/..." / "LINK obj/..."; with -v ninja prints the command instead
+_STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 
 def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool]:
@@ -178,8 +179,10 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
             lines.append(line)
             m = _STATUS_RE.match(line)
             if m:
-                compiled += m.group(3) == "CXX" and "src/inst_" in line
-                linked |= m.group(3) == "LINK"
+                what = line[m.end() :]
+                is_link = what.startswith("LINK ") or f"-o obj/{MODULE_NAME}.so" in what
+                compiled += not is_link and "src/inst_" in what
+                linked |= is_link
                 if progress:
                     progress(int(m.group(1)), int(m.group(2)), line[m.end() :].strip())
             if verbose:
