@@ -380,8 +380,8 @@ class CompiledPeer:
             raise RuntimeError(self.broken[name])
         if self.compile_s >= self.budget_s:
             self._freeze()
-        saved = ref._CHUNK_ELEMS
-        ref._CHUNK_ELEMS = 1 << 62
+        saved = ref.chunks.CHUNK_ELEMS
+        ref.chunks.CHUNK_ELEMS = 1 << 62
         before = self._graphs()
         t0 = time.perf_counter()
         try:
@@ -394,7 +394,7 @@ class CompiledPeer:
                 self.broken[name] = f"failed earlier: {msg}"
             raise RuntimeError(msg) from exc
         finally:
-            ref._CHUNK_ELEMS = saved
+            ref.chunks.CHUNK_ELEMS = saved
             took = time.perf_counter() - t0
             if self._graphs() != before or took > 5.0:  # a (re)compile happened
                 self.compile_s += took

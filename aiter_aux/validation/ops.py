@@ -1,304 +1,19 @@
-"""Input checks shared by the reference (:mod:`aiter_aux.reference`) and the compiled ops.
+"""Per-op checks: ``validate_<op>`` checks the inputs of one op and returns the sizes derived
+from them; ``validate_<op>_out`` checks the caller-provided output buffers against those sizes.
 
-Every public op validates its arguments here *before* any computation or kernel launch, so
-the reference and every backend reject exactly the same inputs with the same messages.
-
-Conventions (see docs/ops.md):
-
-* A tensor argument that is not a :class:`torch.Tensor` raises :class:`TypeError`.
-* A tensor with the wrong dtype raises :class:`TypeError` naming the argument, the expected
-  dtype and the dtype it got.
-* A wrong rank or shape, a non-contiguous tensor, tensors on different devices, an int out of
-  range and an output buffer that is too small raise :class:`ValueError` naming the argument
-  and the rule that was broken.
-* Int arguments must be Python ints (or objects with ``__index__``, such as numpy ints);
-  ``bool`` and floats raise :class:`TypeError`.
-
-Each ``validate_<op>`` function checks the inputs of one op and returns the sizes derived
-from them; each ``validate_<op>_out`` function checks the caller-provided output buffers
-against those sizes.  The small ``validate_<int>`` functions work on plain ints, so limits
-such as ``M < 2**24`` can be checked without allocating large tensors.
+Messages follow the conventions of :mod:`aiter_aux.validation`.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 import torch
 
 from aiter_aux.types import MoeSortOutput
 
-__all__ = [
-    "BLOCK_M_VALUES",
-    "MAX_NUM_EXPERTS",
-    "MAX_NUM_TOKENS",
-    "MAX_TOPK",
-    "MAX_ROWS_LIMIT",
-    "check_tensor",
-    "check_same_device",
-    "check_buffer",
-    "check_zero_buf",
-    "validate_int",
-    "validate_num_experts",
-    "validate_block_m",
-    "validate_topk",
-    "validate_num_tokens",
-    "validate_model_dim",
-    "validate_sort_sizes",
-    "validate_moe_sort",
-    "validate_moe_sort_out",
-    "validate_mxfp4_quant",
-    "validate_mxfp4_quant_out",
-    "validate_moe_sort_quant",
-    "validate_moe_sort_scales",
-    "validate_moe_sort_scales_out",
-    "validate_moe_scatter_reduce",
-    "validate_moe_scatter_reduce_q",
-    "validate_moe_scatter_reduce_out",
-    "validate_reverse_sorted_range",
-]
-
-#: Allowed values of ``block_m`` (rows per sorted block).
-BLOCK_M_VALUES: tuple[int, ...] = (16, 32, 64, 128)
-#: ``num_experts`` must lie in ``[1, MAX_NUM_EXPERTS]``.
-MAX_NUM_EXPERTS = 1024
-#: ``topk`` must lie in ``[1, MAX_TOPK]`` (k is packed in the top 8 bits of sorted_token_ids).
-MAX_TOPK = 255
-#: ``M`` must be ``< MAX_NUM_TOKENS`` (t is packed in the low 24 bits of sorted_token_ids).
-MAX_NUM_TOKENS = 1 << 24
-#: ``max_rows`` must fit in int32 (rows are stored as int32 in reverse_sorted/num_valid_ids).
-MAX_ROWS_LIMIT = (1 << 31) - 1
-
-
-# --------------------------------------------------------------------------------------------
-# Generic tensor checks
-# --------------------------------------------------------------------------------------------
-
-
-def _shape_str(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
-
-
-def check_tensor(
-    t: object,
-    name: str,
-    dtype: torch.dtype,
-    ndim: int | None = None,
-    layout: str | None = None,
-) -> torch.Tensor:
-    """Check that ``t`` is a contiguous ``torch.Tensor`` of ``dtype`` (and rank ``ndim``).
-
-    Args:
-        t: the object to check.
-        name: the argument name used in error messages.
-        dtype: the required dtype.
-        ndim: the required rank, or None for any rank.
-        layout: a human-readable shape such as ``"[M, topk]"`` used in the rank message.
-
-    Returns:
-        ``t`` itself.
-
-    Raises:
-        TypeError: ``t`` is not a tensor, or has the wrong dtype.
-        ValueError: ``t`` has the wrong rank or is not contiguous.
-    """
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
-    if ndim is not None and t.dim() != ndim:
-        what = f" {layout}" if layout else ""
-        raise ValueError(
-            f"{name} must be a {ndim}-D tensor{what}, got {t.dim()}-D shape {_shape_str(t.shape)}"
-        )
-    if not t.is_contiguous():
-        raise ValueError(
-            f"{name} must be contiguous (shape {_shape_str(t.shape)}, strides {tuple(t.stride())})"
-        )
-    return t
-
-
-def check_same_device(**tensors: torch.Tensor | None) -> torch.device | None:
-    """Check that all the given (non-None) tensors live on one device.
-
-    Args:
-        **tensors: named tensors; None values are ignored.
-
-    Returns:
-        The common device, or None if no tensor was given.
-
-    Raises:
-        ValueError: two tensors are on different devices (the message lists all of them).
-    """
-    device = None
-    for t in tensors.values():
-        if t is None:
-            continue
-        if device is None:
-            device = t.device
-        elif t.device != device:
-            where = ", ".join(f"{n} on {v.device}" for n, v in tensors.items() if v is not None)
-            raise ValueError(f"all tensors must be on one device, got {where}")
-    return device
-
-
-def check_buffer(
-    buf: object,
-    name: str,
-    dtype: torch.dtype,
-    needed: int,
-    device: torch.device,
-    *,
-    ndim: int | None = None,
-    cols: int | None = None,
-) -> torch.Tensor:
-    """Check an output buffer: tensor, dtype, rank, contiguity, device and size.
-
-    Args:
-        buf: the buffer to check.
-        name: the argument name used in error messages.
-        dtype: the required dtype.
-        needed: the minimum number of elements the op writes.
-        device: the device of the op's inputs.
-        ndim: the required rank, or None for any rank.
-        cols: for 2-D buffers, the required size of the last dimension (rows may exceed
-            what is needed; the extra rows are not written).
-
-    Returns:
-        ``buf`` itself.
-
-    Raises:
-        TypeError: not a tensor, or wrong dtype.
-        ValueError: wrong rank or column count, not contiguous, on another device, or fewer
-            than ``needed`` elements (``"buffer too small: <name> needs >= N elements, got K"``).
-    """
-    buf = check_tensor(buf, name, dtype, ndim)
-    if buf.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: {name} is on {buf.device}, inputs on {device}"
-        )
-    if cols is not None and buf.shape[-1] != cols:
-        raise ValueError(
-            f"{name} must have {cols} columns (shape [rows, {cols}]), "
-            f"got shape {_shape_str(buf.shape)}"
-        )
-    if buf.numel() < needed:
-        raise ValueError(f"buffer too small: {name} needs >= {needed} elements, got {buf.numel()}")
-    return buf
-
-
-def check_zero_buf(zero_buf: object, device: torch.device) -> torch.Tensor | None:
-    """Check the optional ``zero_buf`` of the sort ops: bf16, contiguous, any shape, on ``device``.
-
-    The op zeroes all ``zero_buf.numel()`` elements.
-
-    Raises:
-        TypeError: not a tensor or not bfloat16.
-        ValueError: not contiguous, or on another device than the inputs.
-    """
-    if zero_buf is None:
-        return None
-    zero_buf = check_tensor(zero_buf, "zero_buf", torch.bfloat16)
-    if zero_buf.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: zero_buf is on {zero_buf.device}, "
-            f"inputs on {device}"
-        )
-    return zero_buf
-
-
-# --------------------------------------------------------------------------------------------
-# Int checks (no tensors needed)
-# --------------------------------------------------------------------------------------------
-
-
-def validate_int(value: object, name: str) -> int:
-    """Return ``value`` as an int; ``bool``, floats and other non-integers raise TypeError."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-
-
-def validate_num_experts(num_experts: object) -> int:
-    """Check ``1 <= num_experts <= 1024``; return it as an int (TypeError / ValueError)."""
-    n = validate_int(num_experts, "num_experts")
-    if not 1 <= n <= MAX_NUM_EXPERTS:
-        raise ValueError(f"num_experts must be in [1, {MAX_NUM_EXPERTS}], got {n}")
-    return n
-
-
-def validate_block_m(block_m: object) -> int:
-    """Check ``block_m in {16, 32, 64, 128}``; return it as an int (TypeError / ValueError)."""
-    b = validate_int(block_m, "block_m")
-    if b not in BLOCK_M_VALUES:
-        raise ValueError(f"block_m must be one of {BLOCK_M_VALUES}, got {b}")
-    return b
-
-
-def validate_topk(topk: object) -> int:
-    """Check ``1 <= topk <= 255``; return it as an int (TypeError / ValueError)."""
-    k = validate_int(topk, "topk")
-    if not 1 <= k <= MAX_TOPK:
-        raise ValueError(f"topk must be in [1, {MAX_TOPK}], got {k}")
-    return k
-
-
-def validate_num_tokens(num_tokens: object) -> int:
-    """Check ``0 <= M < 2**24`` (the sort packs t in 24 bits); return it as an int.
-
-    Raises:
-        TypeError: not an int.
-        ValueError: out of range.
-    """
-    m = validate_int(num_tokens, "num_tokens")
-    if not 0 <= m < MAX_NUM_TOKENS:
-        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {m}")
-    return m
-
-
-def validate_model_dim(model_dim: object, multiple: int) -> int:
-    """Check that ``model_dim`` is a positive multiple of ``multiple`` (32 for quant, 256 for
-    sort_scales); return it as an int (TypeError / ValueError)."""
-    d = validate_int(model_dim, "model_dim")
-    if d <= 0 or d % multiple != 0:
-        raise ValueError(f"model_dim must be a positive multiple of {multiple}, got {d}")
-    return d
-
-
-def validate_sort_sizes(
-    num_tokens: object, topk: object, num_experts: object, block_m: object
-) -> int:
-    """Check the sizes of a sort and return its capacity ``max_rows``.
-
-    ``max_rows = round_up(M * topk + num_experts * (block_m - 1), block_m)``.
-
-    Raises:
-        TypeError: an argument is not an int.
-        ValueError: ``M`` not in ``[0, 2**24)``, ``topk`` not in ``[1, 255]``, ``num_experts``
-            not in ``[1, 1024]``, ``block_m`` not in ``{16, 32, 64, 128}``, or ``max_rows``
-            does not fit in int32 (rows are stored as int32).
-    """
-    m = validate_num_tokens(num_tokens)
-    k = validate_topk(topk)
-    e = validate_num_experts(num_experts)
-    b = validate_block_m(block_m)
-    need = m * k + e * (b - 1)
-    max_rows = (need + b - 1) // b * b
-    if max_rows > MAX_ROWS_LIMIT:
-        raise ValueError(
-            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} "
-            f"must fit in int32 (<= {MAX_ROWS_LIMIT}); M={m}, topk={k}"
-        )
-    return max_rows
-
-
-# --------------------------------------------------------------------------------------------
-# Per-op checks
-# --------------------------------------------------------------------------------------------
+from .ints import validate_block_m, validate_model_dim, validate_sort_sizes, validate_topk
+from .tensors import _shape_str, check_buffer, check_same_device, check_tensor, check_zero_buf
 
 
 def _check_routing(topk_ids: object, topk_weights: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,7 +47,7 @@ def validate_moe_sort(
         ``(M, topk, max_rows)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.
     """
     ids, w = _check_routing(topk_ids, topk_weights)
     check_same_device(topk_ids=ids, topk_weights=w)
@@ -398,7 +113,7 @@ def validate_mxfp4_quant(x: object) -> tuple[int, int]:
         ``(M, model_dim)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.
     """
     x = check_tensor(x, "x", torch.bfloat16, 2, "[M, model_dim]")
     m, d = x.shape
@@ -435,7 +150,7 @@ def validate_moe_sort_quant(
         ``(M, topk, max_rows, model_dim)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.
     """
     ids, w = _check_routing(topk_ids, topk_weights)
     mx, d = validate_mxfp4_quant(x)
@@ -464,7 +179,7 @@ def validate_moe_sort_scales(
         ``out_rows = ceil(max_rows / BM) * BM``, ``BM = max(32, block_m)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.
     """
     a_scale = check_tensor(a_scale, "a_scale", torch.uint8, 2, "[M, model_dim/32]")
     sti = check_tensor(sorted_token_ids, "sorted_token_ids", torch.int32, 1, "[max_rows]")
@@ -537,7 +252,7 @@ def validate_moe_scatter_reduce(
         ``(M, rows, model_dim)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.  Row indices in ``reverse_sorted``
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.  Row indices in ``reverse_sorted``
         are not read here; see :func:`validate_reverse_sorted_range`.
     """
     eo = check_tensor(expert_out, "expert_out", torch.bfloat16, 2, "[rows, model_dim]")
@@ -570,7 +285,7 @@ def validate_moe_scatter_reduce_q(
         ``(M, rows, model_dim)``.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        TypeError, ValueError: see :mod:`aiter_aux.validation`.
     """
     q = check_tensor(expert_out_q, "expert_out_q", torch.uint8, 2, "[rows, model_dim/2]")
     s = check_tensor(expert_out_scale, "expert_out_scale", torch.uint8, 2, "[rows, model_dim/32]")

@@ -1,0 +1,67 @@
+"""Plain-PyTorch reference of the MXFP4 MoE auxiliary ops: the spec, bit for bit.
+
+This package is the executable form of docs/ops.md: every backend must reproduce these
+functions bit for bit.  The functions work on any device (CPU or CUDA tensors) with ordinary
+tensor ops, vectorised and processed in chunks of rows (:mod:`.chunks`; on one CPU core,
+M = 65,536 tokens with model_dim = 7168: sort < 1 s, quant ~5 s, sort_scales ~2 s,
+scatter_reduce ~15 s and scatter_reduce_q ~40 s at topk = 8).  A few data-dependent sizes are
+read back to the host (a synchronisation on GPU).  Subnormal fp32 values must not be flushed
+(``torch.set_flush_denormal(False)``, the default).
+
+Formats follow the OCP Microscaling (MX) Formats Specification v1.0: FP4 ``e2m1`` elements
+(values ``{0, 0.5, 1, 1.5, 2, 3, 4, 6}`` with a sign bit), ``e8m0`` shared scales (value
+``2^(s - 127)``, ``s = 255`` is NaN), one scale per block of 32 consecutive elements of a row
+(``per_1x32``).  Two e2m1 codes are packed per byte: element ``2j`` in the low nibble of byte
+``j``, element ``2j + 1`` in the high nibble.
+
+Each op has an allocating form and an ``_out`` form.  The allocating form allocates its
+outputs with :func:`torch.empty` and calls the ``_out`` form, which writes only the region the
+spec defines (rows of the sort outputs at or past ``num_valid_ids[0]`` keep whatever the
+buffer held).  Input checks are in :mod:`aiter_aux.validation` and run before anything is
+computed or written.
+
+One op family per module:
+
+* :mod:`.sort`: ``moe_sort[_out]`` (routing pairs sorted by expert, block_m-padded).
+* :mod:`.mxfp4`: the e2m1/e8m0 codec (quantisation of rows, decode tables, fp32 -> bf16
+  round-to-nearest-even with NaN -> 0x7FC0).
+* :mod:`.quant`: ``mxfp4_quant[_out]`` and the fused ``moe_sort_quant[_out]``.
+* :mod:`.sort_scales`: ``moe_sort_scales[_out]`` (scales in the a4w4 GEMM layout).
+* :mod:`.scatter`: ``moe_scatter_reduce[_out]`` and ``moe_scatter_reduce_q[_out]``.
+* :mod:`.chunks`: the row-chunk size of the loops (``chunks.CHUNK_ELEMS``, read at call time).
+"""
+
+from __future__ import annotations
+
+from aiter_aux.types import MoeSortOutput, moe_sort_capacity
+
+from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
+from .mxfp4 import E2M1_VALUES
+from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
+from .quant import moe_sort_quant, moe_sort_quant_out, mxfp4_quant, mxfp4_quant_out
+from .scatter import (
+    moe_scatter_reduce,
+    moe_scatter_reduce_out,
+    moe_scatter_reduce_q,
+    moe_scatter_reduce_q_out,
+)
+from .sort import moe_sort, moe_sort_out
+from .sort_scales import moe_sort_scales, moe_sort_scales_out
+
+__all__ = [
+    "MoeSortOutput",
+    "moe_sort_capacity",
+    "moe_sort",
+    "moe_sort_out",
+    "mxfp4_quant",
+    "mxfp4_quant_out",
+    "moe_sort_quant",
+    "moe_sort_quant_out",
+    "moe_sort_scales",
+    "moe_sort_scales_out",
+    "moe_scatter_reduce",
+    "moe_scatter_reduce_out",
+    "moe_scatter_reduce_q",
+    "moe_scatter_reduce_q_out",
+    "E2M1_VALUES",
+]

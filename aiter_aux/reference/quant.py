@@ -1,0 +1,147 @@
+"""Reference ``mxfp4_quant[_out]`` (MXFP4 per_1x32 quantisation of bf16 rows) and the fused
+``moe_sort_quant[_out]`` (``moe_sort_out`` and ``mxfp4_quant_out`` in one call)."""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_aux import validation as V
+from aiter_aux.types import MoeSortOutput
+
+from . import chunks
+from .mxfp4 import _quant_rows
+from .sort import _alloc_sort_out, _sort_into
+
+# --------------------------------------------------------------------------------------------
+# mxfp4_quant
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _quant_into(x: torch.Tensor, a_q: torch.Tensor, a_scale: torch.Tensor) -> None:
+    m, d = x.shape
+    step = chunks.rows_per_chunk(d)
+    for r0 in range(0, m, step):
+        r1 = min(m, r0 + step)
+        q, s = _quant_rows(x[r0:r1])
+        a_q[r0:r1].copy_(q)
+        a_scale[r0:r1].copy_(s)
+
+
+def mxfp4_quant_out(
+    x: torch.Tensor, a_q: torch.Tensor, a_scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP4 (per_1x32) quantisation of ``x`` into ``a_q`` and ``a_scale``.
+
+    Per block of 32 consecutive elements of a row (OCP MX spec v1.0, e2m1 + e8m0):
+
+    * any NaN or +-Inf in the block -> scale byte 255 and the block's 16 bytes 0;
+    * else ``amax = max |x|``, ``w = fp32(amax * fp32(1/6))`` (one RNE multiply),
+      ``s = min(254, (bits(w) + 0x7FFFFF) >> 23)`` (the exponent of w rounded up);
+    * each element: ``q = x * 2^(127 - s)`` exactly (subnormal inputs are not flushed), rounded
+      to the nearest e2m1 value, ties to the even code, saturating at 6; the sign bit 0x8 is
+      the sign bit of x (so -0.0 and small negatives give 0x8).
+
+    Args:
+        x: bf16 ``[M, model_dim]``, contiguous, ``model_dim`` a positive multiple of 32.
+        a_q: uint8 ``[>= M, model_dim / 2]``: element ``2j`` in the low nibble of byte ``j``.
+        a_scale: uint8 ``[>= M, model_dim / 32]``: e8m0 scale bytes, row-major.
+
+    Returns:
+        ``(a_q, a_scale)``; only their first M rows are written.
+
+    Raises:
+        TypeError: not tensors, or wrong dtypes.
+        ValueError: wrong shapes, non-contiguous, mixed devices, model_dim % 32 != 0,
+            buffers too small.
+    """
+    m, d = V.validate_mxfp4_quant(x)
+    V.validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    _quant_into(x, a_q, a_scale)
+    return a_q, a_scale
+
+
+def mxfp4_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocating form of :func:`mxfp4_quant_out`.
+
+    Args:
+        x: bf16 ``[M, model_dim]``, contiguous, ``model_dim % 32 == 0``.
+
+    Returns:
+        ``(a_q, a_scale)``: uint8 ``[M, model_dim / 2]`` (e2m1 pairs) and uint8
+        ``[M, model_dim / 32]`` (e8m0), on the device of ``x``.
+
+    Raises:
+        TypeError, ValueError: as :func:`mxfp4_quant_out`.
+    """
+    m, d = V.validate_mxfp4_quant(x)
+    a_q = torch.empty(m, d // 2, dtype=torch.uint8, device=x.device)
+    a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=x.device)
+    return mxfp4_quant_out(x, a_q, a_scale)
+
+
+# --------------------------------------------------------------------------------------------
+# moe_sort_quant
+# --------------------------------------------------------------------------------------------
+
+
+def moe_sort_quant_out(
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    x: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    out: MoeSortOutput,
+    a_q: torch.Tensor,
+    a_scale: torch.Tensor,
+    *,
+    zero_buf: torch.Tensor | None = None,
+) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
+    """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU).
+
+    ``x`` is bf16 ``[M, model_dim]`` with the same M as ``topk_ids``; every other argument is
+    as in the two ops, and the outputs are identical to those of the separate ops.  All
+    arguments are checked before anything is written.
+
+    Returns:
+        ``(out, a_q, a_scale)``.
+
+    Raises:
+        TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
+    """
+    m, topk, max_rows, d = V.validate_moe_sort_quant(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+    )
+    dev = topk_ids.device
+    out = V.validate_moe_sort_out(out, m, topk, max_rows, block_m, dev)
+    V.validate_mxfp4_quant_out(a_q, a_scale, m, d, dev)
+    _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
+    _quant_into(x, a_q, a_scale)
+    return out, a_q, a_scale
+
+
+def moe_sort_quant(
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    x: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    *,
+    zero_buf: torch.Tensor | None = None,
+) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
+    """Allocating form of :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``
+    shaped as by :func:`moe_sort` and :func:`mxfp4_quant`.
+
+    Raises:
+        TypeError, ValueError: as :func:`moe_sort_quant_out`.
+    """
+    m, topk, max_rows, d = V.validate_moe_sort_quant(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+    )
+    dev = topk_ids.device
+    out = _alloc_sort_out(m, topk, max_rows, int(block_m), dev)
+    a_q = torch.empty(m, d // 2, dtype=torch.uint8, device=dev)
+    a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=dev)
+    return moe_sort_quant_out(
+        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf
+    )

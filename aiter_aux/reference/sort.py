@@ -1,0 +1,152 @@
+"""Reference ``moe_sort`` / ``moe_sort_out``: the (token, k) routing pairs sorted by expert
+into block_m-padded segments, plus the allocation of the sort outputs at their capacity
+(:func:`aiter_aux.types.moe_sort_capacity` rows), shared with ``moe_sort_quant``."""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_aux import validation as V
+from aiter_aux.types import MoeSortOutput
+
+
+def _as_int32(v: torch.Tensor) -> torch.Tensor:
+    """int64 values in [-2^31, 2^32) -> int32 with two's-complement wrap-around."""
+    return torch.where(v >= (1 << 31), v - (1 << 32), v).to(torch.int32)
+
+
+@torch.no_grad()
+def _sort_into(
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    out: MoeSortOutput,
+    zero_buf: torch.Tensor | None,
+) -> None:
+    dev = topk_ids.device
+    m, topk = topk_ids.shape
+    n = m * topk
+    e = num_experts
+    i64 = dict(dtype=torch.int64, device=dev)
+
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    local = (ids >= 0) & (ids < e)
+    # Unique key: expert-major, pair index (t * topk + k) minor; non-local pairs sort last.
+    key = torch.where(local, ids, e) * max(n, 1) + torch.arange(n, **i64)
+    order = torch.argsort(key, stable=True)
+    counts = torch.bincount(ids[local], minlength=e)[:e]  # pairs per expert
+    n_local = int(counts.sum())
+    padded = (counts + block_m - 1) // block_m * block_m  # rows per expert
+    seg_start = torch.cumsum(padded, 0) - padded
+    cnt_start = torch.cumsum(counts, 0) - counts
+    total = int(padded.sum())  # num_valid_ids[0]
+
+    pairs = order[:n_local]  # local pair indices, in sorted order
+    pe = ids[pairs]
+    row = seg_start[pe] + (torch.arange(n_local, **i64) - cnt_start[pe])
+    t = pairs // topk
+    k = pairs % topk
+
+    sti = torch.full((total,), m, **i64)
+    sti[row] = t | (k << 24)
+    sw = torch.zeros(total, dtype=torch.float32, device=dev)
+    sw[row] = topk_weights.reshape(-1)[pairs]
+    mi = torch.full((total,), m, **i64)
+    mi[row] = t
+    seid = torch.repeat_interleave(torch.arange(e, **i64), padded // block_m)
+    rev = torch.full((n,), -1, **i64)
+    rev[pairs] = row
+
+    out.sorted_token_ids[:total].copy_(_as_int32(sti))
+    out.sorted_weights[:total].copy_(sw)
+    out.m_indices[:total].copy_(mi.to(torch.int32))
+    out.sorted_expert_ids[: total // block_m].copy_(seid.to(torch.int32))
+    out.num_valid_ids[:2].copy_(torch.tensor([total, m], dtype=torch.int32))
+    out.reverse_sorted[:n].copy_(rev.to(torch.int32))
+    if zero_buf is not None:
+        zero_buf.zero_()
+
+
+def _alloc_sort_out(m: int, topk: int, max_rows: int, block_m: int, dev) -> MoeSortOutput:
+    i32 = dict(dtype=torch.int32, device=dev)
+    return MoeSortOutput(
+        torch.empty(max_rows, **i32),
+        torch.empty(max_rows, dtype=torch.float32, device=dev),
+        torch.empty(max_rows, **i32),
+        torch.empty(max_rows // block_m, **i32),
+        torch.empty(2, **i32),
+        torch.empty(m * topk, **i32),
+    )
+
+
+def moe_sort_out(
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    out: MoeSortOutput,
+    *,
+    zero_buf: torch.Tensor | None = None,
+) -> MoeSortOutput:
+    """Sort the (token, k) routing pairs by expert into block_m-padded segments, into ``out``.
+
+    A pair ``(t, k)`` with ``0 <= topk_ids[t, k] < num_experts`` is *local* and goes to that
+    expert; any other id (-1 from an expert-parallel map, or out of range) is not placed and
+    gets ``reverse_sorted[t * topk + k] = -1``.  Experts appear in ascending order; each
+    expert's pairs are contiguous in ascending ``(t, k)`` order, and its segment is padded up to
+    a multiple of ``block_m`` rows; an expert with no pairs takes no rows.
+
+    Args:
+        topk_ids: int32 ``[M, topk]``; ``M < 2**24``, ``1 <= topk <= 255``.
+        topk_weights: float32 ``[M, topk]``.
+        num_experts: ``1 <= num_experts <= 1024``.
+        block_m: rows per block, one of 16, 32, 64, 128.
+        out: the output buffers (see :class:`MoeSortOutput`), each exactly 1-D, contiguous,
+            with at least ``max_rows = moe_sort_capacity(M, topk, num_experts, block_m)``
+            elements (``max_rows // block_m`` for sorted_expert_ids, 2 for num_valid_ids,
+            ``M * topk`` for reverse_sorted).  Written: ``sorted_token_ids`` (``t | (k << 24)``,
+            pad rows ``M``), ``sorted_weights`` (pad 0.0), ``m_indices`` (``t``, pad ``M``) for
+            rows ``< num_valid_ids[0]``; ``sorted_expert_ids`` for blocks
+            ``< num_valid_ids[0] / block_m``; ``num_valid_ids[:2] = [rows incl. padding, M]``;
+            ``reverse_sorted[:M * topk]``.  Everything past that is left untouched.
+        zero_buf: optional contiguous bf16 tensor (typically ``[M, model_dim]``), all of whose
+            elements are set to +0.0.
+
+    Returns:
+        ``out`` as a :class:`MoeSortOutput`.
+
+    Raises:
+        TypeError: a tensor argument is not a tensor or has the wrong dtype; an int is not an int.
+        ValueError: wrong shape, non-contiguous, mixed devices, ints out of range, buffers too
+            small.
+    """
+    m, topk, max_rows = V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+    out = V.validate_moe_sort_out(out, m, topk, max_rows, block_m, topk_ids.device)
+    _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
+    return out
+
+
+def moe_sort(
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    *,
+    zero_buf: torch.Tensor | None = None,
+) -> MoeSortOutput:
+    """Allocating form of :func:`moe_sort_out` (buffers from :func:`torch.empty`).
+
+    Returns:
+        A :class:`MoeSortOutput` on the device of ``topk_ids`` with ``sorted_token_ids``,
+        ``sorted_weights``, ``m_indices`` of ``max_rows`` elements, ``sorted_expert_ids`` of
+        ``max_rows // block_m``, ``num_valid_ids`` of 2 and ``reverse_sorted`` of ``M * topk``
+        (``max_rows = moe_sort_capacity(M, topk, num_experts, block_m)``).  Rows at or past
+        ``num_valid_ids[0]`` are uninitialised.
+
+    Raises:
+        TypeError, ValueError: as :func:`moe_sort_out`.
+    """
+    m, topk, max_rows = V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+    out = _alloc_sort_out(m, topk, max_rows, int(block_m), topk_ids.device)
+    return moe_sort_out(topk_ids, topk_weights, num_experts, block_m, out, zero_buf=zero_buf)

@@ -1,0 +1,89 @@
+"""Input checks shared by the reference (:mod:`aiter_aux.reference`) and the compiled ops.
+
+Every public op validates its arguments here *before* any computation or kernel launch, so
+the reference and every backend reject exactly the same inputs with the same messages.
+
+Conventions (see docs/ops.md):
+
+* A tensor argument that is not a :class:`torch.Tensor` raises :class:`TypeError`.
+* A tensor with the wrong dtype raises :class:`TypeError` naming the argument, the expected
+  dtype and the dtype it got.
+* A wrong rank or shape, a non-contiguous tensor, tensors on different devices, an int out of
+  range and an output buffer that is too small raise :class:`ValueError` naming the argument
+  and the rule that was broken.
+* Int arguments must be Python ints (or objects with ``__index__``, such as numpy ints);
+  ``bool`` and floats raise :class:`TypeError`.
+
+Each ``validate_<op>`` function checks the inputs of one op and returns the sizes derived
+from them; each ``validate_<op>_out`` function checks the caller-provided output buffers
+against those sizes.  The small ``validate_<int>`` functions work on plain ints, so limits
+such as ``M < 2**24`` can be checked without allocating large tensors.
+
+One kind of check per module:
+
+* :mod:`.tensors`: generic tensor and output-buffer checks (``check_*``).
+* :mod:`.ints`: int checks and the limits they enforce (``validate_<int>``, ``MAX_*``,
+  ``BLOCK_M_VALUES``).
+* :mod:`.ops`: the per-op checks (``validate_<op>``, ``validate_<op>_out``).
+"""
+
+from __future__ import annotations
+
+from .ints import (
+    BLOCK_M_VALUES,
+    MAX_NUM_EXPERTS,
+    MAX_NUM_TOKENS,
+    MAX_ROWS_LIMIT,
+    MAX_TOPK,
+    validate_block_m,
+    validate_int,
+    validate_model_dim,
+    validate_num_experts,
+    validate_num_tokens,
+    validate_sort_sizes,
+    validate_topk,
+)
+from .ops import (
+    validate_moe_scatter_reduce,
+    validate_moe_scatter_reduce_out,
+    validate_moe_scatter_reduce_q,
+    validate_moe_sort,
+    validate_moe_sort_out,
+    validate_moe_sort_quant,
+    validate_moe_sort_scales,
+    validate_moe_sort_scales_out,
+    validate_mxfp4_quant,
+    validate_mxfp4_quant_out,
+    validate_reverse_sorted_range,
+)
+from .tensors import check_buffer, check_same_device, check_tensor, check_zero_buf
+
+__all__ = [
+    "BLOCK_M_VALUES",
+    "MAX_NUM_EXPERTS",
+    "MAX_NUM_TOKENS",
+    "MAX_TOPK",
+    "MAX_ROWS_LIMIT",
+    "check_tensor",
+    "check_same_device",
+    "check_buffer",
+    "check_zero_buf",
+    "validate_int",
+    "validate_num_experts",
+    "validate_block_m",
+    "validate_topk",
+    "validate_num_tokens",
+    "validate_model_dim",
+    "validate_sort_sizes",
+    "validate_moe_sort",
+    "validate_moe_sort_out",
+    "validate_mxfp4_quant",
+    "validate_mxfp4_quant_out",
+    "validate_moe_sort_quant",
+    "validate_moe_sort_scales",
+    "validate_moe_sort_scales_out",
+    "validate_moe_scatter_reduce",
+    "validate_moe_scatter_reduce_q",
+    "validate_moe_scatter_reduce_out",
+    "validate_reverse_sorted_range",
+]

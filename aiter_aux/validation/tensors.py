@@ -1,0 +1,142 @@
+"""Generic tensor checks: type, dtype, rank, contiguity, device and output-buffer size.
+
+Messages follow the conventions of :mod:`aiter_aux.validation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def check_tensor(
+    t: object,
+    name: str,
+    dtype: torch.dtype,
+    ndim: int | None = None,
+    layout: str | None = None,
+) -> torch.Tensor:
+    """Check that ``t`` is a contiguous ``torch.Tensor`` of ``dtype`` (and rank ``ndim``).
+
+    Args:
+        t: the object to check.
+        name: the argument name used in error messages.
+        dtype: the required dtype.
+        ndim: the required rank, or None for any rank.
+        layout: a human-readable shape such as ``"[M, topk]"`` used in the rank message.
+
+    Returns:
+        ``t`` itself.
+
+    Raises:
+        TypeError: ``t`` is not a tensor, or has the wrong dtype.
+        ValueError: ``t`` has the wrong rank or is not contiguous.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        what = f" {layout}" if layout else ""
+        raise ValueError(
+            f"{name} must be a {ndim}-D tensor{what}, got {t.dim()}-D shape {_shape_str(t.shape)}"
+        )
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{name} must be contiguous (shape {_shape_str(t.shape)}, strides {tuple(t.stride())})"
+        )
+    return t
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> torch.device | None:
+    """Check that all the given (non-None) tensors live on one device.
+
+    Args:
+        **tensors: named tensors; None values are ignored.
+
+    Returns:
+        The common device, or None if no tensor was given.
+
+    Raises:
+        ValueError: two tensors are on different devices (the message lists all of them).
+    """
+    device = None
+    for t in tensors.values():
+        if t is None:
+            continue
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            where = ", ".join(f"{n} on {v.device}" for n, v in tensors.items() if v is not None)
+            raise ValueError(f"all tensors must be on one device, got {where}")
+    return device
+
+
+def check_buffer(
+    buf: object,
+    name: str,
+    dtype: torch.dtype,
+    needed: int,
+    device: torch.device,
+    *,
+    ndim: int | None = None,
+    cols: int | None = None,
+) -> torch.Tensor:
+    """Check an output buffer: tensor, dtype, rank, contiguity, device and size.
+
+    Args:
+        buf: the buffer to check.
+        name: the argument name used in error messages.
+        dtype: the required dtype.
+        needed: the minimum number of elements the op writes.
+        device: the device of the op's inputs.
+        ndim: the required rank, or None for any rank.
+        cols: for 2-D buffers, the required size of the last dimension (rows may exceed
+            what is needed; the extra rows are not written).
+
+    Returns:
+        ``buf`` itself.
+
+    Raises:
+        TypeError: not a tensor, or wrong dtype.
+        ValueError: wrong rank or column count, not contiguous, on another device, or fewer
+            than ``needed`` elements (``"buffer too small: <name> needs >= N elements, got K"``).
+    """
+    buf = check_tensor(buf, name, dtype, ndim)
+    if buf.device != device:
+        raise ValueError(
+            f"all tensors must be on one device: {name} is on {buf.device}, inputs on {device}"
+        )
+    if cols is not None and buf.shape[-1] != cols:
+        raise ValueError(
+            f"{name} must have {cols} columns (shape [rows, {cols}]), "
+            f"got shape {_shape_str(buf.shape)}"
+        )
+    if buf.numel() < needed:
+        raise ValueError(f"buffer too small: {name} needs >= {needed} elements, got {buf.numel()}")
+    return buf
+
+
+def check_zero_buf(zero_buf: object, device: torch.device) -> torch.Tensor | None:
+    """Check the optional ``zero_buf`` of the sort ops: bf16, contiguous, any shape, on ``device``.
+
+    The op zeroes all ``zero_buf.numel()`` elements.
+
+    Raises:
+        TypeError: not a tensor or not bfloat16.
+        ValueError: not contiguous, or on another device than the inputs.
+    """
+    if zero_buf is None:
+        return None
+    zero_buf = check_tensor(zero_buf, "zero_buf", torch.bfloat16)
+    if zero_buf.device != device:
+        raise ValueError(
+            f"all tensors must be on one device: zero_buf is on {zero_buf.device}, "
+            f"inputs on {device}"
+        )
+    return zero_buf
