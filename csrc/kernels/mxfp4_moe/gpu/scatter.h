@@ -128,6 +128,116 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
   }
 }
 
+// MXFP4 variant.  One thread per (token, 32-column block) unit: per pair it
+// loads the 16 bytes (32 e2m1) of the block and its scale byte.  All 32
+// products of a pair share the weight w and the scale s, so they take only 16
+// values: P[nib] = fp32(decode(nib, s) * w), computed once per (pair, block)
+// with f32_mul_rn (P[nib | 8] = -P[nib], exact: rounding is symmetric; only a
+// NaN's sign differs, which the final bf16 conversion ignores).  The table is
+// thread-private in shared memory, laid out [nib][thread] (bank = thread, no
+// conflicts); each element is then one table read and one f32_add_rn, in k
+// order -- the same sums as the spec.
+template <int D>
+__device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w[4]) {
+  if (al16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = static_cast<uint32_t>(p[4 * i]) | (static_cast<uint32_t>(p[4 * i + 1]) << 8) |
+             (static_cast<uint32_t>(p[4 * i + 2]) << 16) | (static_cast<uint32_t>(p[4 * i + 3]) << 24);
+    }
+  }
+}
+
+// fp32 bits of the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (e2m1 codes 0..7).
+__host__ __device__ __forceinline__ uint32_t e2m1_mag_bits(int m) {
+  return m == 0 ? 0u : (m == 1 ? 0x3F000000u : (m == 2 ? 0x3F800000u : (m == 3 ? 0x3FC00000u :
+         (m == 4 ? 0x40000000u : (m == 5 ? 0x40400000u : (m == 6 ? 0x40800000u : 0x40C00000u))))));
+}
+
+template <int D, int K>
+__global__ __launch_bounds__(kThreads) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
+                                                                    int num_blocks, bool in_al16,
+                                                                    bool out_al16) {
+  constexpr int kBlocksPerRow = D / 32;
+  __shared__ float tab[16][kThreads];
+  const int tid = thread_idx();
+  const int64_t units = a.num_tokens * kBlocksPerRow;
+  const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
+  const int64_t rows = a.num_rows;
+  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreads + tid; u < units; u += stride) {
+    const int64_t t = u / kBlocksPerRow;
+    const int blk = static_cast<int>(u - t * kBlocksPerRow);
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    const int32_t* rev = a.reverse_sorted + t * K;
+    constexpr int kKB = K < 8 ? K : 8;
+    for (int k0 = 0; k0 < K; k0 += kKB) {
+      int ps[kKB];
+      bool ok[kKB];
+#pragma unroll
+      for (int i = 0; i < kKB; ++i) {
+        const int p = k0 + i < K ? rev[k0 + i] : -1;
+        ok[i] = p >= 0 && p < rows;
+        ps[i] = ok[i] ? p : 0;
+      }
+      if (rows == 0) continue;
+      float wt[kKB];
+      uint32_t raw[kKB][4];
+      uint32_t sc[kKB];
+#pragma unroll
+      for (int i = 0; i < kKB; ++i) {
+        const int64_t p = ps[i];
+        wt[i] = a.sorted_weights[p];
+        load_q16<D>(a.expert_out_q + p * (D / 2) + blk * 16, in_al16, raw[i]);
+        sc[i] = a.expert_out_scale[p * kBlocksPerRow + blk];
+      }
+#pragma unroll
+      for (int i = 0; i < kKB; ++i) {
+        if (!ok[i]) continue;
+        const uint32_t s = sc[i];
+        const int es = static_cast<int>(s) - 127;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          // decode(m, s): exact bits; the common s (no overflow, no subnormal)
+          // is an exponent add.
+          const uint32_t vb = (s >= 2u && s <= 252u)
+                                  ? (m == 0 ? 0u : e2m1_mag_bits(m) + (static_cast<uint32_t>(es) << 23))
+                                  : mx_decode_bits(static_cast<uint32_t>(m), s);
+          const float pr = f32_mul_rn(as_f32(vb), wt[i]);
+          tab[m][tid] = pr;
+          tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const uint32_t nib = (raw[i][w] >> (4 * j)) & 0xFu;
+            acc[8 * w + j] = f32_add_rn(acc[8 * w + j], tab[nib][tid]);
+          }
+        }
+      }
+    }
+    uint16_t* dst = a.out + t * D + blk * 32;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[j] = f32_bits_to_bf16_rne(as_u32(acc[8 * g + 2 * j])) |
+               (f32_bits_to_bf16_rne(as_u32(acc[8 * g + 2 * j + 1])) << 16);
+      }
+      store_bf16x8(dst + 8 * g, out_al16, w);
+    }
+  }
+}
+
 template <int D, int K, bool kQ>
 inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
   static_assert(D > 0, "model_dim must be positive");
@@ -144,12 +254,20 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
                             : (a.expert_out == nullptr);
     if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
   }
-  constexpr int V = kQ ? 8 : vec_width<D>();
+  const bool out_al16 = is_aligned(a.out, 16);
+  if constexpr (kQ) {
+    const int64_t units = a.num_tokens * (D / 32);
+    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 65535));
+    AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K>), dim3(blocks), dim3(kThreads),
+                     static_cast<hipStream_t>(stream))(a, blocks, is_aligned(a.expert_out_q, 16),
+                                                       out_al16);
+    return check_launch(op);
+  }
+  constexpr int V = vec_width<D>();
   const int64_t units = a.num_tokens * (D / V);
   const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 8192));
-  const bool in_al = kQ ? is_aligned(a.expert_out_q, 4) : is_aligned(a.expert_out, 16);
-  const bool out_al16 = is_aligned(a.out, 16);
-  AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K, kQ>), dim3(blocks), dim3(kThreads),
+  const bool in_al = is_aligned(a.expert_out, 16);
+  AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K, false>), dim3(blocks), dim3(kThreads),
                    static_cast<hipStream_t>(stream))(a, blocks, in_al, out_al16);
   return check_launch(op);
 }
