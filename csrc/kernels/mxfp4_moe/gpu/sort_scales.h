@@ -1,7 +1,6 @@
 // moe_sort_scales on the GPU; docs/ops.md is the spec.
 //
-// One thread per output dword w = ((((c*C_M1 + mi)*C_K1 + ku)*4 + kl)*16 + nl),
-// grid-stride; consecutive threads write consecutive dwords.  The dword holds
+// Output dword w = ((((c*C_M1 + mi)*C_K1 + ku)*4 + kl)*16 + nl) holds
 // in byte 2*ik + ia the scale a_scale[token(row), 8*ku + 4*ik + kl] of row
 // c*BM + (2*mi + ia)*16 + nl, or 0 for a row that is padding, at/after
 // num_valid_ids[0] (read on the device) or at/after max_rows.  Every byte of
@@ -15,49 +14,89 @@ namespace gpu {
 namespace scales_detail {
 
 constexpr int kThreads = 256;
+constexpr int kKuPerWarp = 8;  // ku (8-byte column groups) per warp unit
 
+// 8 scale bytes (one ku) of a row, as two little-endian words.
+__device__ __forceinline__ void load_u8x8(const uint8_t* p, bool al8, uint32_t* lo, uint32_t* hi) {
+  if (al8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    *lo = v.x;
+    *hi = v.y;
+  } else {
+    *lo = load_u8x4(p, false);
+    *hi = load_u8x4(p + 4, false);
+  }
+}
+
+// One warp per unit (tile of 32 rows c*BM + mi*32 + [0, 32), ku group of up
+// to kKuPerWarp).  Lane L holds row (ia = L / 16, nl = L % 16); it reads the
+// 8 bytes of each ku of its row (contiguous, one token row of a_scale), swaps
+// them with lane L ^ 16 (the other ia of the same nl), and writes the dwords
+// kl = 2*(L/16) and 2*(L/16) + 1 of the (c, mi, ku) tile: dword kl*16 + nl =
+// bytes [row ia0 col kl, row ia1 col kl, row ia0 col 4+kl, row ia1 col 4+kl].
+// Each store instruction writes two 64-byte runs.
 template <int D>
 __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScalesArgs a,
-                                                               int64_t total_dwords,
-                                                               int num_blocks, bool out_al4) {
+                                                               int64_t num_units,
+                                                               int64_t total_tiles,
+                                                               int num_blocks, bool in_al8,
+                                                               bool out_al4) {
   constexpr int kCK1 = D / 256;
   constexpr int kScaleCols = D / 32;
+  constexpr int kGroups = (kCK1 + kKuPerWarp - 1) / kKuPerWarp;
+  constexpr int kWarps = kThreads / kWarpSize;
   const int bm = a.block_m > 32 ? a.block_m : 32;
   const int cm1 = bm / 32;
   int64_t lim = a.num_valid_ids[0];
   if (lim > a.max_rows) lim = a.max_rows;
   const uint32_t m = static_cast<uint32_t>(a.num_tokens);
-  const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
-  for (int64_t w = static_cast<int64_t>(block_idx()) * kThreads + thread_idx(); w < total_dwords;
-       w += stride) {
-    const int nl = static_cast<int>(w & 15);
-    const int kl = static_cast<int>((w >> 4) & 3);
-    int64_t r = w >> 6;
-    const int ku = static_cast<int>(r % kCK1);
-    r /= kCK1;
-    const int mi = static_cast<int>(r % cm1);
-    const int64_t c = r / cm1;
-    const int64_t row0 = c * bm + (2 * mi) * 16 + nl;  // ia = 0
-    const int64_t row1 = row0 + 16;                     // ia = 1
-    const int col = 8 * ku + kl;                         // ik = 0; ik = 1 is col + 4
-    uint32_t v = 0;
-    if (row0 < lim) {
-      const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row0]) & 0xFFFFFFu;
-      if (t < m) {
-        const uint8_t* s = a.a_scale + static_cast<int64_t>(t) * kScaleCols + col;
-        v |= static_cast<uint32_t>(s[0]);         // byte 0: ik 0, ia 0
-        v |= static_cast<uint32_t>(s[4]) << 16;   // byte 2: ik 1, ia 0
+  const int lane = lane_id();
+  const int sub = lane & 31;  // row inside the 32-row tile (kWarpSize 64: two tiles)
+  const int half = sub >> 4;  // ia
+  const int nl = sub & 15;
+  constexpr int kTilesPerWarp = kWarpSize / 32;
+  const int64_t wstride = static_cast<int64_t>(num_blocks) * kWarps;
+  for (int64_t unit = static_cast<int64_t>(block_idx()) * kWarps + warp_id(); unit < num_units;
+       unit += wstride) {
+    const int grp = static_cast<int>(unit % kGroups);
+    const int64_t tile = (unit / kGroups) * kTilesPerWarp + (lane >> 5);  // (c, mi)
+    const bool tile_ok = tile < total_tiles;  // kWarpSize 64: the 2nd tile may be past the end
+    const int64_t c = tile / cm1;
+    const int mi = static_cast<int>(tile - c * cm1);
+    const int64_t row = c * bm + mi * 32 + sub;
+    const uint8_t* src = nullptr;
+    if (row < lim) {
+      const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row]) & 0xFFFFFFu;
+      if (t < m) src = a.a_scale + static_cast<int64_t>(t) * kScaleCols;
+    }
+    const int ku0 = grp * kKuPerWarp;
+    uint32_t lo[kKuPerWarp], hi[kKuPerWarp];
+#pragma unroll
+    for (int i = 0; i < kKuPerWarp; ++i) {
+      lo[i] = 0u;
+      hi[i] = 0u;
+      if (src != nullptr && ku0 + i < kCK1) load_u8x8(src + 8 * (ku0 + i), in_al8, &lo[i], &hi[i]);
+    }
+    // tile bytes: ((c*cm1 + mi)*kCK1 + ku) * 256
+    uint8_t* dst_tile = a.sorted_scales + (tile * kCK1) * 256;
+#pragma unroll
+    for (int i = 0; i < kKuPerWarp; ++i) {
+      if (ku0 + i >= kCK1) break;  // warp-uniform
+      const uint32_t plo = shfl_xor_u32(lo[i], 16);
+      const uint32_t phi = shfl_xor_u32(hi[i], 16);
+      // rows ia0 / ia1 of this nl
+      const uint32_t a0 = half ? plo : lo[i], a1 = half ? phi : hi[i];  // ia0: cols 0-3, 4-7
+      const uint32_t b0 = half ? lo[i] : plo, b1 = half ? hi[i] : phi;  // ia1
+      uint8_t* dst = dst_tile + static_cast<int64_t>(ku0 + i) * 256;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int kl = 2 * half + q;
+        const int sh = 8 * kl;
+        const uint32_t v = ((a0 >> sh) & 0xFFu) | (((b0 >> sh) & 0xFFu) << 8) |
+                           (((a1 >> sh) & 0xFFu) << 16) | (((b1 >> sh) & 0xFFu) << 24);
+        if (tile_ok) store_u8x4(dst + (kl * 16 + nl) * 4, out_al4, v);
       }
     }
-    if (row1 < lim) {
-      const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row1]) & 0xFFFFFFu;
-      if (t < m) {
-        const uint8_t* s = a.a_scale + static_cast<int64_t>(t) * kScaleCols + col;
-        v |= static_cast<uint32_t>(s[0]) << 8;    // byte 1: ik 0, ia 1
-        v |= static_cast<uint32_t>(s[4]) << 24;   // byte 3: ik 1, ia 1
-      }
-    }
-    store_u8x4(a.sorted_scales + w * 4, out_al4, v);
   }
 }
 
@@ -77,14 +116,20 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
   if (a.max_rows < 0 || a.max_rows > INT32_MAX)
     return fail_invalid("%s: max_rows %lld out of [0, 2^31)", op, (long long)a.max_rows);
   const int64_t bm = a.block_m > 32 ? a.block_m : 32;
-  const int64_t total_dwords = ceil_div_i64(a.max_rows, bm) * bm * (ModelDim / 32) / 4;
-  if (total_dwords == 0) return AITER_AUX_OK;
+  const int64_t out_rows = ceil_div_i64(a.max_rows, bm) * bm;
+  if (out_rows == 0) return AITER_AUX_OK;
   if (a.sorted_scales == nullptr || a.sorted_token_ids == nullptr || a.num_valid_ids == nullptr ||
       (a.num_tokens > 0 && a.a_scale == nullptr))
     return fail_invalid("%s: null tensor pointer", op);
-  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(total_dwords, kThreads), 1, 8192));
+  constexpr int kGroups = (ModelDim / 256 + kKuPerWarp - 1) / kKuPerWarp;
+  // out_rows is a multiple of 32 (BM >= 32); one warp unit covers kWarpSize rows.
+  const int64_t warp_tiles = ceil_div_i64(out_rows, kWarpSize);
+  const int64_t num_units = warp_tiles * kGroups;
+  constexpr int kWarps = kThreads / kWarpSize;
+  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(num_units, kWarps), 1, 65535));
   AITER_AUX_LAUNCH((sort_scales_kernel<ModelDim>), dim3(blocks), dim3(kThreads),
-                   static_cast<hipStream_t>(stream))(a, total_dwords, blocks,
+                   static_cast<hipStream_t>(stream))(a, num_units, out_rows / 32, blocks,
+                                                     is_aligned(a.a_scale, 8),
                                                      is_aligned(a.sorted_scales, 4));
   return check_launch(op);
 }
