@@ -76,6 +76,20 @@ struct Bounds {
 
 __host__ __device__ __forceinline__ Bounds mx_bounds(uint32_t s) {
   Bounds b;
+  if (s >= 3u && s <= 252u) {
+    // Every scaled threshold is a normal fp32 (exponent field 125..129 plus
+    // s - 127 stays in [1, 254]) with zero low 16 bits: gt_bound is its bf16
+    // bits, ge_bound those minus 1, and scaling adds (s - 127) << 7.
+    const uint32_t d = (s - 127u) << 7;  // mod 2^32
+    b.u[0] = 0x3E80u + d;
+    b.u[1] = 0x3F3Fu + d;
+    b.u[2] = 0x3FA0u + d;
+    b.u[3] = 0x3FDFu + d;
+    b.u[4] = 0x4020u + d;
+    b.u[5] = 0x405Fu + d;
+    b.u[6] = 0x40A0u + d;
+    return b;
+  }
   b.u[0] = gt_bound(scale_threshold(0x3E800000u, s));  // q > 0.25
   b.u[1] = ge_bound(scale_threshold(0x3F400000u, s));  // q >= 0.75
   b.u[2] = gt_bound(scale_threshold(0x3FA00000u, s));  // q > 1.25
@@ -142,33 +156,47 @@ __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16,
   return mx_pack8_sw(w, s);
 }
 
-// Quantises the whole tensor with warps gwarp, gwarp + nwarps, ... (warp
-// tiles of kWarpSize units).  Every lane of a warp must call it.
+// Quantises the whole tensor with warps gwarp, gwarp + nwarps, ... (each warp
+// takes kQuantUnroll consecutive warp tiles of kWarpSize units per step and
+// issues their loads together).  Every lane of a warp must call it.
+constexpr int kQuantUnroll = 4;
+
 template <int D>
 __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
                                              int64_t nwarps, bool x_al16, bool q_al4) {
   static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
+  constexpr int U = kQuantUnroll;
   const int64_t units = a.num_tokens * static_cast<int64_t>(D / 8);
   const int lane = lane_id();
-  for (int64_t base = gwarp * kWarpSize; base < units; base += nwarps * kWarpSize) {
-    const int64_t u = base + lane;
-    const bool act = u < units;  // whole quads are in or out (units % 4 == 0)
-    uint32_t w[4] = {0u, 0u, 0u, 0u};
-    if (act) load_bf16x8(a.x + u * 8, x_al16, w);
-    uint32_t m = 0;
+  for (int64_t base = gwarp * (kWarpSize * U); base < units; base += nwarps * (kWarpSize * U)) {
+    uint32_t w[U][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t lo = w[j] & 0x7FFFu;
-      const uint32_t hi = (w[j] >> 16) & 0x7FFFu;
-      m = m > lo ? m : lo;
-      m = m > hi ? m : hi;
+    for (int s = 0; s < U; ++s) {
+      const int64_t u = base + s * kWarpSize + lane;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[s][j] = 0u;
+      if (u < units) load_bf16x8(a.x + u * 8, x_al16, w[s]);
     }
-    m = quad_max_u32(m);
-    uint32_t s;
-    const uint32_t q = quant8(w, m, &s);
-    if (act) {
-      store_u8x4(a.a_q + u * 4, q_al4, q);
-      if ((lane & 3) == 0) a.a_scale[u >> 2] = static_cast<uint8_t>(s);
+#pragma unroll
+    for (int s = 0; s < U; ++s) {
+      if (base + s * kWarpSize >= units) break;  // warp-uniform
+      const int64_t u = base + s * kWarpSize + lane;
+      const bool act = u < units;  // whole quads are in or out (units % 4 == 0)
+      uint32_t m = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo = w[s][j] & 0x7FFFu;
+        const uint32_t hi = (w[s][j] >> 16) & 0x7FFFu;
+        m = m > lo ? m : lo;
+        m = m > hi ? m : hi;
+      }
+      m = quad_max_u32(m);
+      uint32_t sc;
+      const uint32_t q = quant8(w[s], m, &sc);
+      if (act) {
+        store_u8x4(a.a_q + u * 4, q_al4, q);
+        if ((lane & 3) == 0) a.a_scale[u >> 2] = static_cast<uint8_t>(sc);
+      }
     }
   }
 }
@@ -204,7 +232,8 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
   if (rc != AITER_AUX_OK) return rc;
   if (a.num_tokens == 0) return AITER_AUX_OK;
   const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
-  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads), 1, 8192));
+  const int blocks = static_cast<int>(
+      clamp_i64(ceil_div_i64(units, kQuantThreads * kQuantUnroll), 1, 8192));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim>), dim3(blocks), dim3(kQuantThreads),
