@@ -212,6 +212,48 @@ __device__ __forceinline__ int shfl_up_i32(int v, int delta) {
 #endif
 }
 
+// Lane `src` (0 <= src < kWarpSize) of the warp.
+__device__ __forceinline__ int shfl_idx_i32(int v, int src) {
+#if defined(AITER_AUX_GPU_EMU)
+  return static_cast<int>(::aiter_aux_emu::shfl(static_cast<uint32_t>(v), src));
+#elif defined(AITER_AUX_GPU_CUDA)
+  return __shfl_sync(0xffffffffu, v, src);
+#elif AITER_AUX_AMDGCN_DEVICE
+  return __builtin_amdgcn_ds_bpermute(src << 2, v);
+#else
+  (void)src;
+  return v;
+#endif
+}
+
+// Atomic add on a shared-memory word; returns the old value.  (The emulation
+// switches fibers only at barriers and warp collectives, so a plain
+// read-modify-write is atomic there.)
+__device__ __forceinline__ uint32_t atomic_add_shared_u32(uint32_t* p, uint32_t v) {
+#if defined(AITER_AUX_GPU_EMU)
+  const uint32_t old = *p;
+  *p = old + v;
+  return old;
+#elif defined(AITER_AUX_GPU_CUDA)
+  return atomicAdd(p, v);
+#elif AITER_AUX_AMDGCN_DEVICE
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+#else
+  const uint32_t old = *p;
+  *p = old + v;
+  return old;
+#endif
+}
+
+// Index of the lowest set bit of a nonzero mask.
+__device__ __forceinline__ int lowest_lane(lane_mask_t m) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __ffs(static_cast<int>(m)) - 1;
+#else
+  return __builtin_ctzll(static_cast<unsigned long long>(m));
+#endif
+}
+
 // Max over the 4 lanes of an aligned quad (lanes 4q..4q+3).
 __device__ __forceinline__ uint32_t quad_max_u32(uint32_t v) {
 #if AITER_AUX_AMDGCN_DEVICE

@@ -247,15 +247,15 @@ __device__ __forceinline__ void small_sort_block(const AiterAuxSortArgs& a, Chun
 }
 
 // Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
-template <int D>
+template <int D, int kThreads = kSortThreads>
 __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
                                           const AiterAuxQuantArgs& q, int quant_blocks,
                                           int zero_blocks, bool x_al16, bool q_al4) {
   if constexpr (D > 0) {
     if (b < quant_blocks) {
-      quant_detail::quant_tensor<D>(q, static_cast<int64_t>(b) * kSortWarps + warp_id(),
-                                    static_cast<int64_t>(quant_blocks) * kSortWarps, x_al16,
-                                    q_al4);
+      constexpr int kWarps = kThreads / kWarpSize;
+      quant_detail::quant_tensor<D>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
+                                    static_cast<int64_t>(quant_blocks) * kWarps, x_al16, q_al4);
       return;
     }
   } else {
@@ -265,8 +265,8 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
   }
   b -= quant_blocks;
   if (b < zero_blocks) {
-    zero_fill_bf16(a.zero_buf, a.zero_numel, static_cast<int64_t>(b) * kSortThreads + thread_idx(),
-                   static_cast<int64_t>(zero_blocks) * kSortThreads);
+    zero_fill_bf16(a.zero_buf, a.zero_numel, static_cast<int64_t>(b) * kThreads + thread_idx(),
+                   static_cast<int64_t>(zero_blocks) * kThreads);
   }
 }
 
@@ -284,6 +284,202 @@ __global__ __launch_bounds__(kSortThreads) void sort_small_kernel(AiterAuxSortAr
     return;
   }
   aux_block<D>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+// ------------------------------------------------------------- lean path ----
+// M*topk <= kLeanMaxPairs (decode): ONE launch of G identical sort blocks (+
+// the quant / zero blocks).  Every sort block ranks all pairs (the ids are a
+// few KB, read from L2) and then writes its share of the rows, so there is no
+// inter-block dependency and the row writes are spread over G SMs:
+//   1. pair j = i*kLeanThreads + tid (i < kLeanPer) has key e (E: not local);
+//      lanes of equal key in a warp step (j / kWarpSize) form a run; the run's
+//      leader adds (1 << 16 | run size) to cnt[e] (shared atomic) and gets the
+//      run's slot among e's runs;
+//   2. block scan over the experts of (pairs << 18 | padded size): segment
+//      offsets off[e] and bucket starts cst[e]; blk2e[block] = expert;
+//   3. leaders store (step, size) descriptors of their runs in e's bucket;
+//   4. a run's first rank = sizes of e's runs with a smaller step (a lower j):
+//      the rank of a pair among e's pairs in ascending j -- deterministic
+//      whatever order the atomics took; (j, weight) go to bucket slot
+//      cst[e] + rank;
+//   5. rows r < num_valid_ids[0] of this block (r = g*T + tid, stride G*T):
+//      blk2e -> e; a real row takes bucket slot cst[e] + r - off[e], a pad
+//      row gets (M, 0, M); the first row of a block writes sorted_expert_ids;
+//      reverse_sorted[j] = r.  Consecutive threads write consecutive rows.
+constexpr int kLeanThreads = 1024;
+constexpr int kLeanWarps = kLeanThreads / kWarpSize;
+constexpr int kLeanMaxPairs = 4096;
+constexpr int kLeanPer = kLeanMaxPairs / kLeanThreads;
+constexpr int kLeanRowsPerBlock = 2048;  // host: G = ceil(capacity / this)
+constexpr int kLeanMaxBlocks = 32;
+static_assert(kLeanMaxPairs / kWarpSize <= 256, "run step must fit 8 bits");
+
+template <int E>
+struct LeanSmem {
+  uint32_t cnt[E];                        // pairs of e | runs of e << 16
+  int off[E];                             // first row of e's segment
+  uint16_t cst[E];                        // first bucket slot of e
+  uint16_t desc[kLeanMaxPairs];           // run descriptors: step << 8 | size
+  uint16_t sj[kLeanMaxPairs];             // pair index j, by expert then j
+  float sw[kLeanMaxPairs];                // its weight
+  uint16_t blk2e[kLeanMaxPairs / 16 + E];  // expert of each block of rows
+  int warp_tot[kLeanWarps];
+};
+
+template <int E>
+__device__ __forceinline__ lane_mask_t match_any_key(int key) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __match_any_sync(0xffffffffu, key);
+#else
+  return match_key<E>(key);
+#endif
+}
+
+template <int E, int K>
+__device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanSmem<E>& sm, int g,
+                                                int num_g) {
+  static_assert(E <= kLeanThreads, "one expert per thread in the scan");
+  const int tid = thread_idx();
+  const int lane = lane_id();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int bm = a.block_m;
+  int lg = 4;
+  while ((1 << lg) < bm) ++lg;
+
+  for (int e = tid; e < E; e += kLeanThreads) sm.cnt[e] = 0u;
+  int key[kLeanPer];
+  float wt[kLeanPer];
+#pragma unroll
+  for (int i = 0; i < kLeanPer; ++i) {
+    const int j = i * kLeanThreads + tid;
+    key[i] = load_key<E>(a.topk_ids, j, n);
+    wt[i] = key[i] < E ? a.topk_weights[j] : 0.0f;
+  }
+  block_sync();
+
+  // 1. runs
+  const lane_mask_t lt = lanemask_lt(lane);
+  int leader[kLeanPer], rank[kLeanPer], size[kLeanPer], slot[kLeanPer];
+#pragma unroll
+  for (int i = 0; i < kLeanPer; ++i) {
+    leader[i] = 0;
+    rank[i] = 0;
+    size[i] = 0;
+    slot[i] = 0;
+    if (i * kLeanThreads < n) {  // block-uniform
+      const lane_mask_t peers = match_any_key<E>(key[i]);
+      leader[i] = lowest_lane(peers);
+      rank[i] = popc(peers & lt);
+      size[i] = popc(peers);
+      if (key[i] < E && rank[i] == 0) {
+        slot[i] = static_cast<int>(
+            atomic_add_shared_u32(&sm.cnt[key[i]], (1u << 16) | static_cast<uint32_t>(size[i])) >> 16);
+      }
+    }
+  }
+  block_sync();
+
+  // 2. segment offsets (pairs <= 4096 < 2^13, padded rows < 2^18)
+  uint32_t c = 0, padded = 0;
+  if (tid < E) {
+    c = sm.cnt[tid] & 0xFFFFu;
+    padded = ((c + bm - 1) >> lg) << lg;
+  }
+  int total = 0;
+  const int ex = block_exclusive_scan<kLeanThreads>(static_cast<int>((c << 18) | padded),
+                                                    sm.warp_tot, &total);
+  const int rows = total & 0x3FFFF;
+  if (tid < E) {
+    const int off = ex & 0x3FFFF;
+    sm.off[tid] = off;
+    sm.cst[tid] = static_cast<uint16_t>(ex >> 18);
+    for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
+      sm.blk2e[b] = static_cast<uint16_t>(tid);
+  }
+  if (g == 0 && tid == 0) {
+    a.num_valid_ids[0] = rows;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+
+  // 3. run descriptors
+  const int warp = warp_id();
+#pragma unroll
+  for (int i = 0; i < kLeanPer; ++i) {
+    if (key[i] < E && rank[i] == 0) {
+      const int step = i * kLeanWarps + warp;  // = j / kWarpSize
+      sm.desc[sm.cst[key[i]] + slot[i]] = static_cast<uint16_t>((step << 8) | size[i]);
+    }
+  }
+  block_sync();
+
+  // 4. ranks -> bucket
+#pragma unroll
+  for (int i = 0; i < kLeanPer; ++i) {
+    if (i * kLeanThreads < n) {  // block-uniform
+      const int k_ = key[i];
+      int base = 0;
+      if (k_ < E && rank[i] == 0) {
+        const int step = i * kLeanWarps + warp;
+        const int nr = static_cast<int>(sm.cnt[k_] >> 16);
+        const int cs = sm.cst[k_];
+        for (int r = 0; r < nr; ++r) {
+          const int d = sm.desc[cs + r];
+          if ((d >> 8) < step) base += d & 0xFF;
+        }
+      }
+      base = shfl_idx_i32(base, leader[i]);
+      const int j = i * kLeanThreads + tid;
+      if (k_ < E) {
+        const int sl = sm.cst[k_] + base + rank[i];
+        sm.sj[sl] = static_cast<uint16_t>(j);
+        sm.sw[sl] = wt[i];
+      } else if (g == 0 && j < n) {
+        a.reverse_sorted[j] = -1;
+      }
+    }
+  }
+  block_sync();
+
+  // 5. rows
+  const int m = static_cast<int>(a.num_tokens);
+  for (int r = g * kLeanThreads + tid; r < rows; r += num_g * kLeanThreads) {
+    const int b = r >> lg;
+    const int e = sm.blk2e[b];
+    const int local = r - sm.off[e];
+    if (local < static_cast<int>(sm.cnt[e] & 0xFFFFu)) {
+      const int sl = sm.cst[e] + local;
+      const int j = sm.sj[sl];
+      const int t = j / K;
+      const int k = j - t * K;
+      a.sorted_token_ids[r] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[r] = sm.sw[sl];
+      a.m_indices[r] = t;
+      a.reverse_sorted[j] = r;
+    } else {
+      a.sorted_token_ids[r] = m;
+      a.sorted_weights[r] = 0.0f;
+      a.m_indices[r] = m;
+    }
+    if ((r & (bm - 1)) == 0) a.sorted_expert_ids[b] = e;
+  }
+}
+
+// Grid: num_g + quant_blocks + zero_blocks.
+template <int E, int K, int D>
+__global__ __launch_bounds__(kLeanThreads) void sort_lean_kernel(AiterAuxSortArgs a,
+                                                                 AiterAuxQuantArgs q, int num_g,
+                                                                 int quant_blocks,
+                                                                 int zero_blocks, bool x_al16,
+                                                                 bool q_al4) {
+  __shared__ LeanSmem<E> sm;
+  const int b = block_idx();
+  if (b < num_g) {
+    lean_sort_block<E, K>(a, sm, b, num_g);
+    return;
+  }
+  aux_block<D, kLeanThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 // ------------------------------------------------------------ large path ----
@@ -483,10 +679,29 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   bool x_al16 = false, q_al4 = false;
   if (D > 0 && q.num_tokens > 0) {
     const int64_t units = q.num_tokens * static_cast<int64_t>(D / 8);
-    quant_blocks =
-        static_cast<int>(clamp_i64(ceil_div_i64(units, kSortThreads), 1, kQuantBlocksMax));
+    quant_blocks = static_cast<int>(clamp_i64(
+        ceil_div_i64(units, kSortThreads * quant_detail::kQuantUnroll), 1, kQuantBlocksMax));
     x_al16 = is_aligned(q.x, 16);
     q_al4 = is_aligned(q.a_q, 4);
+  }
+
+  if (n <= kLeanMaxPairs) {
+    // quant / zero blocks of kLeanThreads threads
+    int qb = 0, zb = 0;
+    if (quant_blocks > 0) {
+      const int64_t units = q.num_tokens * static_cast<int64_t>(D > 0 ? D / 8 : 1);
+      qb = static_cast<int>(clamp_i64(
+          ceil_div_i64(units, kLeanThreads * quant_detail::kQuantUnroll), 1, kQuantBlocksMax));
+    }
+    if (zero_blocks > 0) {
+      zb = static_cast<int>(
+          clamp_i64(ceil_div_i64(a.zero_numel, int64_t(kLeanThreads) * 8 * 2), 1, kZeroBlocksMax));
+    }
+    const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
+    const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
+    AITER_AUX_LAUNCH((sort_lean_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
+        a, q, ng, qb, zb, x_al16, q_al4);
+    return check_launch(op);
   }
 
   if (n <= kSmallSortMaxPairs) {

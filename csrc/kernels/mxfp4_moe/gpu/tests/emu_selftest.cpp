@@ -674,6 +674,13 @@ int main() {
   run_sort_case<8, 2>(5000, 16, 0, 16, false);
   run_sort_case<1024, 8>(1100, 32, 0, 17, false);
   run_sort_case<896, 16>(700, 128, 1, 18, false);
+  // lean path edges: exactly kLeanMaxPairs, one below, one above, degenerate
+  run_sort_case<8, 2>(2048, 16, 1, 50, false);
+  run_sort_case<1, 1>(4096, 128, 0, 51, true);
+  run_sort_case<257, 9>(455, 32, 0, 52, false);
+  run_sort_case<1024, 8>(512, 16, 2, 53, false);
+  run_sort_case<1024, 8>(513, 64, 0, 54, false);
+  run_sort_case<896, 16>(64, 32, 0, 55, false);
   run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
   if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 16384-pair chunks
 
@@ -686,6 +693,8 @@ int main() {
   run_sort_quant_case<257, 9, 512>(40, 32, 26);
   run_sort_quant_case<257, 9, 256>(1000, 64, 27);
   run_sort_quant_case<8, 2, 7168>(2, 16, 28);
+  run_sort_quant_case<896, 16, 3584>(64, 32, 29);
+  run_quant_case<7168>(70, 33, true);
 
   for (int bm : {16, 32, 64, 128}) {
     run_scales_case<256>(37, bm, 16, 4, 30 + bm, false);
