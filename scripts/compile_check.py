@@ -1,0 +1,131 @@
+"""Compile every GPU kernel instance of the catalog for AMD and NVIDIA targets, no GPU needed.
+
+    python scripts/compile_check.py [--targets gfx950,gfx942,sm_90] [--jobs N]
+
+The catalog's instances are rendered by the codegen (the same TUs the JIT builds), bundled
+one TU per op (each instance TU #included once), and compiled:
+
+* gfx950 / gfx942: Debian's clang-22 with libamdhip64-dev, device code only, to assembly
+  (``-S``: unlike ``-fsyntax-only`` it runs the backend, which catches target-feature
+  errors).  The gfx950 assembly of the quantising ops must contain
+  ``v_cvt_scalef32_pk_fp4_bf16`` (the hardware scaled fp4 conversion) and gfx942's must not.
+* sm_90: nvcc, host + device object.
+
+Prints a table; exits 1 on any failure.  Install the AMD compiler with
+``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
+
+HW_FP4 = "v_cvt_scalef32_pk_fp4_bf16"
+QUANTISING_OPS = ("mxfp4_quant", "moe_sort_quant")
+
+
+def amd_command(arch: str, src: Path, out: Path) -> list[str]:
+    return [
+        os.environ.get("HIP_CLANG", "clang++-22"), "-x", "hip", f"--offload-arch={arch}",
+        "--rocm-path=/usr", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-std=c++17", "-O3",
+        "--cuda-device-only", "-S", "-Wall", f"-I{kernels_dir()}", str(src), "-o", str(out),
+    ]  # fmt: skip
+
+
+def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
+    return [
+        os.environ.get("NVCC", "nvcc"), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+        f"-gencode=arch=compute_{arch[3:]},code={arch}", "-x", "cu", f"-I{kernels_dir()}",
+        "-c", str(src), "-o", str(out),
+    ]  # fmt: skip
+
+
+def bundles(workdir: Path, backend: str) -> dict[str, tuple[Path, int]]:
+    """One TU per op including every catalog instance of that op: op -> (path, count)."""
+    gen = codegen_module("gen_instances")
+    instances = codegen_module("instances").enumerate_instances(gen.SHAPES)
+    srcdir = workdir / backend
+    result = gen.generate(srcdir, backend)
+    by_op: dict[str, list[Path]] = {}
+    for inst, path in zip(instances, sorted(result.instance_files), strict=True):
+        assert path.stem == f"inst_{inst.key}", (path, inst.key)
+        by_op.setdefault(inst.op, []).append(path)
+    ext = ".hip" if backend == "rocm" else ".cu"
+    out = {}
+    for op, paths in by_op.items():
+        bundle = srcdir / f"bundle_{op}{ext}"
+        bundle.write_text("".join(f'#include "{p.name}"\n' for p in paths))
+        out[op] = (bundle, len(paths))
+    return out
+
+
+def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple:
+    amd = target.startswith("gfx")
+    out = workdir / f"{op}.{target}.{'s' if amd else 'o'}"
+    cmd = amd_command(target, src, out) if amd else cuda_command(target, src, out)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
+    problems = []
+    if p.returncode:
+        problems.append(f"compile failed:\n{' '.join(cmd)}\n{p.stderr[-3000:]}")
+    elif amd:
+        n_hw = out.read_text().count(HW_FP4)
+        if target == "gfx950" and op in QUANTISING_OPS and n_hw == 0:
+            problems.append(f"{HW_FP4} missing from the gfx950 assembly")
+        if target != "gfx950" and n_hw:
+            problems.append(f"{HW_FP4} in {target} assembly (gfx950-only instruction)")
+    warnings = p.stderr.count("warning:")
+    return target, op, count, secs, warnings, problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--targets", default="gfx950,gfx942,sm_90")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args(argv)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    need = {("clang++-22" if t.startswith("gfx") else "nvcc") for t in targets}
+    missing = [c for c in need if not shutil.which(os.environ.get("HIP_CLANG", c))]
+    if missing:
+        print(f"compile_check: missing compilers {missing}", file=sys.stderr)
+        return 1
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="aiter_aux_cc_") as tmp:
+        work = Path(tmp)
+        jobs = []
+        for backend in sorted({"rocm" if t.startswith("gfx") else "cuda" for t in targets}):
+            for op, (src, count) in bundles(work, backend).items():
+                for t in targets:
+                    if t.startswith("gfx") == (backend == "rocm"):
+                        jobs.append((t, op, src, count, work))
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda j: run_one(*j), jobs))
+    print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
+    failed = 0
+    for target, op, count, secs, warnings, problems in sorted(results):
+        failed += bool(problems)
+        status = "ok" if not problems else "FAIL"
+        print(f"{target:<8} {op:<22} {count:>9} {secs:>8.1f} {warnings:>8}  {status}")
+        for p in problems:
+            print("    " + p.replace("\n", "\n    "))
+    n = sum(r[2] for r in results)
+    print(f"{n} instance compilations for {targets} in {time.perf_counter() - t0:.0f} s: "
+          f"{'all ok' if not failed else f'{failed} FAILED'}")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
