@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["MoeSortOutput", "moe_sort_capacity"]
+__all__ = ["MoeSortOutput", "empty_moe_sort_output", "moe_sort_capacity"]
 
 
 class MoeSortOutput(NamedTuple):
@@ -63,3 +63,20 @@ def moe_sort_capacity(num_tokens: int, topk: int, num_experts: int, block_m: int
     from aiter_aux.validation import validate_sort_sizes
 
     return validate_sort_sizes(num_tokens, topk, num_experts, block_m)
+
+
+def empty_moe_sort_output(
+    num_tokens: int, topk: int, max_rows: int, block_m: int, device
+) -> MoeSortOutput:
+    """Uninitialised (``torch.empty``) sort buffers of capacity ``max_rows`` on ``device``:
+    int32/float32 ``[max_rows]`` x3, int32 ``[max_rows // block_m]``, int32 ``[2]`` and int32
+    ``[num_tokens * topk]``.  The sort ops write only the rows they fill."""
+    i32 = dict(dtype=torch.int32, device=device)
+    return MoeSortOutput(
+        torch.empty(max_rows, **i32),
+        torch.empty(max_rows, dtype=torch.float32, device=device),
+        torch.empty(max_rows, **i32),
+        torch.empty(max_rows // block_m, **i32),
+        torch.empty(2, **i32),
+        torch.empty(num_tokens * topk, **i32),
+    )

@@ -22,7 +22,7 @@ from .. import validation as V
 from ..jit import abi
 from ..jit.module import load_module
 from ..jit.paths import codegen_module
-from ..types import MoeSortOutput, moe_sort_capacity
+from ..types import MoeSortOutput, empty_moe_sort_output, moe_sort_capacity
 from .moe_mxfp4_aux import MXFP4_MOE_SUPPORTED_SHAPES
 
 __all__ = [
@@ -110,16 +110,7 @@ def _sort_args(topk_ids, topk_weights, m, k, num_experts, block_m, max_rows, out
     )  # fmt: skip
 
 
-def _alloc_sort(m: int, k: int, max_rows: int, block_m: int, device) -> MoeSortOutput:
-    i32 = dict(dtype=torch.int32, device=device)
-    return MoeSortOutput(
-        torch.empty(max_rows, **i32),
-        torch.empty(max_rows, dtype=torch.float32, device=device),
-        torch.empty(max_rows, **i32),
-        torch.empty(max_rows // block_m, **i32),
-        torch.empty(2, **i32),
-        torch.empty(m * k, **i32),
-    )
+_alloc_sort = empty_moe_sort_output
 
 
 def moe_sort_out(topk_ids, topk_weights, num_experts, block_m, out, *, zero_buf=None):

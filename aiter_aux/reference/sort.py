@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from aiter_aux import validation as V
-from aiter_aux.types import MoeSortOutput
+from aiter_aux.types import MoeSortOutput, empty_moe_sort_output
 
 
 def _as_int32(v: torch.Tensor) -> torch.Tensor:
@@ -68,16 +68,7 @@ def _sort_into(
         zero_buf.zero_()
 
 
-def _alloc_sort_out(m: int, topk: int, max_rows: int, block_m: int, dev) -> MoeSortOutput:
-    i32 = dict(dtype=torch.int32, device=dev)
-    return MoeSortOutput(
-        torch.empty(max_rows, **i32),
-        torch.empty(max_rows, dtype=torch.float32, device=dev),
-        torch.empty(max_rows, **i32),
-        torch.empty(max_rows // block_m, **i32),
-        torch.empty(2, **i32),
-        torch.empty(m * topk, **i32),
-    )
+_alloc_sort_out = empty_moe_sort_output
 
 
 def moe_sort_out(
