@@ -1,0 +1,336 @@
+"""The cases: default shapes and token counts, the ops, the sizes of a case and the minimum
+bytes each op moves, the case inputs and the :class:`OpSpec` of each op (how to run ours and
+the reference on them, and how to compare their outputs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .common import MoeSortOutput, draw_routing, ops, ref
+
+if TYPE_CHECKING:
+    from .peers import CompiledPeer
+
+DEFAULT_SHAPES = (
+    (257, 7168, 256, 9),
+    (385, 7168, 512, 9),
+    (513, 2560, 768, 11),
+    (896, 3584, 512, 16),
+)
+DEFAULT_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+QUICK_SHAPES = ((257, 7168, 256, 9), (513, 2560, 768, 11))
+QUICK_TOKENS_CUDA = (1, 64, 4096)
+QUICK_TOKENS_CPU = (1, 16, 128)
+
+OPS = (
+    "moe_sort",
+    "mxfp4_quant",
+    "moe_sort_quant",
+    "moe_sort_scales",
+    "moe_scatter_reduce",
+    "moe_scatter_reduce_q",
+    "decode_pipeline",
+)
+
+# Minimum bytes moved per op: every input byte that must be read, read once, every output
+# byte written once.  M tokens, K = topk, D = model_dim, N = M*K pairs, L = local pairs
+# (N here: every drawn id is local), R = num_valid_ids[0] (sorted rows incl. padding),
+# bm = block_m, T = tokens with at least one local pair (rows of a_scale actually read),
+# R_out = ceil(max_rows / BM) * BM with BM = max(32, bm) (sort_scales writes every byte of it).
+BYTES_FORMULAS = {
+    "moe_sort": "12N + 12R + 4R/bm + 8   (read ids 4N + weights 4N; write sorted_token_ids, "
+    "sorted_weights, m_indices 4R each, sorted_expert_ids 4R/bm, num_valid_ids 8, "
+    "reverse_sorted 4N)",
+    "mxfp4_quant": "2MD + MD/2 + MD/32   (read x bf16; write a_q, a_scale)",
+    "moe_sort_quant": "moe_sort + mxfp4_quant  (+ 2MD with --zero-buf: zero_buf written)",
+    "moe_sort_scales": "T*D/32 + 4R + 4 + R_out*D/32   (read the a_scale rows of the tokens "
+    "present, sorted_token_ids of the valid rows, num_valid_ids[0]; write all of sorted_scales)",
+    "moe_scatter_reduce": "4N + L*(2D + 4) + 2MD   (read reverse_sorted, the L referenced bf16 "
+    "rows of expert_out and their sorted_weights; write out bf16)",
+    "moe_scatter_reduce_q": "4N + L*(D/2 + D/32 + 4) + 2MD   (the same with the e2m1 rows and "
+    "their e8m0 scales)",
+    "decode_pipeline": "moe_sort_quant + moe_sort_scales   (a_scale is written by the first "
+    "launch and read by the second)",
+}
+
+HBM_PEAK_BYTES_S = 4.3e12  # the floor used in docs/perf.md
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes and bytes
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    m: int
+    k: int
+    e: int
+    d: int
+    bm: int
+    n_local: int  # L
+    rows: int  # R = num_valid_ids[0]
+    max_rows: int
+    tokens_read: int  # T
+
+    @property
+    def n(self) -> int:
+        return self.m * self.k
+
+    @property
+    def out_rows(self) -> int:
+        big = max(32, self.bm)
+        return -(-self.max_rows // big) * big
+
+
+def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
+    """The minimum bytes of ``op`` (see ``BYTES_FORMULAS``)."""
+    m, d, n, r, ell = s.m, s.d, s.n, s.rows, s.n_local
+    if op == "moe_sort":
+        return 12 * n + 12 * r + 4 * (r // s.bm) + 8
+    if op == "mxfp4_quant":
+        return 2 * m * d + m * d // 2 + m * d // 32
+    if op == "moe_sort_quant":
+        z = 2 * m * d if zero_buf else 0
+        return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s) + z
+    if op == "moe_sort_scales":
+        return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
+    if op == "moe_scatter_reduce":
+        return 4 * n + ell * (2 * d + 4) + 2 * m * d
+    if op == "moe_scatter_reduce_q":
+        return 4 * n + ell * (d // 2 + d // 32 + 4) + 2 * m * d
+    if op == "decode_pipeline":
+        return bytes_moved("moe_sort_quant", s, zero_buf) + bytes_moved("moe_sort_scales", s)
+    raise KeyError(op)
+
+
+def routing_sizes(ids: torch.Tensor, e: int, d: int, bm: int) -> Sizes:
+    """Sizes of one case from its routing (computed on the host, no op needed)."""
+    m, k = ids.shape
+    flat = ids.reshape(-1).to(torch.int64).cpu()
+    local = (flat >= 0) & (flat < e)
+    counts = torch.bincount(flat[local], minlength=e)[:e]
+    rows = int(((counts + bm - 1) // bm * bm).sum())
+    tokens_read = int(local.view(m, k).any(dim=1).sum()) if m else 0
+    return Sizes(
+        m, k, e, d, bm, int(local.sum()), rows, ref.moe_sort_capacity(m, k, e, bm), tokens_read
+    )
+
+
+def human_bytes(b: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if b >= scale:
+            return f"{b / scale:.3g}{unit}"
+    return f"{int(b)}"
+
+
+def tensors_of(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in tensors_of(o)]
+    return []
+
+
+def footprint(*objs) -> int:
+    return sum(t.numel() * t.element_size() for o in objs for t in tensors_of(o))
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs, outputs and the op specs
+# ---------------------------------------------------------------------------------------------
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def same_sort(got: MoeSortOutput, want: MoeSortOutput, bm: int) -> bool:
+    nv = int(want.num_valid_ids[0])
+    lengths = (nv, nv, nv, nv // bm, 2, want.reverse_sorted.numel())
+    return all(_same(g[:n], w[:n]) for g, w, n in zip(got, want, lengths, strict=True))
+
+
+def alloc_sort(s: Sizes, dev) -> MoeSortOutput:
+    i32 = dict(dtype=torch.int32, device=dev)
+    return MoeSortOutput(
+        torch.empty(s.max_rows, **i32),
+        torch.empty(s.max_rows, dtype=torch.float32, device=dev),
+        torch.empty(s.max_rows, **i32),
+        torch.empty(s.max_rows // s.bm, **i32),
+        torch.empty(2, **i32),
+        torch.empty(s.n, **i32),
+    )
+
+
+def alloc_quant(s: Sizes, dev) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.empty(s.m, s.d // 2, dtype=torch.uint8, device=dev),
+        torch.empty(s.m, s.d // 32, dtype=torch.uint8, device=dev),
+    )
+
+
+@dataclass
+class OpSpec:
+    """How to run one op of a case: inputs of set 0, fresh outputs, the three runners and the
+    comparison of an output set with the reference's."""
+
+    inputs: dict
+    new_outputs: Callable[[], dict]
+    ours: Callable[[dict, dict], object]
+    eager: Callable[[dict, dict], object]
+    compiled: Callable[[CompiledPeer, dict, dict], object] | None
+    same: Callable[[dict, dict], bool]
+
+
+def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
+    """The :class:`OpSpec` of ``op`` on the case inputs ``base``."""
+    e, bm, k = s.e, s.bm, s.k
+
+    def zb() -> dict:
+        return (
+            {"zero_buf": torch.empty(s.m, s.d, dtype=torch.bfloat16, device=dev)}
+            if zero_buf
+            else {}
+        )
+
+    def zero_ok(o: dict) -> bool:
+        return not zero_buf or not bool(o["zero_buf"].view(torch.int16).any())
+
+    if op == "moe_sort":
+        return OpSpec(
+            {"ids": base["ids"], "w": base["w"]},
+            lambda: {"sort": alloc_sort(s, dev)},
+            lambda i, o: ops.moe_sort_out(i["ids"], i["w"], e, bm, o["sort"]),
+            lambda i, o: ref.moe_sort_out(i["ids"], i["w"], e, bm, o["sort"]),
+            lambda c, i, o: c.call("moe_sort_out", i["ids"], i["w"], e, bm, o["sort"]),
+            lambda g, w: same_sort(g["sort"], w["sort"], bm),
+        )
+    if op == "mxfp4_quant":
+        return OpSpec(
+            {"x": base["x"]},
+            lambda: dict(zip(("q", "s"), alloc_quant(s, dev), strict=True)),
+            lambda i, o: ops.mxfp4_quant_out(i["x"], o["q"], o["s"]),
+            lambda i, o: ref.mxfp4_quant_out(i["x"], o["q"], o["s"]),
+            lambda c, i, o: c.call("mxfp4_quant_out", i["x"], o["q"], o["s"]),
+            lambda g, w: _same(g["q"], w["q"]) and _same(g["s"], w["s"]),
+        )
+    if op in ("moe_sort_quant", "decode_pipeline"):
+        pipe = op == "decode_pipeline"
+
+        def new_out() -> dict:
+            q, sc = alloc_quant(s, dev)
+            out = {"sort": alloc_sort(s, dev), "q": q, "s": sc, **zb()}
+            if pipe:
+                out["scales"] = torch.empty(s.out_rows, s.d // 32, dtype=torch.uint8, device=dev)
+            return out
+
+        def run(fns, i, o):
+            srt, q, sc = o["sort"], o["q"], o["s"]
+            fns[0](i["ids"], i["w"], i["x"], e, bm, srt, q, sc, zero_buf=o.get("zero_buf"))
+            if pipe:
+                fns[1](sc, srt.sorted_token_ids, srt.num_valid_ids, bm, o["scales"])
+
+        ours_fns = (ops.moe_sort_quant_out, ops.moe_sort_scales_out)
+        ref_fns = (ref.moe_sort_quant_out, ref.moe_sort_scales_out)
+
+        def comp(c, i, o):
+            fns = (
+                lambda *a, **kw: c.call("moe_sort_quant_out", *a, **kw),
+                lambda *a: c.call("moe_sort_scales_out", *a),
+            )
+            run(fns, i, o)
+
+        def same(g, w):
+            ok = same_sort(g["sort"], w["sort"], bm) and _same(g["q"], w["q"])
+            ok = ok and _same(g["s"], w["s"]) and zero_ok(g)
+            return ok and (not pipe or _same(g["scales"], w["scales"]))
+
+        return OpSpec(
+            {"ids": base["ids"], "w": base["w"], "x": base["x"]},
+            new_out,
+            lambda i, o: run(ours_fns, i, o),
+            lambda i, o: run(ref_fns, i, o),
+            comp,
+            same,
+        )
+    if op == "moe_sort_scales":
+        srt = base["sort"]
+        return OpSpec(
+            {"s": base["a_scale"], "sti": srt.sorted_token_ids, "nv": srt.num_valid_ids},
+            lambda: {"o": torch.empty(s.out_rows, s.d // 32, dtype=torch.uint8, device=dev)},
+            lambda i, o: ops.moe_sort_scales_out(i["s"], i["sti"], i["nv"], bm, o["o"]),
+            lambda i, o: ref.moe_sort_scales_out(i["s"], i["sti"], i["nv"], bm, o["o"]),
+            lambda c, i, o: c.call("moe_sort_scales_out", i["s"], i["sti"], i["nv"], bm, o["o"]),
+            lambda g, w: _same(g["o"], w["o"]),
+        )
+    srt = base["sort"]
+    new_out = lambda: {"o": torch.empty(s.m, s.d, dtype=torch.bfloat16, device=dev)}  # noqa: E731
+    same = lambda g, w: _same(g["o"], w["o"])  # noqa: E731
+    if op == "moe_scatter_reduce":
+        return OpSpec(
+            {"eo": base["expert_out"], "rev": srt.reverse_sorted, "sw": srt.sorted_weights},
+            new_out,
+            lambda i, o: ops.moe_scatter_reduce_out(i["eo"], i["rev"], i["sw"], k, o["o"]),
+            lambda i, o: ref.moe_scatter_reduce_out(i["eo"], i["rev"], i["sw"], k, o["o"]),
+            lambda c, i, o: c.call("moe_scatter_reduce_out", i["eo"], i["rev"], i["sw"], k, o["o"]),
+            same,
+        )
+    if op == "moe_scatter_reduce_q":
+        return OpSpec(
+            {"q": base["eq"], "s": base["es"], "rev": srt.reverse_sorted, "sw": srt.sorted_weights},
+            new_out,
+            lambda i, o: ops.moe_scatter_reduce_q_out(i["q"], i["s"], i["rev"], i["sw"], k, o["o"]),
+            lambda i, o: ref.moe_scatter_reduce_q_out(i["q"], i["s"], i["rev"], i["sw"], k, o["o"]),
+            lambda c, i, o: c.call(
+                "moe_scatter_reduce_q_out", i["q"], i["s"], i["rev"], i["sw"], k, o["o"]
+            ),
+            same,
+        )
+    raise KeyError(op)
+
+
+def make_base(shape, m: int, bm: int, dev, seed: int, need: set[str]) -> tuple[dict, Sizes]:
+    """Routing, activations and the reference outputs the later ops take as inputs."""
+    e, d, _inter, k = shape
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + m * 7919 + e * 31 + k)
+    ids, w = draw_routing(m, e, k, gen)
+    s = routing_sizes(ids, e, d, bm)
+    dgen = torch.Generator(device=dev).manual_seed(seed + m)
+    base = {"ids": ids.to(dev), "w": w.to(dev)}
+    base["x"] = torch.randn(m, d, generator=dgen, device=dev, dtype=torch.bfloat16) * 3
+    if need & {"moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q"}:
+        base["sort"] = ref.moe_sort(base["ids"], base["w"], e, bm)
+        assert int(base["sort"].num_valid_ids[0]) == s.rows
+    if "moe_sort_scales" in need:
+        base["a_scale"] = ref.mxfp4_quant(base["x"])[1]
+    rows = max(s.rows, 1)
+    if "moe_scatter_reduce" in need:
+        base["expert_out"] = torch.randn(rows, d, generator=dgen, device=dev, dtype=torch.bfloat16)
+    if "moe_scatter_reduce_q" in need:
+        # random e2m1 bytes and e8m0 scales around 2^0 (no NaN scale)
+        base["eq"] = torch.randint(
+            0, 256, (rows, d // 2), generator=dgen, device=dev, dtype=torch.uint8
+        )
+        base["es"] = torch.randint(
+            120, 135, (rows, d // 32), generator=dgen, device=dev, dtype=torch.uint8
+        )
+    return base, s
+
+
+def clone_inputs(inputs: dict) -> dict:
+    out = {}
+    for key, v in inputs.items():
+        if isinstance(v, MoeSortOutput):
+            out[key] = MoeSortOutput(*(t.clone() for t in v))
+        else:
+            out[key] = v.clone()
+    return out
