@@ -1,6 +1,7 @@
 """Runs a few aux-op cases 3 times each (inputs as in benchmarks/bench_aux.py), for
 `ncu --clock-control none` profiles of single kernels.  Usage (repo root, GPU machine):
     python3 csrc/kernels/mxfp4_moe/gpu/tests/ncu_cases.py op:E,D,I,K:M [...]"""
+
 import sys
 from pathlib import Path
 
