@@ -122,6 +122,84 @@ __host__ __device__ __forceinline__ uint32_t mx_pack8_sw(const uint32_t w[4], ui
   return out;
 }
 
+// ---- packed bf16x2 fast path (sm_90 and the emulation) ----
+// For 3 <= s <= 253 (every finite block whose max |x| is not tiny), per pair of
+// elements packed in a word: q = |x| * 2^(127-s) (bf16x2 multiply by a power
+// of two: exact, or below 2^-126 where the code is 0 anyway -- in any
+// denormal mode); M = 64 * max(1, 2^floor(log2 q)) in {64, 128, 256}, whose
+// bf16 ulp (0.5, 1, 2) is the e2m1 spacing of q's binade; y = bf16(q + M)
+// rounds q to that spacing, ties to even -- exactly the spec's thresholds
+// (<= 0.25 / < 0.75 / <= 1.25 / < 1.75 / <= 2.5 / < 3.5 / <= 5); the code is
+// the number of ulps (y - M) plus 0, 2, 4 for M = 64, 128, 256, i.e.
+// (y - M) + (M >> 6) - 266 in each 16-bit half (no carries cross halves).
+// A block's elements are at most its max, so q <= 6 (see mx_scale_exponent).
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define AITER_AUX_QUANT_PK_HW 1
+#else
+#define AITER_AUX_QUANT_PK_HW 0
+#endif
+#if AITER_AUX_QUANT_PK_HW || defined(AITER_AUX_GPU_EMU)
+#define AITER_AUX_QUANT_PK 1
+#else
+#define AITER_AUX_QUANT_PK 0
+#endif
+
+__host__ __device__ __forceinline__ uint32_t pk_max_u16(uint32_t a, uint32_t b) {
+#if AITER_AUX_QUANT_PK_HW
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+
+// q = a * scale for a, q >= 0 bf16 halves and scale a power of two.
+__host__ __device__ __forceinline__ uint32_t pk_mul_pow2_bf16(uint32_t a, uint32_t scale) {
+#if AITER_AUX_QUANT_PK_HW
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(scale));
+  return d;
+#else
+  // exact where the result is a normal bf16; a tiny result only needs to stay tiny
+  const float lo = as_f32_any(a << 16) * as_f32_any(scale << 16);
+  const float hi = as_f32_any(a & 0xFFFF0000u) * as_f32_any(scale & 0xFFFF0000u);
+  return (as_u32_any(lo) >> 16) | (as_u32_any(hi) & 0xFFFF0000u);
+#endif
+}
+
+// bf16(q + m), round to nearest even, for q >= 0 and m in {64, 128, 256}.
+__host__ __device__ __forceinline__ uint32_t pk_add_bf16(uint32_t q, uint32_t m) {
+#if AITER_AUX_QUANT_PK_HW
+  uint32_t d;
+  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(q), "r"(m));
+  return d;
+#else
+  // the fp32 sum is exact unless q < m * 2^-16, where bf16 rounding gives m either way
+  volatile float lo = as_f32_any(q << 16) + as_f32_any(m << 16);
+  volatile float hi = as_f32_any(q & 0xFFFF0000u) + as_f32_any(m & 0xFFFF0000u);
+  return f32_bits_to_bf16_rne(as_u32_any(lo)) | (f32_bits_to_bf16_rne(as_u32_any(hi)) << 16);
+#endif
+}
+
+// 4 a_q bytes of 8 elements (w[j] = elements 2j | 2j+1 << 16) of a finite
+// block with 3 <= s <= 253.
+__host__ __device__ __forceinline__ uint32_t mx_pack8_pk(const uint32_t w[4], uint32_t s) {
+  const uint32_t scale = ((254u - s) << 7) * 0x10001u;  // bf16x2 2^(127-s)
+  uint32_t out = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t q = pk_mul_pow2_bf16(w[j] & 0x7FFF7FFFu, scale);
+    const uint32_t m = (pk_max_u16(q, 0x3F803F80u) & 0x7F807F80u) + 0x03000300u;
+    const uint32_t y = pk_add_bf16(q, m);
+    uint32_t c = (y - m) + (m >> 6) - 0x010A010Au;  // codes at bits 0-2 and 16-18
+    c |= (w[j] >> 12) & 0x00080008u;                  // sign bits 15, 31 -> 3, 19
+    out |= ((c & 0xFu) | ((c >> 12) & 0xF0u)) << (8 * j);
+  }
+  return out;
+}
+
 // 8 elements of a block whose max |x| bits (after the quad reduction) are
 // amax16.  Returns the 4 a_q bytes; *s_out = the block's scale byte.
 __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16, uint32_t* s_out) {
@@ -153,12 +231,16 @@ __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16,
     return r;
   }
 #endif
+#if AITER_AUX_QUANT_PK
+  if (s >= 3u && s <= 253u) return mx_pack8_pk(w, s);
+#endif
   return mx_pack8_sw(w, s);
 }
 
-// Quantises the whole tensor with warps gwarp, gwarp + nwarps, ... (each warp
-// takes kQuantUnroll consecutive warp tiles of kWarpSize units per step and
-// issues their loads together).  Every lane of a warp must call it.
+// Quantises the whole tensor with warps gwarp, gwarp + nwarps, ... over warp
+// tiles of kWarpSize units; a warp takes kQuantUnroll tiles (nwarps tiles
+// apart) per step and issues their loads together, so a small tensor still
+// spreads over all warps.  Every lane of a warp must call it.
 constexpr int kQuantUnroll = 4;
 
 template <int D>
@@ -168,28 +250,24 @@ __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t
   constexpr int U = kQuantUnroll;
   const int64_t units = a.num_tokens * static_cast<int64_t>(D / 8);
   const int lane = lane_id();
-  for (int64_t base = gwarp * (kWarpSize * U); base < units; base += nwarps * (kWarpSize * U)) {
+  const int64_t sub = nwarps * kWarpSize;  // sub-tile s of a step is s * sub units further
+  for (int64_t base = gwarp * kWarpSize; base < units; base += sub * U) {
     uint32_t w[U][4];
 #pragma unroll
     for (int s = 0; s < U; ++s) {
-      const int64_t u = base + s * kWarpSize + lane;
+      const int64_t u = base + s * sub + lane;
 #pragma unroll
       for (int j = 0; j < 4; ++j) w[s][j] = 0u;
       if (u < units) load_bf16x8(a.x + u * 8, x_al16, w[s]);
     }
 #pragma unroll
     for (int s = 0; s < U; ++s) {
-      if (base + s * kWarpSize >= units) break;  // warp-uniform
-      const int64_t u = base + s * kWarpSize + lane;
+      if (base + s * sub >= units) break;  // warp-uniform
+      const int64_t u = base + s * sub + lane;
       const bool act = u < units;  // whole quads are in or out (units % 4 == 0)
-      uint32_t m = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t lo = w[s][j] & 0x7FFFu;
-        const uint32_t hi = (w[s][j] >> 16) & 0x7FFFu;
-        m = m > lo ? m : lo;
-        m = m > hi ? m : hi;
-      }
+      const uint32_t m2 = pk_max_u16(pk_max_u16(w[s][0] & 0x7FFF7FFFu, w[s][1] & 0x7FFF7FFFu),
+                                     pk_max_u16(w[s][2] & 0x7FFF7FFFu, w[s][3] & 0x7FFF7FFFu));
+      uint32_t m = (m2 & 0xFFFFu) > (m2 >> 16) ? (m2 & 0xFFFFu) : (m2 >> 16);
       m = quad_max_u32(m);
       uint32_t sc;
       const uint32_t q = quant8(w[s], m, &sc);
@@ -232,8 +310,10 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
   if (rc != AITER_AUX_OK) return rc;
   if (a.num_tokens == 0) return AITER_AUX_OK;
   const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
-  const int blocks = static_cast<int>(
-      clamp_i64(ceil_div_i64(units, kQuantThreads * kQuantUnroll), 1, 8192));
+  // one step per warp where the grid allows; at least ~2 blocks per SM of work spread
+  const int64_t want = ceil_div_i64(units, kQuantThreads * kQuantUnroll);
+  const int64_t spread = ceil_div_i64(units, kQuantThreads);
+  const int blocks = static_cast<int>(clamp_i64(want > 264 ? want : (spread < 264 ? spread : 264), 1, 8192));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim>), dim3(blocks), dim3(kQuantThreads),

@@ -161,12 +161,15 @@ __host__ __device__ __forceinline__ uint32_t e2m1_mag_bits(int m) {
 }
 
 template <int D, int K>
-__global__ __launch_bounds__(kThreads) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
+__global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
                                                                     int num_blocks, bool in_al16,
                                                                     bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
+  static_assert(kThreads * 4 == 1024, "table rows of 1024 bytes");
   __shared__ float tab[16][kThreads];
   const int tid = thread_idx();
+  const char* tab_bytes = reinterpret_cast<const char*>(&tab[0][0]);
+  const uint32_t tb = static_cast<uint32_t>(tid) * 4u;
   const int64_t units = a.num_tokens * kBlocksPerRow;
   const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
   const int64_t rows = a.num_rows;
@@ -177,7 +180,7 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_q_kernel(AiterAuxScat
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
     const int32_t* rev = a.reverse_sorted + t * K;
-    constexpr int kKB = K < 8 ? K : 8;
+    constexpr int kKB = K < 4 ? K : 4;  // pairs loaded together (registers: 3 blocks/SM)
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
@@ -218,8 +221,11 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_q_kernel(AiterAuxScat
         for (int w = 0; w < 4; ++w) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const uint32_t nib = (raw[i][w] >> (4 * j)) & 0xFu;
-            acc[8 * w + j] = f32_add_rn(acc[8 * w + j], tab[nib][tid]);
+            // byte offset of tab[nib][tid]: nib << 10 | tid * 4 (one shift, one and-or)
+            const uint32_t x = raw[i][w];
+            const uint32_t nb = (4 * j >= 10 ? (x >> (4 * j - 10)) : (x << (10 - 4 * j))) & 0x3C00u;
+            const float v = *reinterpret_cast<const float*>(tab_bytes + (nb | tb));
+            acc[8 * w + j] = f32_add_rn(acc[8 * w + j], v);
           }
         }
       }

@@ -466,6 +466,137 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
   }
 }
 
+// Tiny variant (M*topk <= kLeanThreads, decode): one pair per thread (j = tid,
+// step = warp).  No atomics, no run descriptors: the leader of each run writes
+// its size into wc[e][warp] (uint8), and the rank of a pair is the sum of
+// wc[e][w' < warp] (two 16-byte reads and byte sums) plus its rank in the run.
+template <int E>
+struct TinySmem {
+  alignas(16) uint8_t wc[E][kLeanWarps];  // pairs of e in warp w (<= kWarpSize)
+  int off[E];                             // first row of e's segment
+  uint16_t cst[E + 1];                    // first bucket slot of e; cst[E] = pairs
+  uint16_t sj[kLeanThreads];              // pair index j, by expert then j
+  float sw[kLeanThreads];
+  uint16_t blk2e[kLeanThreads / 16 + E];
+  int warp_tot[kLeanWarps];
+};
+
+// Sum of the bytes row[0, w) of a kLeanWarps-byte row (16-byte aligned).
+__device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
+  static_assert(kLeanWarps % 16 == 0, "row of whole 16-byte vectors");
+  int sum = 0;
+#pragma unroll
+  for (int v = 0; v < kLeanWarps / 16; ++v) {
+    const uint4 x = reinterpret_cast<const uint4*>(row)[v];
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int lo = 16 * v + 4 * i;
+      const uint32_t mask = w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
+      sum += static_cast<int>(((xs[i] & mask) * 0x01010101u) >> 24);  // byte sums <= 4*64
+    }
+  }
+  return sum;
+}
+
+template <int E, int K>
+__device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
+                                                int num_g) {
+  static_assert(E <= kLeanThreads, "one expert per thread in the scan");
+  const int tid = thread_idx();
+  const int lane = lane_id();
+  const int warp = warp_id();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int bm = a.block_m;
+  int lg = 4;
+  while ((1 << lg) < bm) ++lg;
+
+  {  // zero wc
+    uint4* z = reinterpret_cast<uint4*>(&sm.wc[0][0]);
+    constexpr int kVec = E * kLeanWarps / 16;
+    for (int i = tid; i < kVec; i += kLeanThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  const int j = tid;
+  const int key = load_key<E>(a.topk_ids, j, n);
+  const float wt = key < E ? a.topk_weights[j] : 0.0f;
+  block_sync();
+
+  const lane_mask_t peers = match_any_key<E>(key);
+  const int rank = popc(peers & lanemask_lt(lane));
+  if (key < E && rank == 0) sm.wc[key][warp] = static_cast<uint8_t>(popc(peers));
+  block_sync();
+
+  uint32_t c = 0, padded = 0;
+  if (tid < E) {
+    c = static_cast<uint32_t>(byte_prefix(sm.wc[tid], kLeanWarps));
+    padded = ((c + bm - 1) >> lg) << lg;
+  }
+  int total = 0;
+  const int ex = block_exclusive_scan<kLeanThreads>(static_cast<int>((c << 18) | padded),
+                                                    sm.warp_tot, &total);
+  const int rows = total & 0x3FFFF;
+  if (tid < E) {
+    const int off = ex & 0x3FFFF;
+    sm.off[tid] = off;
+    sm.cst[tid] = static_cast<uint16_t>(ex >> 18);
+    for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
+      sm.blk2e[b] = static_cast<uint16_t>(tid);
+  }
+  if (tid == 0) sm.cst[E] = static_cast<uint16_t>(total >> 18);
+  if (g == 0 && tid == 0) {
+    a.num_valid_ids[0] = rows;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+
+  if (key < E) {
+    const int sl = sm.cst[key] + byte_prefix(sm.wc[key], warp) + rank;
+    sm.sj[sl] = static_cast<uint16_t>(j);
+    sm.sw[sl] = wt;
+  } else if (g == 0 && j < n) {
+    a.reverse_sorted[j] = -1;
+  }
+  block_sync();
+
+  const int m = static_cast<int>(a.num_tokens);
+  for (int r = g * kLeanThreads + tid; r < rows; r += num_g * kLeanThreads) {
+    const int b = r >> lg;
+    const int e = sm.blk2e[b];
+    const int local = r - sm.off[e];
+    if (local < static_cast<int>(sm.cst[e + 1]) - static_cast<int>(sm.cst[e])) {
+      const int sl = sm.cst[e] + local;
+      const int jj = sm.sj[sl];
+      const int t = jj / K;
+      const int k = jj - t * K;
+      a.sorted_token_ids[r] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[r] = sm.sw[sl];
+      a.m_indices[r] = t;
+      a.reverse_sorted[jj] = r;
+    } else {
+      a.sorted_token_ids[r] = m;
+      a.sorted_weights[r] = 0.0f;
+      a.m_indices[r] = m;
+    }
+    if ((r & (bm - 1)) == 0) a.sorted_expert_ids[b] = e;
+  }
+}
+
+template <int E, int K, int D>
+__global__ __launch_bounds__(kLeanThreads) void sort_tiny_kernel(AiterAuxSortArgs a,
+                                                                 AiterAuxQuantArgs q, int num_g,
+                                                                 int quant_blocks,
+                                                                 int zero_blocks, bool x_al16,
+                                                                 bool q_al4) {
+  __shared__ TinySmem<E> sm;
+  const int b = block_idx();
+  if (b < num_g) {
+    tiny_sort_block<E, K>(a, sm, b, num_g);
+    return;
+  }
+  aux_block<D, kLeanThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
 // Grid: num_g + quant_blocks + zero_blocks.
 template <int E, int K, int D>
 __global__ __launch_bounds__(kLeanThreads) void sort_lean_kernel(AiterAuxSortArgs a,
@@ -690,8 +821,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     int qb = 0, zb = 0;
     if (quant_blocks > 0) {
       const int64_t units = q.num_tokens * static_cast<int64_t>(D > 0 ? D / 8 : 1);
-      qb = static_cast<int>(clamp_i64(
-          ceil_div_i64(units, kLeanThreads * quant_detail::kQuantUnroll), 1, kQuantBlocksMax));
+      qb = static_cast<int>(clamp_i64(ceil_div_i64(units, kLeanThreads), 1, kQuantBlocksMax));
     }
     if (zero_blocks > 0) {
       zb = static_cast<int>(
@@ -699,8 +829,13 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     }
     const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
     const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
-    AITER_AUX_LAUNCH((sort_lean_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
-        a, q, ng, qb, zb, x_al16, q_al4);
+    if (n <= kLeanThreads) {
+      AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
+          a, q, ng, qb, zb, x_al16, q_al4);
+    } else {
+      AITER_AUX_LAUNCH((sort_lean_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
+          a, q, ng, qb, zb, x_al16, q_al4);
+    }
     return check_launch(op);
   }
 

@@ -40,7 +40,7 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
                                                                int64_t num_units,
                                                                int64_t total_tiles,
                                                                int num_blocks, bool in_al8,
-                                                               bool out_al4) {
+                                                               bool in_al16, bool out_al4) {
   constexpr int kCK1 = D / 256;
   constexpr int kScaleCols = D / 32;
   constexpr int kGroups = (kCK1 + kKuPerWarp - 1) / kKuPerWarp;
@@ -75,7 +75,26 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
     for (int i = 0; i < kKuPerWarp; ++i) {
       lo[i] = 0u;
       hi[i] = 0u;
-      if (src != nullptr && ku0 + i < kCK1) load_u8x8(src + 8 * (ku0 + i), in_al8, &lo[i], &hi[i]);
+    }
+    if constexpr (kCK1 % 2 == 0) {
+      if (in_al16) {  // rows are 16-byte aligned too (D / 32 % 16 == 0): 2 ku per load
+#pragma unroll
+        for (int i = 0; i < kKuPerWarp; i += 2) {
+          if (src != nullptr && ku0 + i < kCK1) {
+            const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * (ku0 + i));
+            lo[i] = v.x;
+            hi[i] = v.y;
+            lo[i + 1] = v.z;
+            hi[i + 1] = v.w;
+          }
+        }
+      }
+    }
+    if (!(kCK1 % 2 == 0 && in_al16)) {
+#pragma unroll
+      for (int i = 0; i < kKuPerWarp; ++i) {
+        if (src != nullptr && ku0 + i < kCK1) load_u8x8(src + 8 * (ku0 + i), in_al8, &lo[i], &hi[i]);
+      }
     }
     // tile bytes: ((c*cm1 + mi)*kCK1 + ku) * 256
     uint8_t* dst_tile = a.sorted_scales + (tile * kCK1) * 256;
@@ -130,6 +149,7 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
   AITER_AUX_LAUNCH((sort_scales_kernel<ModelDim>), dim3(blocks), dim3(kThreads),
                    static_cast<hipStream_t>(stream))(a, num_units, out_rows / 32, blocks,
                                                      is_aligned(a.a_scale, 8),
+                                                     is_aligned(a.a_scale, 16) && ModelDim % 512 == 0,
                                                      is_aligned(a.sorted_scales, 4));
   return check_launch(op);
 }

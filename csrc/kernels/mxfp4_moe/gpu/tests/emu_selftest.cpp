@@ -254,6 +254,32 @@ void test_helpers() {
   }
   check(bad == 0, "gfx950 conversion model == spec for every finite bf16 and s");
   check(bad_sub == 0, "gfx950 conversion with flushed subnormal input == spec for s >= 3");
+  // the packed bf16x2 path (sm_90, emulation): every finite |x| <= 6 * 2^(s-127)
+  // (a block's elements never exceed its max, and q = amax * 2^(127-s) <= 6), both
+  // signs, every s in [3, 253]; also q <= 6 holds for every finite amax and its s
+  bad = 0;
+  for (uint32_t s = 3; s <= 253; ++s) {
+    const double lim = 6.0 * std::ldexp(1.0, static_cast<int>(s) - 127);
+    for (uint32_t a = 0; a < 0x7F80u; ++a) {
+      if (static_cast<double>(bf2f(static_cast<uint16_t>(a))) > lim) break;
+      const uint32_t w[4] = {a | ((a | 0x8000u) << 16), (a | 0x8000u) | (a << 16), a, a << 16};
+      const uint32_t got = quant_detail::mx_pack8_pk(w, s);
+      const uint32_t cp = ref_code(static_cast<uint16_t>(a), s);
+      const uint32_t cn = ref_code(static_cast<uint16_t>(a | 0x8000u), s);
+      const uint32_t want = cp | (cn << 4) | (cn << 8) | (cp << 12) | (cp << 16) | (0u << 20) |
+                            (cp << 28) | (ref_code(0, s) << 24);
+      if (got != want) {
+        if (++bad < 5) fprintf(stderr, "  pk mismatch s=%u a=%#x: %#x vs %#x\n", s, a, got, want);
+      }
+    }
+  }
+  check(bad == 0, "packed bf16x2 quantisation == spec for every s in [3, 253] and |x| <= 6*2^(s-127)");
+  bool q6 = true;
+  for (uint32_t a = 1; a < 0x7F80u; ++a) {
+    const uint32_t s = quant_detail::mx_scale_exponent(a);
+    q6 = q6 && s <= 253 && static_cast<double>(bf2f(static_cast<uint16_t>(a))) <= 6.0 * std::ldexp(1.0, static_cast<int>(s) - 127);
+  }
+  check(q6, "every finite amax: s <= 253 and amax <= 6 * 2^(s-127)");
   // and quant8's threshold: amax >= 0x0400 gives s >= 3
   bool s3 = true;
   for (uint32_t a = 0x0400u; a < 0x7F80u; ++a) s3 = s3 && quant_detail::mx_scale_exponent(a) >= 3;
@@ -681,6 +707,8 @@ int main() {
   run_sort_case<1024, 8>(512, 16, 2, 53, false);
   run_sort_case<1024, 8>(513, 64, 0, 54, false);
   run_sort_case<896, 16>(64, 32, 0, 55, false);
+  run_sort_case<1024, 8>(128, 32, 1, 56, true);  // tiny path, largest E
+  run_sort_case<1024, 8>(129, 16, 0, 57, false);  // just past the tiny path
   run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
   if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 16384-pair chunks
 
