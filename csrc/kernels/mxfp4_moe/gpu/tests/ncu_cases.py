@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "benchmarks"))
-import bench_aux as B  # noqa: E402
+from auxbench import cases as B  # noqa: E402
 
 
 def main(argv):
