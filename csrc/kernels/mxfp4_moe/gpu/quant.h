@@ -195,7 +195,8 @@ __host__ __device__ __forceinline__ uint32_t mx_pack8_pk(const uint32_t w[4], ui
     const uint32_t y = pk_add_bf16(q, m);
     uint32_t c = (y - m) + (m >> 6) - 0x010A010Au;  // codes at bits 0-2 and 16-18
     c |= (w[j] >> 12) & 0x00080008u;                  // sign bits 15, 31 -> 3, 19
-    out |= ((c & 0xFu) | ((c >> 12) & 0xF0u)) << (8 * j);
+    // bits 4-15 of c are zero: the low byte of c | c >> 12 is lo | hi << 4
+    out |= ((c | (c >> 12)) & 0xFFu) << (8 * j);
   }
   return out;
 }

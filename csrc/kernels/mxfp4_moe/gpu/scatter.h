@@ -205,17 +205,23 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
       for (int i = 0; i < kKB; ++i) {
         if (!ok[i]) continue;
         const uint32_t s = sc[i];
-        const int es = static_cast<int>(s) - 127;
+        if (s >= 2u && s <= 252u) {
+          // decode(m, s) is an exponent add here (no overflow, no subnormal)
+          const uint32_t es = (s - 127u) << 23;  // mod 2^32
 #pragma unroll
-        for (int m = 0; m < 8; ++m) {
-          // decode(m, s): exact bits; the common s (no overflow, no subnormal)
-          // is an exponent add.
-          const uint32_t vb = (s >= 2u && s <= 252u)
-                                  ? (m == 0 ? 0u : e2m1_mag_bits(m) + (static_cast<uint32_t>(es) << 23))
-                                  : mx_decode_bits(static_cast<uint32_t>(m), s);
-          const float pr = f32_mul_rn(as_f32(vb), wt[i]);
-          tab[m][tid] = pr;
-          tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+          for (int m = 0; m < 8; ++m) {
+            const uint32_t vb = m == 0 ? 0u : e2m1_mag_bits(m) + es;
+            const float pr = f32_mul_rn(as_f32(vb), wt[i]);
+            tab[m][tid] = pr;
+            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+          }
+        } else {
+#pragma unroll 1
+          for (int m = 0; m < 8; ++m) {  // rare: kept out of the common path
+            const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), s)), wt[i]);
+            tab[m][tid] = pr;
+            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+          }
         }
 #pragma unroll
         for (int w = 0; w < 4; ++w) {

@@ -521,7 +521,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   const float wt = key < E ? a.topk_weights[j] : 0.0f;
   block_sync();
 
-  const lane_mask_t peers = match_any_key<E>(key);
+  const lane_mask_t peers = match_key<E>(key);  // ballots: fixed cost, whatever the keys
   const int rank = popc(peers & lanemask_lt(lane));
   if (key < E && rank == 0) sm.wc[key][warp] = static_cast<uint8_t>(popc(peers));
   block_sync();
