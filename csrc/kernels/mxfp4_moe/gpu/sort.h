@@ -13,6 +13,10 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
+// Paths by M*topk: <= kLeanThreads (1024): tiny; <= kLeanMaxPairs (4096):
+// lean (both one launch of G redundant ranking blocks that each write a slice
+// of the rows, see "lean path" below); <= kSmallSortMaxPairs: small; else large.
+//
 // Small path (M*topk <= kSmallSortMaxPairs): ONE launch.  Block 0 is the
 // whole sort (the chunk is all pairs; counts -> per-expert totals -> block scan
 // of the padded sizes -> segment offsets; pads and sorted_expert_ids by one warp
