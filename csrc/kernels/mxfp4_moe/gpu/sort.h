@@ -28,7 +28,8 @@
 // launch overwrites entirely (it has M*topk >= (num_chunks + 1)*E entries):
 //   1. count : block g < G writes row g = its chunk's per-expert counts; the
 //              remaining blocks quantise x (moe_sort_quant) and zero zero_buf;
-//   2. scan  : one block turns the table, column by column, into absolute
+//   2. scan  : one block (kScanThreads; kScanThreads / E threads per column)
+//              turns the table, column by column, into absolute
 //              first rows (row g: segment offset of e + pairs of e in chunks
 //              < g; row G: end of e's real rows) and writes num_valid_ids;
 //   3. place : block g ranks its chunk as above and writes sorted_token_ids,
@@ -51,9 +52,11 @@ namespace sort_detail {
 constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
 constexpr int64_t kSmallSortMaxPairs = 8192;          // single-block path
-constexpr int kMinChunk = 4096;                       // pairs per block, large path
+constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
 constexpr int kMaxChunk = 32768;                      // keeps uint16 counters exact
-constexpr int kTargetChunks = 64;
+constexpr int kTargetChunks = 160;  // ~1 block per SM (132 on H200) for count and place
+constexpr int kScanThreads = 1024;
+constexpr int kScanUnroll = 16;
 constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
 constexpr int kReverseThreads = 256;
@@ -650,64 +653,70 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
   }
 }
 
-// 2. Grid: 1 block.
+// 2. Grid: 1 block of kScanThreads.  Thread (s, e) = (tid / E, tid % E) owns
+// column e's rows of slice s (kSlices = kScanThreads / E contiguous slices of
+// the num_chunks rows), so small E gets several threads per column; the loads
+// of a thread go kScanUnroll at a time (predicated tail, no serial remainder).
 template <int E>
-__global__ __launch_bounds__(kSortThreads) void sort_scan_kernel(AiterAuxSortArgs a,
+__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a,
                                                                  int num_chunks) {
-  __shared__ int warp_tot[kSortWarps];
-  constexpr int kPer = (E + kSortThreads - 1) / kSortThreads;
-  constexpr int kUnroll = 16;
+  constexpr int kSlices = kScanThreads / E;  // >= 1 (E <= 1024)
+  static_assert(kSlices >= 1, "E <= kScanThreads");
+  __shared__ int warp_tot[kScanThreads / kWarpSize];
+  __shared__ int slice_sum[kSlices][E];
+  __shared__ int col_off[E];
   int32_t* table = a.reverse_sorted;
   const int tid = thread_idx();
   const int bm = a.block_m;
-  const int g_count = num_chunks;
+  const int e = tid % E;
+  const int s = tid / E;  // == kSlices: idle thread
+  const bool active = s < kSlices;
+  const int per = (num_chunks + kSlices - 1) / kSlices;
+  const int g0 = active ? (s * per < num_chunks ? s * per : num_chunks) : num_chunks;
+  const int g1 = g0 + per < num_chunks ? g0 + per : num_chunks;
 
-  int padded[kPer];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
+  if (active) {
     int c = 0;
-    if (e < E) {
-      int g = 0;
-      for (; g + kUnroll <= g_count; g += kUnroll) {
-        int v[kUnroll];
+    for (int g = g0; g < g1; g += kScanUnroll) {
+      int v[kScanUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = table[static_cast<int64_t>(g + u) * E + e];
+      for (int u = 0; u < kScanUnroll; ++u)
+        v[u] = g + u < g1 ? table[static_cast<int64_t>(g + u) * E + e] : 0;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) c += v[u];
-      }
-      for (; g < g_count; ++g) c += table[static_cast<int64_t>(g) * E + e];
+      for (int u = 0; u < kScanUnroll; ++u) c += v[u];
     }
-    padded[i] = (c + bm - 1) / bm * bm;
-    sum += padded[i];
+    slice_sum[s][e] = c;
   }
+  block_sync();
+  int cnt = 0;
+  int padded = 0;
+  if (s == 0) {
+#pragma unroll 4
+    for (int i = 0; i < kSlices; ++i) cnt += slice_sum[i][e];
+    padded = (cnt + bm - 1) / bm * bm;
+  }
+  // Threads s == 0 are tids 0..E-1 in expert order; the others add 0.
   int total = 0;
-  int off = block_exclusive_scan<kSortThreads>(sum, warp_tot, &total);
+  const int off = block_exclusive_scan<kScanThreads>(padded, warp_tot, &total);
+  if (s == 0) {
+    col_off[e] = off;
+    table[static_cast<int64_t>(num_chunks) * E + e] = off + cnt;  // end of e's real rows
+  }
+  block_sync();
+  if (active) {
+    int run = col_off[e];
+    for (int i = 0; i < s; ++i) run += slice_sum[i][e];
+    for (int g = g0; g < g1; g += kScanUnroll) {
+      int v[kScanUnroll];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
-    if (e < E) {
-      int run = off;
-      int g = 0;
-      for (; g + kUnroll <= g_count; g += kUnroll) {
-        int v[kUnroll];
+      for (int u = 0; u < kScanUnroll; ++u)
+        v[u] = g + u < g1 ? table[static_cast<int64_t>(g + u) * E + e] : 0;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = table[static_cast<int64_t>(g + u) * E + e];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          table[static_cast<int64_t>(g + u) * E + e] = run;
-          run += v[u];
-        }
+      for (int u = 0; u < kScanUnroll; ++u) {
+        if (g + u < g1) table[static_cast<int64_t>(g + u) * E + e] = run;
+        run += v[u];
       }
-      for (; g < g_count; ++g) {
-        const int v = table[static_cast<int64_t>(g) * E + e];
-        table[static_cast<int64_t>(g) * E + e] = run;
-        run += v;
-      }
-      table[static_cast<int64_t>(g_count) * E + e] = run;  // off + pairs of e
     }
-    off += padded[i];
   }
   if (tid == 0) {
     a.num_valid_ids[0] = total;
@@ -850,8 +859,11 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     return check_launch(op);
   }
 
-  const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kMinChunk) * kMinChunk,
-                                  kMinChunk, kMaxChunk);
+  // chunk >= 2E: num_chunks <= n/chunk + 1, so (num_chunks + 1) * E <= n/2 + 2E <= n
+  // for n > kSmallSortMaxPairs >= 4E.
+  constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
+  const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kUnit) * kUnit,
+                                  kUnit, kMaxChunk);
   const int64_t num_chunks = ceil_div_i64(n, chunk);
   if ((num_chunks + 1) * E > n)  // cannot happen for n > kSmallSortMaxPairs, E <= 1024
     return fail_invalid("%s: internal: count table does not fit reverse_sorted", op);
@@ -862,7 +874,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
                    dim3(kSortThreads), st)(a, q, ch, nc, quant_blocks, zero_blocks, x_al16, q_al4);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kSortThreads), st)(a, nc);
+  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kScanThreads), st)(a, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, ch, nc);

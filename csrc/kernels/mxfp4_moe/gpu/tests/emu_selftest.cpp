@@ -700,6 +700,9 @@ int main() {
   run_sort_case<8, 2>(5000, 16, 0, 16, false);
   run_sort_case<1024, 8>(1100, 32, 0, 17, false);
   run_sort_case<896, 16>(700, 128, 1, 18, false);
+  run_sort_case<896, 16>(4000, 32, 2, 60, true);  // 32 chunks of 2048, one scan slice per column
+  run_sort_case<513, 11>(3000, 16, 0, 61, false);  // 2048-pair chunks, tail rows
+  run_sort_case<1, 1>(20000, 64, 1, 62, false);  // 1024 scan slices, 20 chunks
   // lean path edges: exactly kLeanMaxPairs, one below, one above, degenerate
   run_sort_case<8, 2>(2048, 16, 1, 50, false);
   run_sort_case<1, 1>(4096, 128, 0, 51, true);
