@@ -55,7 +55,7 @@ def cmd_build(args) -> int:
     default_reporter().finish(r)  # when something compiled: the time and the slowest TUs
     cached = r.num_instances - min(r.compiled, r.num_instances)
     print(f"  toolchain : {r.toolchain}")
-    print(f"  instances : {r.num_instances} ({r.compiled} translation units compiled, "
+    print(f"  instances : {r.num_instances} ({r.compiled} instance TUs compiled, "
           f"{cached} cached){', relinked' if r.linked else ''}")  # fmt: skip
     print(f"  wall time : {r.wall_s:.2f} s")
     print(f"  module    : {r.module_path}")
@@ -121,7 +121,7 @@ def cmd_edit_shape(args) -> int:
     default_reporter().finish(b)
     relinked = ", relinked" if b.linked else ""
     print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
-          f"{b.compiled} translation units compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
+          f"{b.compiled} instance TUs compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
     print(f"  module    : {b.module_path}")
     return 0
 
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run and check the aux pipeline of one shape")
     p.add_argument("--shape", type=_shape, required=True, help="E,MODEL_DIM,INTER,TOPK")
-    p.add_argument("--tokens", type=_int_list, default=[1, 16, 512, 4096])
+    p.add_argument("--tokens", type=_int_list, default=[1, 16, 512, 4096],
+                   help="comma-separated token counts (default: 1,16,512,4096)")  # fmt: skip
     p.add_argument("--block-m", type=int, default=32, choices=(16, 32, 64, 128))
     p.add_argument("--seed", type=int, default=None, help="default: fresh randomness")
     p.add_argument("--device", default="cpu", help="torch device of the tensors (cpu, cuda)")

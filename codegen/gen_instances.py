@@ -109,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the instance keys and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for inst in enumerate_instances(SHAPES):
-            print(inst.key)
+        try:
+            for inst in enumerate_instances(SHAPES):
+                print(inst.key)
+            sys.stdout.flush()
+        except BrokenPipeError:  # e.g. `--list | head`: the reader is gone, not an error
+            sys.stdout = None
         return 0
     if args.working_path is None:
         parser.error("--working_path is required unless --list is given")

@@ -169,10 +169,10 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     p = cli(tree, "add-shape", "128,3072,512,4", "--note", "shares model_dim 3072")
     assert p.returncode == 0, p.stderr
     # new keys: moe_sort_e128_k4, moe_sort_quant_e128_k4_d3072, scatter(_q)_d3072_k4
-    assert "10 instances, 4 translation units compiled, relinked" in p.stdout, p.stdout
+    assert "10 instances, 4 instance TUs compiled, relinked" in p.stdout, p.stdout
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert "moe_sort_e128_k4" in manifest["keys"] and len(manifest["keys"]) == 10
     p = cli(tree, "remove-shape", "128,3072,512,4")
-    assert p.returncode == 0 and "0 translation units compiled, relinked" in p.stdout, p.stdout
+    assert p.returncode == 0 and "0 instance TUs compiled, relinked" in p.stdout, p.stdout
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert len(manifest["keys"]) == 6 and manifest["shapes"] == [list(k) for k in keep]

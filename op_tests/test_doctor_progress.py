@@ -85,9 +85,7 @@ def test_reporter_finish_prints_slowest(tmp_path):
         compiled, wall_s, build_dir = 1, 3.2, tmp_path
 
     r.finish(Result)
-    assert "compiled 1 translation unit(s) in 3.2 s; slowest: moe_sort_e257_k9 3.0 s" in (
-        out.getvalue()
-    )
+    assert "compiled 1 instance TU(s) in 3.2 s; slowest: moe_sort_e257_k9 3.0 s" in (out.getvalue())
 
 
 # --------------------------------------------------------------------- build + doctor
@@ -122,7 +120,7 @@ def test_build_progress_then_doctor(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("aiter_aux: [1/") and any("[9/9]" in ln for ln in lines), lines
-    assert "compiled 6 translation unit(s)" in lines[-1] and "slowest: " in lines[-1], lines
+    assert "compiled 6 instance TU(s)" in lines[-1] and "slowest: " in lines[-1], lines
 
     cache = tmp_path / "cache"
     before = snapshot(cache)

@@ -168,7 +168,7 @@ class Reporter:
             if result is not None and getattr(result, "compiled", 0):
                 slow = format_slowest(read_ninja_log(result.build_dir, self.start_ns), n)
                 self.out.write(
-                    f"{self.prefix} compiled {result.compiled} translation unit(s) in "
+                    f"{self.prefix} compiled {result.compiled} instance TU(s) in "
                     f"{result.wall_s:.1f} s" + (f"; slowest: {slow}" if slow else "") + "\n"
                 )
             self.out.flush()
