@@ -486,7 +486,8 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
 
 // ----------------------------------------------------- sort_scales tests ----
 template <int D>
-void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid) {
+void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid,
+                     int in_off = 0, int out_off = 0) {
   std::mt19937 rng(seed);
   const auto ids = make_ids(m, k, e, rng, 0);
   const auto w = make_weights(ids.size(), rng);
@@ -497,20 +498,22 @@ void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_val
   for (int64_t r = sb.nv[0]; r < max_rows; ++r) sb.sti[r] = static_cast<int32_t>(rng() % (m + 1));
   std::vector<int32_t> nv = sb.nv;
   if (shrink_valid && nv[0] > 0) nv[0] = nv[0] / 2;
-  std::vector<uint8_t> as(static_cast<size_t>(m) * (D / 32));
-  for (auto& v : as) v = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> as_buf(static_cast<size_t>(m) * (D / 32) + 16);
+  for (auto& v : as_buf) v = static_cast<uint8_t>(rng());
+  const uint8_t* as = as_buf.data() + in_off;  // in_off / out_off: misaligned pointers
   const int BM = bm > 32 ? bm : 32;
   const int64_t out_rows = (max_rows + BM - 1) / BM * BM;
-  std::vector<uint8_t> got(out_rows * (D / 32) + 7, 0xEE), want(out_rows * (D / 32), 0);
+  std::vector<uint8_t> got_buf(out_rows * (D / 32) + 7 + 16, 0xEE), want(out_rows * (D / 32), 0);
+  uint8_t* got = got_buf.data() + out_off;
   AiterAuxSortScalesArgs a = {};
-  a.a_scale = as.data();
+  a.a_scale = as;
   a.num_tokens = m;
   a.model_dim = D;
   a.block_m = bm;
   a.sorted_token_ids = sb.sti.data();
   a.num_valid_ids = nv.data();
   a.max_rows = max_rows;
-  a.sorted_scales = got.data();
+  a.sorted_scales = got;
   const int rc = moe_sort_scales<D>(a, nullptr);
   // reference: loop over (row, scale column) and place the byte
   const int cm1 = BM / 32, ck1 = D / 256;
@@ -530,9 +533,11 @@ void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_val
     }
   }
   const std::string tag = "moe_sort_scales<" + std::to_string(D) + "> M=" + std::to_string(m) +
-                          " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "");
+                          " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "") +
+                          " offs=" + std::to_string(in_off) + "," + std::to_string(out_off);
   check(rc == AITER_AUX_OK, tag + ": status");
-  std::vector<uint8_t> g(got.begin(), got.begin() + want.size());
+  std::vector<uint8_t> g(got, got + want.size());
+  for (int i = 0; i < out_off; ++i) check(got_buf[i] == 0xEE, tag + ": no write before the start");
   std::string where;
   check(same_bytes(g, want, &where), tag + ": bytes " + where);
   check(got[want.size()] == 0xEE, tag + ": no write past the end");
@@ -732,6 +737,14 @@ int main() {
     run_scales_case<512>(100, bm, 33, 3, 31 + bm, true);
   }
   run_scales_case<7168>(5, 32, 8, 2, 32, false);
+  // shared-memory tile path: 16-byte loads/stores, 4-byte, byte-misaligned, D % 512 != 0
+  run_scales_case<7168>(300, 32, 257, 9, 33, true);
+  run_scales_case<7168>(300, 64, 257, 9, 34, false, 4, 4);
+  run_scales_case<2560>(200, 128, 513, 11, 35, true, 3, 1);
+  run_scales_case<3584>(150, 16, 896, 16, 36, false, 8, 2);
+  run_scales_case<768>(90, 32, 33, 5, 37, true);
+  run_scales_case<768>(90, 64, 33, 5, 38, false, 1, 16);
+  run_scales_case<256>(0, 32, 8, 2, 39, false);
 
   run_scatter_case<64, 3, false>(17, 40, 41);
   run_scatter_case<64, 1, false>(5, 3, 46);
