@@ -14,99 +14,106 @@ namespace gpu {
 namespace scales_detail {
 
 constexpr int kThreads = 256;
+constexpr int kKuPerWarp = 8;  // ku (8-byte column groups) per warp unit
 
-// One block per 32-row tile (c, mi) (grid-stride).  The tile's 32 token rows
-// of a_scale (D/32 bytes each) are read row-contiguous (16- or 4-byte loads,
-// consecutive threads on consecutive bytes of a row) into shared memory, rows
-// kStride = D/128 + 1 dwords apart (odd: the gather below is conflict-free);
-// rows that are padding / at or past num_valid_ids[0] / past max_rows are
-// zero.  Then thread q builds the output quad q of the tile (dwords 4q..4q+3:
-// ku = q/16, kl = (q/4)%4, nl = 4*(q%4) + j): byte 2*ik + ia of dword
-// (ku, kl, nl) = byte kl of shared dword [ia*16 + nl][2*ku + ik], and writes it
-// with one 16-byte store (or 4-byte / byte stores when the output is not
-// aligned).  The tile's output is kCK1 * 256 contiguous bytes.
+// 8 scale bytes (one ku) of a row, as two little-endian words.
+__device__ __forceinline__ void load_u8x8(const uint8_t* p, bool al8, uint32_t* lo, uint32_t* hi) {
+  if (al8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    *lo = v.x;
+    *hi = v.y;
+  } else {
+    *lo = load_u8x4(p, false);
+    *hi = load_u8x4(p + 4, false);
+  }
+}
+
+// One warp per unit (tile of 32 rows c*BM + mi*32 + [0, 32), ku group of up
+// to kKuPerWarp).  Lane L holds row (ia = L / 16, nl = L % 16); it reads the
+// 8 bytes of each ku of its row (contiguous, one token row of a_scale), swaps
+// them with lane L ^ 16 (the other ia of the same nl), and writes the dwords
+// kl = 2*(L/16) and 2*(L/16) + 1 of the (c, mi, ku) tile: dword kl*16 + nl =
+// bytes [row ia0 col kl, row ia1 col kl, row ia0 col 4+kl, row ia1 col 4+kl].
+// Each store instruction writes two 64-byte runs.
 template <int D>
 __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScalesArgs a,
+                                                               int64_t num_units,
                                                                int64_t total_tiles,
-                                                               int num_blocks, bool in_al4,
-                                                               bool in_al16, bool out_al4,
-                                                               bool out_al16) {
+                                                               int num_blocks, bool in_al8,
+                                                               bool in_al16, bool out_al4) {
   constexpr int kCK1 = D / 256;
-  constexpr int kCols = D / 32;   // scale bytes per row (multiple of 8)
-  constexpr int kDw = kCols / 4;  // dwords per row (even)
-  constexpr int kStride = kDw + 1;
-  constexpr int kQuads = kCK1 * 16;
-  __shared__ uint32_t sm[32 * kStride];
-  __shared__ int64_t src_off[32];
-  const int tid = thread_idx();
+  constexpr int kScaleCols = D / 32;
+  constexpr int kGroups = (kCK1 + kKuPerWarp - 1) / kKuPerWarp;
+  constexpr int kWarps = kThreads / kWarpSize;
   const int bm = a.block_m > 32 ? a.block_m : 32;
   const int cm1 = bm / 32;
   int64_t lim = a.num_valid_ids[0];
   if (lim > a.max_rows) lim = a.max_rows;
   const uint32_t m = static_cast<uint32_t>(a.num_tokens);
-  for (int64_t tile = block_idx(); tile < total_tiles; tile += num_blocks) {
+  const int lane = lane_id();
+  const int sub = lane & 31;  // row inside the 32-row tile (kWarpSize 64: two tiles)
+  const int half = sub >> 4;  // ia
+  const int nl = sub & 15;
+  constexpr int kTilesPerWarp = kWarpSize / 32;
+  const int64_t wstride = static_cast<int64_t>(num_blocks) * kWarps;
+  for (int64_t unit = static_cast<int64_t>(block_idx()) * kWarps + warp_id(); unit < num_units;
+       unit += wstride) {
+    const int grp = static_cast<int>(unit % kGroups);
+    const int64_t tile = (unit / kGroups) * kTilesPerWarp + (lane >> 5);  // (c, mi)
+    const bool tile_ok = tile < total_tiles;  // kWarpSize 64: the 2nd tile may be past the end
     const int64_t c = tile / cm1;
     const int mi = static_cast<int>(tile - c * cm1);
-    const int64_t row0 = c * bm + mi * 32;
-    block_sync();  // the previous tile's readers of sm / src_off are done
-    if (tid < 32) {
-      const int64_t row = row0 + tid;
-      int64_t off = -1;
-      if (row < lim) {
-        const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row]) & 0xFFFFFFu;
-        if (t < m) off = static_cast<int64_t>(t) * kCols;
-      }
-      src_off[tid] = off;
+    const int64_t row = c * bm + mi * 32 + sub;
+    const uint8_t* src = nullptr;
+    if (row < lim) {
+      const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row]) & 0xFFFFFFu;
+      if (t < m) src = a.a_scale + static_cast<int64_t>(t) * kScaleCols;
     }
-    block_sync();
-    if constexpr (kDw % 4 == 0) {
-      if (in_al16) {  // rows 16-byte aligned: one 16-byte load per 4 dwords
-        constexpr int kV = kDw / 4;
-        for (int i = tid; i < 32 * kV; i += kThreads) {
-          const int r = i / kV;
-          const int d = (i - r * kV) * 4;
-          const int64_t off = src_off[r];
-          uint4 v = make_uint4(0u, 0u, 0u, 0u);
-          if (off >= 0) v = *reinterpret_cast<const uint4*>(a.a_scale + off + 4 * d);
-          uint32_t* dst = sm + r * kStride + d;
-          dst[0] = v.x;
-          dst[1] = v.y;
-          dst[2] = v.z;
-          dst[3] = v.w;
+    const int ku0 = grp * kKuPerWarp;
+    uint32_t lo[kKuPerWarp], hi[kKuPerWarp];
+#pragma unroll
+    for (int i = 0; i < kKuPerWarp; ++i) {
+      lo[i] = 0u;
+      hi[i] = 0u;
+    }
+    if constexpr (kCK1 % 2 == 0) {
+      if (in_al16) {  // rows are 16-byte aligned too (D / 32 % 16 == 0): 2 ku per load
+#pragma unroll
+        for (int i = 0; i < kKuPerWarp; i += 2) {
+          if (src != nullptr && ku0 + i < kCK1) {
+            const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * (ku0 + i));
+            lo[i] = v.x;
+            hi[i] = v.y;
+            lo[i + 1] = v.z;
+            hi[i + 1] = v.w;
+          }
         }
       }
     }
-    if (!(kDw % 4 == 0 && in_al16)) {
-      for (int i = tid; i < 32 * kDw; i += kThreads) {
-        const int r = i / kDw;
-        const int d = i - r * kDw;
-        const int64_t off = src_off[r];
-        uint32_t v = 0u;
-        if (off >= 0) v = load_u8x4(a.a_scale + off + 4 * d, in_al4);
-        sm[r * kStride + d] = v;
+    if (!(kCK1 % 2 == 0 && in_al16)) {
+#pragma unroll
+      for (int i = 0; i < kKuPerWarp; ++i) {
+        if (src != nullptr && ku0 + i < kCK1) load_u8x8(src + 8 * (ku0 + i), in_al8, &lo[i], &hi[i]);
       }
     }
-    block_sync();
-    uint8_t* dst_tile = a.sorted_scales + tile * (kCK1 * 256);
-    for (int q = tid; q < kQuads; q += kThreads) {
-      const int ku = q >> 4;
-      const int kl = (q >> 2) & 3;
-      const int nl0 = (q & 3) * 4;
-      const int sh = 8 * kl;
-      uint32_t v[4];
+    // tile bytes: ((c*cm1 + mi)*kCK1 + ku) * 256
+    uint8_t* dst_tile = a.sorted_scales + (tile * kCK1) * 256;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t* r0 = sm + (nl0 + j) * kStride + 2 * ku;       // ia = 0
-        const uint32_t* r1 = sm + (16 + nl0 + j) * kStride + 2 * ku;  // ia = 1
-        v[j] = ((r0[0] >> sh) & 0xFFu) | (((r1[0] >> sh) & 0xFFu) << 8) |
-               (((r0[1] >> sh) & 0xFFu) << 16) | (((r1[1] >> sh) & 0xFFu) << 24);
-      }
-      uint8_t* dst = dst_tile + q * 16;
-      if (out_al16) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
-      } else {
+    for (int i = 0; i < kKuPerWarp; ++i) {
+      if (ku0 + i >= kCK1) break;  // warp-uniform
+      const uint32_t plo = shfl_xor_u32(lo[i], 16);
+      const uint32_t phi = shfl_xor_u32(hi[i], 16);
+      // rows ia0 / ia1 of this nl
+      const uint32_t a0 = half ? plo : lo[i], a1 = half ? phi : hi[i];  // ia0: cols 0-3, 4-7
+      const uint32_t b0 = half ? lo[i] : plo, b1 = half ? hi[i] : phi;  // ia1
+      uint8_t* dst = dst_tile + static_cast<int64_t>(ku0 + i) * 256;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) store_u8x4(dst + 4 * j, out_al4, v[j]);
+      for (int q = 0; q < 2; ++q) {
+        const int kl = 2 * half + q;
+        const int sh = 8 * kl;
+        const uint32_t v = ((a0 >> sh) & 0xFFu) | (((b0 >> sh) & 0xFFu) << 8) |
+                           (((a1 >> sh) & 0xFFu) << 16) | (((b1 >> sh) & 0xFFu) << 24);
+        if (tile_ok) store_u8x4(dst + (kl * 16 + nl) * 4, out_al4, v);
       }
     }
   }
@@ -133,14 +140,17 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
   if (a.sorted_scales == nullptr || a.sorted_token_ids == nullptr || a.num_valid_ids == nullptr ||
       (a.num_tokens > 0 && a.a_scale == nullptr))
     return fail_invalid("%s: null tensor pointer", op);
-  // out_rows is a multiple of 32 (BM >= 32): one block iteration per 32-row tile.
-  const int64_t total_tiles = out_rows / 32;
-  const int blocks = static_cast<int>(clamp_i64(total_tiles, 1, 65535));
+  constexpr int kGroups = (ModelDim / 256 + kKuPerWarp - 1) / kKuPerWarp;
+  // out_rows is a multiple of 32 (BM >= 32); one warp unit covers kWarpSize rows.
+  const int64_t warp_tiles = ceil_div_i64(out_rows, kWarpSize);
+  const int64_t num_units = warp_tiles * kGroups;
+  constexpr int kWarps = kThreads / kWarpSize;
+  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(num_units, kWarps), 1, 65535));
   AITER_AUX_LAUNCH((sort_scales_kernel<ModelDim>), dim3(blocks), dim3(kThreads),
-                   static_cast<hipStream_t>(stream))(
-      a, total_tiles, blocks, is_aligned(a.a_scale, 4),
-      is_aligned(a.a_scale, 16) && ModelDim % 512 == 0, is_aligned(a.sorted_scales, 4),
-      is_aligned(a.sorted_scales, 16));
+                   static_cast<hipStream_t>(stream))(a, num_units, out_rows / 32, blocks,
+                                                     is_aligned(a.a_scale, 8),
+                                                     is_aligned(a.a_scale, 16) && ModelDim % 512 == 0,
+                                                     is_aligned(a.sorted_scales, 4));
   return check_launch(op);
 }
 
