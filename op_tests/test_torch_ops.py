@@ -251,3 +251,69 @@ def test_cuda_graph_capture_out_ops():
         check_out_buffers(bufs, ids, w, x, eo)
         assert_sort_equal(sort2, ref.moe_sort(ids, w, E, BM))
         assert not bool(zero_buf.view(torch.int16).any())
+
+
+def _padded(m_real: int, m_cap: int, seed: int):
+    """Inputs of m_cap tokens whose last m_cap - m_real are padding: ids all -1, x zero."""
+    ids, w, x, eo = inputs(m_cap, seed, "some")
+    ids[m_real:] = -1
+    x[m_real:] = 0
+    return ids, w, x, eo
+
+
+def check_padding_transparent(bufs, ids, w, x, eo, m_real: int):
+    """The outputs of the padded problem, restricted to the real tokens, are those of the
+    m_real-token problem (padding tokens take no rows)."""
+    sort, a_q, a_s, _scales, _eq, _es, y, yq = (
+        b if isinstance(b, tuple) else b.cpu() for b in bufs
+    )
+    sort = ref.MoeSortOutput(*(t.cpu() for t in sort))
+    real = ref.moe_sort(ids[:m_real], w[:m_real], E, BM)
+    nv = int(real.num_valid_ids[0])
+    assert int(sort.num_valid_ids[0]) == nv
+    pair_rows = real.sorted_token_ids[:nv] != m_real  # rows holding a real pair
+    assert same(sort.sorted_token_ids[:nv][pair_rows], real.sorted_token_ids[:nv][pair_rows])
+    assert same(sort.sorted_weights[:nv], real.sorted_weights[:nv])
+    assert same(sort.sorted_expert_ids[: nv // BM], real.sorted_expert_ids[: nv // BM])
+    assert same(sort.reverse_sorted[: m_real * K], real.reverse_sorted)
+    wq, ws = ref.mxfp4_quant(x[:m_real])
+    assert same(a_q[:m_real], wq) and same(a_s[:m_real], ws)
+    args = (real.reverse_sorted, real.sorted_weights, K)
+    eo = eo[: real.sorted_weights.numel()]  # rows of the real problem's capacity
+    assert same(y[:m_real], ref.moe_scatter_reduce(eo, *args))
+    req, res = ref.mxfp4_quant(eo)
+    assert same(yq[:m_real], ref.moe_scatter_reduce_q(req, res, *args))
+
+
+@pytest.mark.parametrize("m_real", [0, 1, 17, 64])
+def test_padding_tokens_are_transparent_cpu(m_real):
+    ids, w, x, eo = _padded(m_real, 64, 20 + m_real)
+    bufs = out_buffers(64)
+    pipeline_out(ids, w, x, eo, bufs)
+    check_padding_transparent(bufs, ids, w, x, eo, m_real)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_replay_with_fewer_tokens_than_captured():
+    """A graph captured at M=64, replayed for 1..64 real tokens padded with ids -1 (how a
+    serving engine reuses one graph for every batch up to its size)."""
+    dev = torch.device("cuda")
+    m_cap = 64
+    static = [t.to(dev) for t in _padded(m_cap, m_cap, 30)]
+    bufs = out_buffers(m_cap, dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        pipeline_out(*static, bufs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        pipeline_out(*static, bufs)
+    for m_real in (0, 1, 5, 33, 64):
+        ids, w, x, eo = _padded(m_real, m_cap, 40 + m_real)
+        for dst, src in zip(static, (ids, w, x, eo), strict=True):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_out_buffers(bufs, ids, w, x, eo)
+        check_padding_transparent(bufs, ids, w, x, eo, m_real)
