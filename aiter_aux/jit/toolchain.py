@@ -16,13 +16,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
+from .. import __version__
+from . import abi
 from .paths import kernels_dir
 
 BACKENDS = ("cpu", "cuda", "rocm")
-ABI_VERSION = 1
-PACKAGE_VERSION = "0.1.0"
+PACKAGE_VERSION = __version__
 
 
 class ToolchainError(RuntimeError):
@@ -53,7 +53,7 @@ class Toolchain:
             " ".join(self.host_flags),
             " ".join(self.link_flags),
             PACKAGE_VERSION,
-            str(ABI_VERSION),
+            str(abi.ABI_VERSION),
         ):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
@@ -191,7 +191,3 @@ def sources_digest(backend: str) -> str:
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
-
-
-def kernels_root() -> Path:
-    return kernels_dir()
