@@ -129,15 +129,22 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
 }
 
 // MXFP4 variant.  One thread per (token, 32-column block) unit: per pair it
-// loads the 16 bytes (32 e2m1) of the block and its scale byte.  All 32
-// products of a pair share the weight w and the scale s, so they take only 16
-// values: P[nib] = fp32(decode(nib, s) * w), computed once per (pair, block)
-// with f32_mul_rn (P[nib | 8] = -P[nib], exact: rounding is symmetric; only a
-// NaN's sign differs, which the final bf16 conversion ignores).  The table is
-// thread-private in shared memory, laid out [nib][thread] (bank = thread, no
-// conflicts); each element is then one table read and one f32_add_rn, in k
-// order -- the same sums as the spec.
-template <int D>
+// loads the 16 bytes (32 e2m1) of the block and its scale byte (kKB pairs'
+// loads issued together), then accumulates the pair's 32 products in k order.
+//
+// Fast path (per pair and block): the spec's product fp32(decode(nib, s) * w)
+// is the fp32 rounding of the real number e2m1(nib) * 2^(s-127) * w whenever
+// decode is exact (s <= 252: no overflow; subnormals are exact).  Writing it
+// as x * W with x = e2m1(nib) * 2^-14 and W = w * 2^(s-113) is the same real
+// number, so one f32_mul_rn gives the same bits -- provided W is exactly
+// w * 2^(s-113): an exponent add on a normal w that stays in the normal range
+// (or w = +-0, Inf, NaN, which a scaling does not change).  x is exact as an
+// fp16: sign -> bit 15, the 3 magnitude bits (e1 e0 m) -> bits 11..9 give
+// 2^(e-15) * (1 + m/2) for e >= 1 and m * 2^-15 for e = 0, i.e. e2m1 * 2^-14,
+// and fp16 -> fp32 conversion is exact.  So an element costs ~1.5 bit ops (two
+// elements, nib j and j + 4, are built in one word), one conversion, one
+// f32_mul_rn and one f32_add_rn.  Anything else (s > 252, subnormal w, W out of
+// range) takes the general per-element decode: same bits, rarely taken.
 __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w[4]) {
   if (al16) {
     const uint4 v = *reinterpret_cast<const uint4*>(p);
@@ -154,10 +161,59 @@ __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w
   }
 }
 
-// fp32 bits of the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (e2m1 codes 0..7).
-__host__ __device__ __forceinline__ uint32_t e2m1_mag_bits(int m) {
-  return m == 0 ? 0u : (m == 1 ? 0x3F000000u : (m == 2 ? 0x3F800000u : (m == 3 ? 0x3FC00000u :
-         (m == 4 ? 0x40000000u : (m == 5 ? 0x40400000u : (m == 6 ? 0x40800000u : 0x40C00000u))))));
+// W = w * 2^(s-113) when that is exact and decode(., s) is exact (see above);
+// false sends the pair through the general decode.
+__host__ __device__ __forceinline__ bool q_fast_weight(uint32_t w_bits, uint32_t s, uint32_t* big_w) {
+  const uint32_t ew = (w_bits >> 23) & 0xFFu;
+  *big_w = w_bits;
+  if (s > 252u) return false;
+  if (ew == 255u || (w_bits << 1) == 0u) return true;  // +-Inf, NaN, +-0: unchanged
+  const int e = static_cast<int>(ew) + static_cast<int>(s) - 113;
+  if (ew == 0u || e < 1 || e > 254) return false;
+  *big_w = w_bits + ((s - 113u) << 23);  // mod 2^32: adds s - 113 to the exponent
+  return true;
+}
+
+// fp16 halves of 32-bit word -> fp32 (exact).
+__host__ __device__ __forceinline__ float f16_bits_to_f32_any(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 31u) return as_f32_any(sign | 0x7F800000u | (m << 13));
+  if (e != 0u) return as_f32_any(sign | ((e + 112u) << 23) | (m << 13));
+  if (m == 0u) return as_f32_any(sign);
+  int sh = 0;  // subnormal: normalise
+  uint32_t mm = m;
+  while ((mm & 0x400u) == 0u) {
+    mm <<= 1;
+    ++sh;
+  }
+  return as_f32_any(sign | (static_cast<uint32_t>(113 - sh) << 23) | ((mm & 0x3FFu) << 13));
+}
+
+template <bool kHigh>
+__device__ __forceinline__ float f16_half_to_f32(uint32_t h2) {
+#if defined(AITER_AUX_GPU_CUDA)
+  float r;
+  if constexpr (kHigh) {
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(r) : "r"(h2));
+  } else {
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(r) : "r"(h2));
+  }
+  return r;
+#elif defined(AITER_AUX_GPU_EMU)
+  return f16_bits_to_f32_any(kHigh ? h2 >> 16 : h2 & 0xFFFFu);
+#else
+  return static_cast<float>(__builtin_bit_cast(_Float16, static_cast<uint16_t>(kHigh ? h2 >> 16 : h2)));
+#endif
+}
+
+// fp16 bits of e2m1 * 2^-14 for nibble j (low half) and nibble j + 4 (high
+// half) of a word of 8 nibbles.
+template <int J>
+__host__ __device__ __forceinline__ uint32_t e2m1x2_as_f16x2(uint32_t x) {
+  const uint32_t mag = (J == 3 ? x >> 3 : x << (9 - 4 * J)) & 0x0E000E00u;
+  const uint32_t sign = (x << (12 - 4 * J)) & 0x80008000u;
+  return mag | sign;
 }
 
 template <int D, int K>
@@ -165,22 +221,20 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
                                                                     int num_blocks, bool in_al16,
                                                                     bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
-  static_assert(kThreads * 4 == 1024, "table rows of 1024 bytes");
-  __shared__ float tab[16][kThreads];
+  __shared__ float tab[16][kThreads];  // [nib][thread]: thread-private columns, no bank conflicts
   const int tid = thread_idx();
-  const char* tab_bytes = reinterpret_cast<const char*>(&tab[0][0]);
-  const uint32_t tb = static_cast<uint32_t>(tid) * 4u;
   const int64_t units = a.num_tokens * kBlocksPerRow;
   const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
   const int64_t rows = a.num_rows;
-  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreads + tid; u < units; u += stride) {
+  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreads + tid; u < units;
+       u += stride) {
     const int64_t t = u / kBlocksPerRow;
     const int blk = static_cast<int>(u - t * kBlocksPerRow);
     float acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
     const int32_t* rev = a.reverse_sorted + t * K;
-    constexpr int kKB = K < 4 ? K : 4;  // pairs loaded together (registers: 3 blocks/SM)
+    constexpr int kKB = K < 4 ? K : 4;  // pairs loaded together
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
@@ -198,40 +252,44 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
       for (int i = 0; i < kKB; ++i) {
         const int64_t p = ps[i];
         wt[i] = a.sorted_weights[p];
-        load_q16<D>(a.expert_out_q + p * (D / 2) + blk * 16, in_al16, raw[i]);
+        load_q16(a.expert_out_q + p * (D / 2) + blk * 16, in_al16, raw[i]);
         sc[i] = a.expert_out_scale[p * kBlocksPerRow + blk];
       }
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
         if (!ok[i]) continue;
-        const uint32_t s = sc[i];
-        if (s >= 2u && s <= 252u) {
-          // decode(m, s) is an exponent add here (no overflow, no subnormal)
-          const uint32_t es = (s - 127u) << 23;  // mod 2^32
+        uint32_t wb;
+        if (q_fast_weight(as_u32(wt[i]), sc[i], &wb)) {
+          const float big_w = as_f32(wb);
 #pragma unroll
-          for (int m = 0; m < 8; ++m) {
-            const uint32_t vb = m == 0 ? 0u : e2m1_mag_bits(m) + es;
-            const float pr = f32_mul_rn(as_f32(vb), wt[i]);
-            tab[m][tid] = pr;
-            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+          for (int w = 0; w < 4; ++w) {
+            const uint32_t x = raw[i][w];
+            const uint32_t h0 = e2m1x2_as_f16x2<0>(x), h1 = e2m1x2_as_f16x2<1>(x);
+            const uint32_t h2 = e2m1x2_as_f16x2<2>(x), h3 = e2m1x2_as_f16x2<3>(x);
+            float* ac = acc + 8 * w;
+            ac[0] = f32_add_rn(ac[0], f32_mul_rn(f16_half_to_f32<false>(h0), big_w));
+            ac[1] = f32_add_rn(ac[1], f32_mul_rn(f16_half_to_f32<false>(h1), big_w));
+            ac[2] = f32_add_rn(ac[2], f32_mul_rn(f16_half_to_f32<false>(h2), big_w));
+            ac[3] = f32_add_rn(ac[3], f32_mul_rn(f16_half_to_f32<false>(h3), big_w));
+            ac[4] = f32_add_rn(ac[4], f32_mul_rn(f16_half_to_f32<true>(h0), big_w));
+            ac[5] = f32_add_rn(ac[5], f32_mul_rn(f16_half_to_f32<true>(h1), big_w));
+            ac[6] = f32_add_rn(ac[6], f32_mul_rn(f16_half_to_f32<true>(h2), big_w));
+            ac[7] = f32_add_rn(ac[7], f32_mul_rn(f16_half_to_f32<true>(h3), big_w));
           }
         } else {
+          // rare: the 16 products P[nib] = fp32(decode(nib, s) * w) by the general
+          // decode into this thread's column of a shared-memory table, then one
+          // table read per element (keeps the register footprint of the fast path)
 #pragma unroll 1
-          for (int m = 0; m < 8; ++m) {  // rare: kept out of the common path
-            const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), s)), wt[i]);
+          for (int m = 0; m < 8; ++m) {
+            const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), sc[i])), wt[i]);
             tab[m][tid] = pr;
-            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);
+            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
           }
-        }
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            // byte offset of tab[nib][tid]: nib << 10 | tid * 4 (one shift, one and-or)
-            const uint32_t x = raw[i][w];
-            const uint32_t nb = (4 * j >= 10 ? (x >> (4 * j - 10)) : (x << (10 - 4 * j))) & 0x3C00u;
-            const float v = *reinterpret_cast<const float*>(tab_bytes + (nb | tb));
-            acc[8 * w + j] = f32_add_rn(acc[8 * w + j], v);
+          for (int j = 0; j < 32; ++j) {
+            const uint32_t nib = (raw[i][j / 8] >> (4 * (j % 8))) & 0xFu;
+            acc[j] = f32_add_rn(acc[j], tab[nib][tid]);
           }
         }
       }

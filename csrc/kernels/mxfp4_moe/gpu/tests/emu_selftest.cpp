@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "gpu/mxfp4_moe_aux_gpu.h"
@@ -296,6 +297,57 @@ void test_helpers() {
     }
   check(bad == 0, "mx_decode_bits == fp32(e2m1 * 2^(s-127)) for every nibble and s");
 
+  // scatter_reduce_q fast path: fp32(f16(e2m1 * 2^-14) * W), W = w * 2^(s-113), equals the
+  // spec's fp32(decode(nib, s) * w) whenever q_fast_weight accepts (w, s); and it accepts the
+  // usual range.  Weights: every exponent, random mantissas, both signs, plus 0, subnormal,
+  // Inf, NaN; every s and every nibble.
+  bad = 0;
+  int fast = 0, tried = 0;
+  bool usual = true;
+  std::mt19937 wrng(11);
+  for (uint32_t ew = 0; ew < 256; ++ew)
+    for (int rep = 0; rep < 6; ++rep) {
+      uint32_t wb = (ew << 23) | (wrng() & 0x807FFFFFu);
+      if (rep == 0) wb = ew << 23;  // +-0 at ew 0, powers of two, Inf
+      for (uint32_t s = 0; s < 256; ++s) {
+        uint32_t big_w;
+        const bool ok = scatter_detail::q_fast_weight(wb, s, &big_w);
+        ++tried;
+        if (ew >= 100 && ew <= 140 && s >= 40 && s <= 200) usual = usual && ok;
+        if (!ok) continue;
+        ++fast;
+        for (uint32_t word = 0; word < 16; ++word) {  // nibble j of a word: both halves, every j
+          const uint32_t x = word * 0x11111111u;
+          const uint32_t hs[4] = {scatter_detail::e2m1x2_as_f16x2<0>(x), scatter_detail::e2m1x2_as_f16x2<1>(x),
+                                  scatter_detail::e2m1x2_as_f16x2<2>(x), scatter_detail::e2m1x2_as_f16x2<3>(x)};
+          for (int h = 0; h < 8; ++h) {
+            const uint32_t h16 = h < 4 ? hs[h] & 0xFFFFu : hs[h - 4] >> 16;
+            volatile float prod = scatter_detail::f16_bits_to_f32_any(h16) * u2f(big_w);
+            volatile float spec = ref_decode(word, s) * u2f(wb);
+            const uint32_t g = f2u(prod), w = f2u(spec);
+            if (g != w && !(std::isnan(u2f(g)) && std::isnan(u2f(w)))) {
+              if (++bad < 5) fprintf(stderr, "  q fast mismatch w=%#x s=%u nib=%u: %#x vs %#x\n", wb, s, word, g, w);
+            }
+          }
+        }
+      }
+    }
+  check(bad == 0, "scatter_q fast product == spec product for every nibble, s and " + std::to_string(fast) +
+                      " accepted (w, s) of " + std::to_string(tried));
+  check(usual, "scatter_q fast path accepts |w| in [2^-27, 2^14), s in [40, 200]");
+#if defined(__FLT16_MAX__)
+  bad = 0;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const uint16_t hb = static_cast<uint16_t>(h);
+    _Float16 hv;
+    std::memcpy(&hv, &hb, 2);
+    const float want = static_cast<float>(hv);
+    const float got = scatter_detail::f16_bits_to_f32_any(h);
+    if (f2u(got) != f2u(want) && !(std::isnan(got) && std::isnan(want))) ++bad;
+  }
+  check(bad == 0, "f16 -> f32 bit conversion (emulation) == the compiler's, every pattern");
+#endif
+
   // bf16 rounding
   bad = 0;
   std::mt19937 rng(7);
@@ -553,7 +605,7 @@ float rand_weight(std::mt19937& rng) {
 }
 
 template <int D, int K, bool kQ>
-void run_scatter_case(int m, int rows, uint32_t seed) {
+void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   std::mt19937 rng(seed);
   std::vector<int32_t> rev(static_cast<size_t>(m) * K);
   for (auto& p : rev) {
@@ -565,7 +617,7 @@ void run_scatter_case(int m, int rows, uint32_t seed) {
     rev[2 * K] = rows + 3;
   }
   std::vector<float> sw(rows);
-  for (auto& v : sw) v = rand_weight(rng);
+  for (auto& v : sw) v = extreme ? u2f(rng()) : rand_weight(rng);  // extreme: any bits, every exponent
   std::vector<uint16_t> eo(static_cast<size_t>(rows) * D);
   for (auto& h : eo) {
     const uint32_t r = rng();
@@ -580,6 +632,7 @@ void run_scatter_case(int m, int rows, uint32_t seed) {
   for (auto& v : es) {
     const uint32_t r = rng() % 50;
     v = r == 0 ? 255 : (r == 1 ? 0 : (r == 2 ? 254 : static_cast<uint8_t>(100 + rng() % 40)));
+    if (extreme) v = static_cast<uint8_t>(rng());  // every scale, incl. 0..2 and 252..255
   }
   std::vector<uint16_t> got(static_cast<size_t>(m) * D + 1, 0x5555), want(static_cast<size_t>(m) * D);
   AiterAuxScatterArgs a = {};
@@ -617,7 +670,8 @@ void run_scatter_case(int m, int rows, uint32_t seed) {
     }
   }
   const std::string tag = std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") +
-                          std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m);
+                          std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m) +
+                          (extreme ? " (extreme w, s)" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   std::vector<uint16_t> g(got.begin(), got.begin() + want.size());
   std::string where;
@@ -753,6 +807,8 @@ int main() {
   run_scatter_case<7168, 9, false>(3, 30, 43);
   run_scatter_case<64, 3, true>(17, 40, 44);
   run_scatter_case<2560, 16, true>(2, 40, 45);
+  run_scatter_case<256, 9, true>(40, 300, 48, true);  // fast and general decode mixed in a warp
+  run_scatter_case<7168, 9, true>(5, 60, 49);
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
