@@ -23,23 +23,27 @@
 // per expert; then pass 2 places the pairs).  The other blocks of the same
 // launch quantise x (moe_sort_quant) and zero zero_buf.
 //
-// Large path: four launches, no allocation.  The per-chunk count table
-// (num_chunks + 1 rows x E ints) lives in reverse_sorted, which the last
-// launch overwrites entirely (it has M*topk >= (num_chunks + 1)*E entries):
-//   1. count : block g < G writes row g = its chunk's per-expert counts; the
+// Large path: three launches, no allocation.  The pairs are split evenly into
+// num_chunks chunks of >= 2E pairs; chunk g's per-expert count row lives in
+// reverse_sorted[cb(g) .. cb(g) + E), i.e. inside chunk g's own pair range,
+// followed by the pad ends of the experts g + i*num_chunks:
+//   1. count : block g < G writes its chunk's per-expert counts there; the
 //              remaining blocks quantise x (moe_sort_quant) and zero zero_buf;
 //   2. scan  : one block (kScanThreads; kScanThreads / E threads per column)
-//              turns the table, column by column, into absolute
-//              first rows (row g: segment offset of e + pairs of e in chunks
-//              < g; row G: end of e's real rows) and writes num_valid_ids;
-//   3. place : block g ranks its chunk as above and writes sorted_token_ids,
-//              sorted_weights and m_indices of its pairs, plus the pad rows and
-//              sorted_expert_ids of experts g*16 + w (+ G*16 ...);
-//   4. reverse: reverse_sorted[j] = -1 for pairs that are not local, and, for
-//              every row p < num_valid_ids[0] holding a pair (t, k),
-//              reverse_sorted[t*topk + k] = p.
-// Each launch only reads what earlier launches wrote, so there is no
-// inter-block dependency inside a launch.
+//              turns the rows, column by column, into absolute first rows
+//              (row g: segment offset of e + pairs of e in chunks < g), writes
+//              num_valid_ids and end_e (end of e's real rows) into the home of
+//              chunk e % num_chunks;
+//   3. place : block g reads its row and pad ends into shared memory, block_sync,
+//              ranks its chunk as above and writes sorted_token_ids,
+//              sorted_weights, m_indices and reverse_sorted (-1 for pairs that
+//              are not local) of its pairs -- overwriting its own row, which no
+//              other block reads -- plus sorted_expert_ids at the first row of
+//              each block of rows and the pad rows [end_e, round_up(end_e,
+//              block_m)) of its experts.
+// Each launch only reads what earlier launches wrote, and a place block writes
+// reverse_sorted only inside its own chunk, so there is no inter-block
+// dependency inside a launch.
 #pragma once
 
 #include "common.h"
@@ -53,13 +57,12 @@ constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
 constexpr int64_t kSmallSortMaxPairs = 8192;          // single-block path
 constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
-constexpr int kMaxChunk = 32768;                      // keeps uint16 counters exact
+constexpr int kMaxChunk = 32768;                      // chunks of < 2 kMaxChunk pairs
 constexpr int kTargetChunks = 160;  // ~1 block per SM (132 on H200) for count and place
 constexpr int kScanThreads = 1024;
 constexpr int kScanUnroll = 16;
 constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
-constexpr int kReverseThreads = 256;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 
 __host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
@@ -145,9 +148,11 @@ __device__ __forceinline__ void warp_bases(ChunkSmem<E>& sm) {
   }
 }
 
-// Pass 2: places the pairs of [wb, we).  base[e] = first row of the chunk's
-// pairs of e; my_cnt = this warp's bases (advanced as the warp goes).
-template <int E, int K, bool kWriteReverse>
+// Pass 2: places the pairs of [wb, we) and writes their reverse_sorted entries.
+// base[e] = first row of the chunk's pairs of e; my_cnt = this warp's bases
+// (advanced as the warp goes).  kExpertIds: a row p with p % block_m == 0 also
+// writes sorted_expert_ids[p / block_m] (the first row of a block is always real).
+template <int E, int K, bool kExpertIds>
 __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, int we,
                                            uint16_t* my_cnt, const int* base) {
   const int lane = lane_id();
@@ -181,8 +186,9 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
                                                        (static_cast<uint32_t>(k) << 24));
           a.sorted_weights[p] = wts[s];
           a.m_indices[p] = t;
-          if (kWriteReverse) a.reverse_sorted[j] = p;
-        } else if (kWriteReverse) {
+          a.reverse_sorted[j] = p;
+          if (kExpertIds && (p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key;
+        } else {
           a.reverse_sorted[j] = -1;
         }
       }
@@ -250,7 +256,7 @@ __device__ __forceinline__ void small_sort_block(const AiterAuxSortArgs& a, Chun
   block_sync();
 
   for (int e = warp; e < E; e += kSortWarps) write_segment_tail(a, e, sm.base[e], sm.tot[e]);
-  warp_place<E, K, true>(a, wb, we, sm.wcnt[warp], sm.base);
+  warp_place<E, K, false>(a, wb, we, sm.wcnt[warp], sm.base);
 }
 
 // Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
@@ -621,11 +627,23 @@ __global__ __launch_bounds__(kLeanThreads) void sort_lean_kernel(AiterAuxSortArg
 }
 
 // ------------------------------------------------------------ large path ----
-// 1. Grid: num_chunks + quant_blocks + zero_blocks.
+// Chunk g of the num_chunks chunks is the pairs [chunk_begin(g), chunk_begin(g + 1)):
+// N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
+// pairs).  The host picks num_chunks = N / chunk (chunk >= 2E), so every chunk has at least
+// 2E >= E + ceil(E / num_chunks) pairs and at most 65535 (uint16 counters).
+__device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
+
+// Experts whose pads chunk g's place block writes: e = g + i*num_chunks, i < pad_slots.
+__device__ __forceinline__ int pad_slots(int num_experts, int num_chunks) {
+  return (num_experts + num_chunks - 1) / num_chunks;
+}
+
+// 1. Grid: num_chunks + quant_blocks + zero_blocks.  Block g < num_chunks writes its
+// chunk's per-expert counts to reverse_sorted[chunk_begin(g) + e].
 template <int E, int K, int D>
 __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortArgs a,
-                                                                  AiterAuxQuantArgs q, int chunk,
-                                                                  int num_chunks,
+                                                                  AiterAuxQuantArgs q, int cq,
+                                                                  int cr, int num_chunks,
                                                                   int quant_blocks,
                                                                   int zero_blocks, bool x_al16,
                                                                   bool q_al4) {
@@ -635,16 +653,15 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
     aux_block<D>(b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
     return;
   }
-  const int n = static_cast<int>(a.num_tokens) * K;
-  const int cb = b * chunk;
-  const int ce = n - cb < chunk ? n : cb + chunk;
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
   zero_counters(&sm.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp_id(), &wb, &we);
   warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp_id()]);
   block_sync();
-  int32_t* row = a.reverse_sorted + static_cast<int64_t>(b) * E;
+  int32_t* row = a.reverse_sorted + cb;
   for (int e = thread_idx(); e < E; e += kSortThreads) {
     int c = 0;
 #pragma unroll
@@ -657,9 +674,13 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
 // column e's rows of slice s (kSlices = kScanThreads / E contiguous slices of
 // the num_chunks rows), so small E gets several threads per column; the loads
 // of a thread go kScanUnroll at a time (predicated tail, no serial remainder).
+// Rewrites every row in place into absolute first rows (row g, column e: segment
+// offset of e + pairs of e in chunks < g), writes num_valid_ids and, for the pads,
+// end_e = segment offset + pairs of e at reverse_sorted[chunk_begin(h) + E + i]
+// with h = e % num_chunks, i = e / num_chunks (inside chunk h, after its row).
 template <int E>
-__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a,
-                                                                 int num_chunks) {
+__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq,
+                                                                 int cr, int num_chunks) {
   constexpr int kSlices = kScanThreads / E;  // >= 1 (E <= 1024)
   static_assert(kSlices >= 1, "E <= kScanThreads");
   __shared__ int warp_tot[kScanThreads / kWarpSize];
@@ -681,7 +702,7 @@ __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArg
       int v[kScanUnroll];
 #pragma unroll
       for (int u = 0; u < kScanUnroll; ++u)
-        v[u] = g + u < g1 ? table[static_cast<int64_t>(g + u) * E + e] : 0;
+        v[u] = g + u < g1 ? table[chunk_begin(g + u, cq, cr) + e] : 0;
 #pragma unroll
       for (int u = 0; u < kScanUnroll; ++u) c += v[u];
     }
@@ -700,7 +721,8 @@ __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArg
   const int off = block_exclusive_scan<kScanThreads>(padded, warp_tot, &total);
   if (s == 0) {
     col_off[e] = off;
-    table[static_cast<int64_t>(num_chunks) * E + e] = off + cnt;  // end of e's real rows
+    const int h = e % num_chunks;
+    table[chunk_begin(h, cq, cr) + E + e / num_chunks] = off + cnt;  // end of e's real rows
   }
   block_sync();
   if (active) {
@@ -710,10 +732,10 @@ __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArg
       int v[kScanUnroll];
 #pragma unroll
       for (int u = 0; u < kScanUnroll; ++u)
-        v[u] = g + u < g1 ? table[static_cast<int64_t>(g + u) * E + e] : 0;
+        v[u] = g + u < g1 ? table[chunk_begin(g + u, cq, cr) + e] : 0;
 #pragma unroll
       for (int u = 0; u < kScanUnroll; ++u) {
-        if (g + u < g1) table[static_cast<int64_t>(g + u) * E + e] = run;
+        if (g + u < g1) table[chunk_begin(g + u, cq, cr) + e] = run;
         run += v[u];
       }
     }
@@ -724,57 +746,60 @@ __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArg
   }
 }
 
-// 3. Grid: num_chunks.
+template <int E>
+struct PlaceSmem {
+  ChunkSmem<E> c;
+  int pad_end[E];  // end_e of the experts whose pads this block writes
+};
+
+// 3. Grid: num_chunks.  Block g reads its row and pad ends (reverse_sorted[cb ..
+// cb + E + pad_slots)) into shared memory; after the block_sync nothing reads them
+// again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with
+// the reverse entries (no other block touches that range).  Real rows as in the
+// small path; a row p with p % block_m == 0 is the first row of its block (pads are
+// fewer than block_m and come last in a segment), so its writer also writes
+// sorted_expert_ids[p / block_m].  Pad rows of expert e: [end_e, round_up(end_e,
+// block_m)), empty for an expert without pairs.
 template <int E, int K>
-__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int chunk,
-                                                                  int num_chunks) {
-  __shared__ ChunkSmem<E> sm;
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int cq,
+                                                                  int cr, int num_chunks) {
+  __shared__ PlaceSmem<E> sm;
   const int b = block_idx();
   const int warp = warp_id();
-  const int32_t* table = a.reverse_sorted;
-  const int n = static_cast<int>(a.num_tokens) * K;
-  const int cb = b * chunk;
-  const int ce = n - cb < chunk ? n : cb + chunk;
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
+  const int slots = pad_slots(E, num_chunks);
 
-  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
-  for (int e = thread_idx(); e < E; e += kSortThreads) {
-    sm.base[e] = table[static_cast<int64_t>(b) * E + e];
+  zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
+  const int32_t* home = a.reverse_sorted + cb;
+  for (int i = thread_idx(); i < E + slots; i += kSortThreads) {
+    const int v = home[i];
+    if (i < E) {
+      sm.c.base[i] = v;
+    } else {
+      sm.pad_end[i - E] = v;
+    }
   }
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp, &wb, &we);
-  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp]);
+  warp_count<E>(a.topk_ids, wb, we, sm.c.wcnt[warp]);
   block_sync();
-  warp_bases<E>(sm);
+  warp_bases<E>(sm.c);
   block_sync();
-  warp_place<E, K, false>(a, wb, we, sm.wcnt[warp], sm.base);
+  warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
 
-  // Pads and sorted_expert_ids: row 0 of the table holds the segment offsets,
-  // row num_chunks the ends of the real rows.
-  for (int e = b * kSortWarps + warp; e < E; e += num_chunks * kSortWarps) {
-    const int off = table[e];
-    const int end = table[static_cast<int64_t>(num_chunks) * E + e];
-    write_segment_tail(a, e, off, end - off);
-  }
-}
-
-// 4. Grid-stride over pairs and over rows < num_valid_ids[0].
-template <int E, int K>
-__global__ __launch_bounds__(kReverseThreads) void sort_reverse_kernel(AiterAuxSortArgs a,
-                                                                       int num_blocks) {
-  const int64_t n = a.num_tokens * K;
-  const int64_t gtid = static_cast<int64_t>(block_idx()) * kReverseThreads + thread_idx();
-  const int64_t stride = static_cast<int64_t>(num_blocks) * kReverseThreads;
-  for (int64_t j = gtid; j < n; j += stride) {
-    const int id = a.topk_ids[j];
-    if (!(id >= 0 && id < E)) a.reverse_sorted[j] = -1;
-  }
-  const int rows = a.num_valid_ids[0];
-  const uint32_t m = static_cast<uint32_t>(a.num_tokens);
-  for (int64_t p = gtid; p < rows; p += stride) {
-    const uint32_t v = static_cast<uint32_t>(a.sorted_token_ids[p]);
-    const uint32_t t = v & 0xFFFFFFu;
-    if (t < m) a.reverse_sorted[static_cast<int64_t>(t) * K + (v >> 24)] = static_cast<int32_t>(p);
+  const int bm = a.block_m;
+  const int m = static_cast<int>(a.num_tokens);
+  for (int i = warp; i < slots; i += kSortWarps) {
+    if (b + i * num_chunks >= E) break;  // warp-uniform
+    const int end = sm.pad_end[i];
+    const int pend = (end + bm - 1) / bm * bm;
+    for (int p = end + lane_id(); p < pend; p += kWarpSize) {
+      a.sorted_token_ids[p] = m;
+      a.sorted_weights[p] = 0.0f;
+      a.m_indices[p] = m;
+    }
   }
 }
 
@@ -859,30 +884,33 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     return check_launch(op);
   }
 
-  // chunk >= 2E: num_chunks <= n/chunk + 1, so (num_chunks + 1) * E <= n/2 + 2E <= n
-  // for n > kSmallSortMaxPairs >= 4E.
+  // num_chunks = n / chunk (>= 4 here: chunk <= max(kUnit, n/160 + kUnit) and
+  // n > kSmallSortMaxPairs >= 4 kUnit) chunks of q or q + 1 pairs:
+  // q >= chunk >= 2E >= E + pad_slots, so a chunk's row and pad ends fit in its own
+  // pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
+  // uint16 counters exact.
   constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
   const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kUnit) * kUnit,
                                   kUnit, kMaxChunk);
-  const int64_t num_chunks = ceil_div_i64(n, chunk);
-  if ((num_chunks + 1) * E > n)  // cannot happen for n > kSmallSortMaxPairs, E <= 1024
-    return fail_invalid("%s: internal: count table does not fit reverse_sorted", op);
+  const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
+  const int64_t cq = n / num_chunks;
+  const int64_t cr = n % num_chunks;
+  if (cq < E + ceil_div_i64(E, num_chunks) || cq + (cr != 0) > 65535)  // cannot happen
+    return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %lld chunks)", op,
+                        (long long)n, (long long)num_chunks);
   const int nc = static_cast<int>(num_chunks);
-  const int ch = static_cast<int>(chunk);
+  const int q32 = static_cast<int>(cq);
+  const int r32 = static_cast<int>(cr);
 
   AITER_AUX_LAUNCH((sort_count_kernel<E, K, D>), dim3(nc + quant_blocks + zero_blocks),
-                   dim3(kSortThreads), st)(a, q, ch, nc, quant_blocks, zero_blocks, x_al16, q_al4);
+                   dim3(kSortThreads), st)(a, q, q32, r32, nc, quant_blocks, zero_blocks, x_al16,
+                                           q_al4);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kScanThreads), st)(a, nc);
+  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kScanThreads), st)(a, q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, ch, nc);
-  rc = check_launch(op);
-  if (rc != AITER_AUX_OK) return rc;
-  const int64_t work = n > a.max_rows ? n : a.max_rows;
-  const int rb = static_cast<int>(clamp_i64(ceil_div_i64(work, kReverseThreads), 1, 4096));
-  AITER_AUX_LAUNCH((sort_reverse_kernel<E, K>), dim3(rb), dim3(kReverseThreads), st)(a, rb);
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, q32, r32, nc);
   return check_launch(op);
 }
 

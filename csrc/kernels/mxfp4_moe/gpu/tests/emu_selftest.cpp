@@ -6,7 +6,7 @@
 //       -DAITER_AUX_EMU_WARP=32 -I csrc/kernels/mxfp4_moe
 //       csrc/kernels/mxfp4_moe/gpu/tests/emu_selftest.cpp -o /tmp/emu32
 //   (and -DAITER_AUX_EMU_WARP=64), then run; the last line is "N passed, M failed".
-//   AITER_AUX_EMU_LONG=1 adds a large sort with 16384-pair chunks (slow).
+//   AITER_AUX_EMU_LONG=1 adds a large sort with 7168-pair chunks (slow).
 #include "emu.h"  // must come first
 
 #include <cmath>
@@ -367,6 +367,10 @@ std::vector<int32_t> make_ids(int m, int k, int e, std::mt19937& rng, int mode) 
       v = r < 70 ? 0 : (r < 90 ? e - 1 : static_cast<int32_t>(rng() % e));
     } else if (mode == 2) {  // expert parallel: mostly non-local
       v = r < 80 ? -1 : static_cast<int32_t>(rng() % e);
+    } else if (mode == 3) {  // one expert takes every pair
+      v = e / 2;
+    } else if (mode == 4) {  // no local pair at all: -1 or out of range
+      v = r < 50 ? -1 : (r < 75 ? e + static_cast<int32_t>(rng() % 1000) : INT32_MIN + static_cast<int32_t>(r));
     } else {
       if (r < 8) v = -1;
       else if (r < 10) v = e + static_cast<int32_t>(rng() % 5);
@@ -751,7 +755,7 @@ int main() {
   run_sort_case<1, 1>(50, 16, 0, 9, false);
   run_sort_case<1024, 8>(1000, 128, 0, 10, false);
   run_sort_case<896, 16>(512, 32, 0, 11, false);
-  // ... and large path (four launches)
+  // ... and large path (three launches)
   run_sort_case<257, 9>(911, 32, 0, 12, true);
   run_sort_case<257, 9>(3000, 16, 0, 13, false);
   run_sort_case<257, 9>(3000, 128, 1, 14, true);
@@ -762,6 +766,19 @@ int main() {
   run_sort_case<896, 16>(4000, 32, 2, 60, true);  // 32 chunks of 2048, one scan slice per column
   run_sort_case<513, 11>(3000, 16, 0, 61, false);  // 2048-pair chunks, tail rows
   run_sort_case<1, 1>(20000, 64, 1, 62, false);  // 1024 scan slices, 20 chunks
+  // large-path chunking (N split evenly into N / chunk chunks; chunk row + pad ends in the
+  // chunk's own pair range): just above the threshold, k*chunk, k*chunk + small tail, more
+  // chunks than experts, E=896 with many chunks, one expert / no local pair at all
+  run_sort_case<8, 1>(8193, 16, 0, 63, true);      // 8 chunks, one of 1025
+  run_sort_case<1024, 1>(8193, 128, 0, 64, false);  // 4 chunks of >= 2E, 256 pad slots each
+  run_sort_case<1024, 8>(1025, 32, 1, 65, false);   // 4 chunks, E=1024 skewed
+  run_sort_case<257, 9>(1024, 64, 0, 66, false);    // 9 chunks of exactly 1024
+  run_sort_case<257, 9>(2277, 128, 0, 67, true);    // 20 chunks: 1024 pairs, the first 13 one more
+  run_sort_case<8, 2>(100000, 16, 0, 68, false);    // 97 chunks, E=8: most chunks pad none
+  run_sort_case<896, 16>(8192, 128, 0, 69, false);  // 64 chunks of 2048, 14 pad slots
+  run_sort_case<896, 16>(8192, 16, 3, 70, false);   // every pair to one expert
+  run_sort_case<385, 9>(3000, 32, 4, 71, true);     // no local pair: rows untouched
+  run_sort_case<513, 11>(5000, 64, 3, 72, false);   // one expert, 2048-pair chunks
   // lean path edges: exactly kLeanMaxPairs, one below, one above, degenerate
   run_sort_case<8, 2>(2048, 16, 1, 50, false);
   run_sort_case<1, 1>(4096, 128, 0, 51, true);
@@ -772,7 +789,7 @@ int main() {
   run_sort_case<1024, 8>(128, 32, 1, 56, true);  // tiny path, largest E
   run_sort_case<1024, 8>(129, 16, 0, 57, false);  // just past the tiny path
   run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
-  if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 16384-pair chunks
+  if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 7168-pair chunks
 
   run_quant_case<256>(5, 21, false);
   run_quant_case<256>(33, 22, true);
