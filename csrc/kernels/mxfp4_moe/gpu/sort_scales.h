@@ -5,6 +5,28 @@
 // c*BM + (2*mi + ia)*16 + nl, or 0 for a row that is padding, at/after
 // num_valid_ids[0] (read on the device) or at/after max_rows.  Every byte of
 // the output is written.
+//
+// Work layout.  A 32-row tile (c, mi) is rows tile*32 + [0, 32) (tile =
+// c*C_M1 + mi) and owns the kCK1*256 = D contiguous output bytes at tile*D.
+// Each 32-lane sub-warp (a warp on NVIDIA, half a wave on CDNA) transposes
+// one tile at a time through its own shared-memory buffer, without block
+// barriers, in a grid-stride loop over the tiles; the token ids of its next
+// tile are loaded while the current one is processed.  Per tile (and per
+// column slab of at most kMaxKuPerSlab ku when D > 8192):
+//  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
+//     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
+//     Lane l loads slots s = 32*k + l, k < kPitch (row s / kPitch, slot
+//     s % kPitch; the row's token from a shuffle): every load instruction reads
+//     512 (V = 16) or 256 (V = 8) row-contiguous bytes of ~2 token rows, and
+//     all kPitch loads of a lane are in flight together.  Then it stores them
+//     to the slots: consecutive lanes, consecutive slots (conflict-free).
+//  2. For each slot j, lane (e = l / 16, nl = l % 16) reads slot j of rows nl
+//     and 16 + nl (odd pitch: conflict-free; the two halves read the same
+//     addresses) and, for each ku of the slot, builds the dwords kl = e and
+//     kl = e + 2 of (ku, nl) with byte permutes.  A store instruction of the
+//     sub-warp writes (kl = 0/1 or 2/3, nl = 0..15): one contiguous 128-byte run.
+// V = 16 when the rows are 16-byte aligned (D % 512 == 0, a_scale 16-aligned),
+// else V = 8 (8-, 4-byte or byte loads by the alignment of a_scale).
 #pragma once
 
 #include "common.h"
@@ -13,110 +35,186 @@ namespace aiter_aux {
 namespace gpu {
 namespace scales_detail {
 
-constexpr int kThreads = 256;
-constexpr int kKuPerWarp = 8;  // ku (8-byte column groups) per warp unit
+constexpr int kThreads = 128;
+constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
+constexpr int kMaxKuPerSlab = 32;         // at most 256 bytes of a row per slab
+// Grid cap: ~15 blocks per SM on a 132-SM H200 (about 3 waves of resident
+// blocks); larger problems loop over the tiles with the next ids prefetched.
+constexpr int kMaxBlocks = 2048;
 
-// 8 scale bytes (one ku) of a row, as two little-endian words.
-__device__ __forceinline__ void load_u8x8(const uint8_t* p, bool al8, uint32_t* lo, uint32_t* hi) {
-  if (al8) {
+template <int D, int V>
+struct Layout {
+  static_assert(V == 8 || V == 16, "slot size is 8 or 16 bytes");
+  static constexpr int kCK1 = D / 256;
+  static constexpr int kCols = D / 32;  // scale bytes of a token row
+  static constexpr int kKuPerSlot = V / 8;
+  static_assert(kCK1 % kKuPerSlot == 0, "16-byte slots need D % 512 == 0");
+  static constexpr int kSlabs = (kCK1 + kMaxKuPerSlab - 1) / kMaxKuPerSlab;
+  // ku per slab (the last one may have fewer), a whole number of slots
+  static constexpr int kKuSlab =
+      ((kCK1 + kSlabs - 1) / kSlabs + kKuPerSlot - 1) / kKuPerSlot * kKuPerSlot;
+  static constexpr int kSlots = kKuSlab / kKuPerSlot;  // slots of a row in a full slab
+  static constexpr int kPitch = kSlots | 1;            // odd row pitch in slots
+  static constexpr int kWords = V / 4;
+};
+
+template <int V>
+struct SlotVec;
+template <>
+struct SlotVec<16> {
+  using T = uint4;
+};
+template <>
+struct SlotVec<8> {
+  using T = uint2;
+};
+
+template <int V>
+__device__ __forceinline__ void load_slot(const uint8_t* p, bool al8, bool al4, uint32_t* w) {
+  if constexpr (V == 16) {  // the caller checked 16-byte alignment
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  } else if (al8) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
-    *lo = v.x;
-    *hi = v.y;
+    w[0] = v.x;
+    w[1] = v.y;
   } else {
-    *lo = load_u8x4(p, false);
-    *hi = load_u8x4(p + 4, false);
+    w[0] = load_u8x4(p, al4);
+    w[1] = load_u8x4(p + 4, al4);
   }
 }
 
-// One warp per unit (tile of 32 rows c*BM + mi*32 + [0, 32), ku group of up
-// to kKuPerWarp).  Lane L holds row (ia = L / 16, nl = L % 16); it reads the
-// 8 bytes of each ku of its row (contiguous, one token row of a_scale), swaps
-// them with lane L ^ 16 (the other ia of the same nl), and writes the dwords
-// kl = 2*(L/16) and 2*(L/16) + 1 of the (c, mi, ku) tile: dword kl*16 + nl =
-// bytes [row ia0 col kl, row ia1 col kl, row ia0 col 4+kl, row ia1 col 4+kl].
-// Each store instruction writes two 64-byte runs.
-template <int D>
+template <int V>
+__device__ __forceinline__ void store_slot(typename SlotVec<V>::T* s, const uint32_t* w) {
+  if constexpr (V == 16) {
+    *s = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    uint2 v;
+    v.x = w[0];
+    v.y = w[1];
+    *s = v;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void read_slot(const typename SlotVec<V>::T* s, uint32_t* w) {
+  const typename SlotVec<V>::T v = *s;
+  w[0] = v.x;
+  w[1] = v.y;
+  if constexpr (V == 16) {
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+
+// Byte b of the result is byte (kSel >> 4b) & 7 of the 8 bytes {lo, hi}
+// (lo = bytes 0-3): CUDA's __byte_perm with a constant selector.
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t byte_perm(uint32_t lo, uint32_t hi) {
+#if defined(AITER_AUX_GPU_CUDA)
+  return __byte_perm(lo, hi, kSel);
+#else
+  const uint64_t x = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int b = 0; b < 4; ++b)
+    r |= static_cast<uint32_t>((x >> (8 * ((kSel >> (4 * b)) & 7u))) & 0xFFu) << (8 * b);
+  return r;
+#endif
+}
+
+// sorted_token_ids[row], or -1 past max_rows (its length).
+__device__ __forceinline__ int32_t load_token_id(const AiterAuxSortScalesArgs& a, int64_t row) {
+  return row < a.max_rows ? a.sorted_token_ids[row] : -1;
+}
+
+template <int D, int V>
 __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScalesArgs a,
-                                                               int64_t num_units,
-                                                               int64_t total_tiles,
-                                                               int num_blocks, bool in_al8,
-                                                               bool in_al16, bool out_al4) {
-  constexpr int kCK1 = D / 256;
-  constexpr int kScaleCols = D / 32;
-  constexpr int kGroups = (kCK1 + kKuPerWarp - 1) / kKuPerWarp;
-  constexpr int kWarps = kThreads / kWarpSize;
-  const int bm = a.block_m > 32 ? a.block_m : 32;
-  const int cm1 = bm / 32;
+                                                               int64_t total_tiles, int num_blocks,
+                                                               bool in_al8, bool in_al4,
+                                                               bool out_al4) {
+  using L = Layout<D, V>;
+  using Slot = typename SlotVec<V>::T;
+  __shared__ Slot smem[kSubWarps][32 * L::kPitch];
+  Slot* buf = smem[thread_idx() / 32];
+  const int lane = lane_id();
+  const int sl = lane & 31;         // row of the tile this lane loads the token of
+  const int sub0 = lane & ~31;      // first lane of this sub-warp
+  const int nl = sl & 15;           // step 2: rows nl and 16 + nl
+  const int e = sl >> 4;            // step 2: dwords kl = e and e + 2
+  const int sh = 8 * e;
+  const uint32_t m = static_cast<uint32_t>(a.num_tokens);
+  const int64_t stride = static_cast<int64_t>(num_blocks) * kSubWarps;
+  // The warp's first sub-warp drives the loop (warp-uniform); on a 64-lane
+  // wave the second one's tile may be past the end (then it only zero-passes).
+  const int64_t warp_tile0 =
+      static_cast<int64_t>(block_idx()) * kSubWarps + warp_id() * (kWarpSize / 32);
+  int64_t tile = warp_tile0 + (lane >> 5);
+  int32_t raw = load_token_id(a, tile * 32 + sl);  // issued with the num_valid_ids load
   int64_t lim = a.num_valid_ids[0];
   if (lim > a.max_rows) lim = a.max_rows;
-  const uint32_t m = static_cast<uint32_t>(a.num_tokens);
-  const int lane = lane_id();
-  const int sub = lane & 31;  // row inside the 32-row tile (kWarpSize 64: two tiles)
-  const int half = sub >> 4;  // ia
-  const int nl = sub & 15;
-  constexpr int kTilesPerWarp = kWarpSize / 32;
-  const int64_t wstride = static_cast<int64_t>(num_blocks) * kWarps;
-  for (int64_t unit = static_cast<int64_t>(block_idx()) * kWarps + warp_id(); unit < num_units;
-       unit += wstride) {
-    const int grp = static_cast<int>(unit % kGroups);
-    const int64_t tile = (unit / kGroups) * kTilesPerWarp + (lane >> 5);  // (c, mi)
-    const bool tile_ok = tile < total_tiles;  // kWarpSize 64: the 2nd tile may be past the end
-    const int64_t c = tile / cm1;
-    const int mi = static_cast<int>(tile - c * cm1);
-    const int64_t row = c * bm + mi * 32 + sub;
-    const uint8_t* src = nullptr;
-    if (row < lim) {
-      const uint32_t t = static_cast<uint32_t>(a.sorted_token_ids[row]) & 0xFFFFFFu;
-      if (t < m) src = a.a_scale + static_cast<int64_t>(t) * kScaleCols;
-    }
-    const int ku0 = grp * kKuPerWarp;
-    uint32_t lo[kKuPerWarp], hi[kKuPerWarp];
+  for (int64_t wt = warp_tile0; wt < total_tiles; wt += stride, tile += stride) {
+    const bool tile_ok = tile < total_tiles;
+    const uint32_t t24 = static_cast<uint32_t>(raw) & 0xFFFFFFu;
+    const int tok = (tile * 32 + sl < lim && t24 < m) ? static_cast<int>(t24) : -1;
+    raw = load_token_id(a, (tile + stride) * 32 + sl);  // next tile: in flight meanwhile
+    uint8_t* dst_tile = a.sorted_scales + tile * D;
+#pragma unroll 1
+    for (int slab = 0; slab < L::kSlabs; ++slab) {
+      const int ku0 = slab * L::kKuSlab;
+      const int slab_ku = L::kCK1 - ku0 < L::kKuSlab ? L::kCK1 - ku0 : L::kKuSlab;
+      const int slots = L::kSlabs == 1 ? L::kSlots : slab_ku / L::kKuPerSlot;  // used slots of a row
+      // 1. row-contiguous loads of the tile's rows into the buffer
+      uint32_t w[L::kPitch][L::kWords];
 #pragma unroll
-    for (int i = 0; i < kKuPerWarp; ++i) {
-      lo[i] = 0u;
-      hi[i] = 0u;
-    }
-    if constexpr (kCK1 % 2 == 0) {
-      if (in_al16) {  // rows are 16-byte aligned too (D / 32 % 16 == 0): 2 ku per load
+      for (int k = 0; k < L::kPitch; ++k) {
+        const int s = k * 32 + sl;
+        const int r = s / L::kPitch;
+        const int j = s - r * L::kPitch;
+        const int t = shfl_idx_i32(tok, sub0 + r);
 #pragma unroll
-        for (int i = 0; i < kKuPerWarp; i += 2) {
-          if (src != nullptr && ku0 + i < kCK1) {
-            const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * (ku0 + i));
-            lo[i] = v.x;
-            hi[i] = v.y;
-            lo[i + 1] = v.z;
-            hi[i + 1] = v.w;
+        for (int i = 0; i < L::kWords; ++i) w[k][i] = 0u;
+        if (t >= 0 && j < slots)
+          load_slot<V>(a.a_scale + static_cast<int64_t>(t) * L::kCols + ku0 * 8 + j * V, in_al8,
+                       in_al4, w[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < L::kPitch; ++k) store_slot<V>(buf + k * 32 + sl, w[k]);
+      warp_sync();
+      // 2. column reads, byte transpose, 128-byte store runs
+#pragma unroll
+      for (int j = 0; j < L::kSlots; ++j) {
+        if (j >= slots) break;  // warp-uniform
+        uint32_t x[L::kWords], y[L::kWords];
+        read_slot<V>(buf + nl * L::kPitch + j, x);         // row nl (ia 0)
+        read_slot<V>(buf + (16 + nl) * L::kPitch + j, y);  // row 16 + nl (ia 1)
+#pragma unroll
+        for (int u = 0; u < L::kKuPerSlot; ++u) {
+          // bytes e and e + 2 of the four words [ia0 ik0, ia1 ik0, ia0 ik1, ia1 ik1]
+          const uint32_t lo = byte_perm<0x6240u>(x[2 * u] >> sh, y[2 * u] >> sh);
+          const uint32_t hi = byte_perm<0x6240u>(x[2 * u + 1] >> sh, y[2 * u + 1] >> sh);
+          const int ku = ku0 + j * L::kKuPerSlot + u;
+          uint8_t* dst = dst_tile + ku * 256 + (e * 16 + nl) * 4;  // dword (kl = e, nl)
+          if (tile_ok) {
+            store_u8x4(dst, out_al4, byte_perm<0x5410u>(lo, hi));
+            store_u8x4(dst + 128, out_al4, byte_perm<0x7632u>(lo, hi));  // kl = e + 2
           }
         }
       }
-    }
-    if (!(kCK1 % 2 == 0 && in_al16)) {
-#pragma unroll
-      for (int i = 0; i < kKuPerWarp; ++i) {
-        if (src != nullptr && ku0 + i < kCK1) load_u8x8(src + 8 * (ku0 + i), in_al8, &lo[i], &hi[i]);
-      }
-    }
-    // tile bytes: ((c*cm1 + mi)*kCK1 + ku) * 256
-    uint8_t* dst_tile = a.sorted_scales + (tile * kCK1) * 256;
-#pragma unroll
-    for (int i = 0; i < kKuPerWarp; ++i) {
-      if (ku0 + i >= kCK1) break;  // warp-uniform
-      const uint32_t plo = shfl_xor_u32(lo[i], 16);
-      const uint32_t phi = shfl_xor_u32(hi[i], 16);
-      // rows ia0 / ia1 of this nl
-      const uint32_t a0 = half ? plo : lo[i], a1 = half ? phi : hi[i];  // ia0: cols 0-3, 4-7
-      const uint32_t b0 = half ? lo[i] : plo, b1 = half ? hi[i] : phi;  // ia1
-      uint8_t* dst = dst_tile + static_cast<int64_t>(ku0 + i) * 256;
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int kl = 2 * half + q;
-        const int sh = 8 * kl;
-        const uint32_t v = ((a0 >> sh) & 0xFFu) | (((b0 >> sh) & 0xFFu) << 8) |
-                           (((a1 >> sh) & 0xFFu) << 16) | (((b1 >> sh) & 0xFFu) << 24);
-        if (tile_ok) store_u8x4(dst + (kl * 16 + nl) * 4, out_al4, v);
-      }
+      warp_sync();  // the buffer is rewritten by the next slab / tile
     }
   }
+}
+
+template <int D, int V>
+void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
+                        bool in_al8, bool in_al4, bool out_al4) {
+  const int blocks =
+      static_cast<int>(clamp_i64(ceil_div_i64(total_tiles, kSubWarps), 1, kMaxBlocks));
+  AITER_AUX_LAUNCH((sort_scales_kernel<D, V>), dim3(blocks), dim3(kThreads), stream)(
+      a, total_tiles, blocks, in_al8, in_al4, out_al4);
 }
 
 }  // namespace scales_detail
@@ -140,17 +238,20 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
   if (a.sorted_scales == nullptr || a.sorted_token_ids == nullptr || a.num_valid_ids == nullptr ||
       (a.num_tokens > 0 && a.a_scale == nullptr))
     return fail_invalid("%s: null tensor pointer", op);
-  constexpr int kGroups = (ModelDim / 256 + kKuPerWarp - 1) / kKuPerWarp;
-  // out_rows is a multiple of 32 (BM >= 32); one warp unit covers kWarpSize rows.
-  const int64_t warp_tiles = ceil_div_i64(out_rows, kWarpSize);
-  const int64_t num_units = warp_tiles * kGroups;
-  constexpr int kWarps = kThreads / kWarpSize;
-  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(num_units, kWarps), 1, 65535));
-  AITER_AUX_LAUNCH((sort_scales_kernel<ModelDim>), dim3(blocks), dim3(kThreads),
-                   static_cast<hipStream_t>(stream))(a, num_units, out_rows / 32, blocks,
-                                                     is_aligned(a.a_scale, 8),
-                                                     is_aligned(a.a_scale, 16) && ModelDim % 512 == 0,
-                                                     is_aligned(a.sorted_scales, 4));
+  // out_rows is a multiple of 32 (BM >= 32): whole 32-row tiles.
+  const int64_t total_tiles = out_rows / 32;
+  const auto s = static_cast<hipStream_t>(stream);
+  const bool out_al4 = is_aligned(a.sorted_scales, 4);
+  bool done = false;
+  if constexpr (ModelDim % 512 == 0) {  // rows of D/32 bytes, a multiple of 16
+    if (is_aligned(a.a_scale, 16)) {
+      launch_sort_scales<ModelDim, 16>(a, total_tiles, s, true, true, out_al4);
+      done = true;
+    }
+  }
+  if (!done)
+    launch_sort_scales<ModelDim, 8>(a, total_tiles, s, is_aligned(a.a_scale, 8),
+                                    is_aligned(a.a_scale, 4), out_al4);
   return check_launch(op);
 }
 

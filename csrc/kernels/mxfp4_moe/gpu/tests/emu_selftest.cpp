@@ -816,6 +816,14 @@ int main() {
   run_scales_case<768>(90, 32, 33, 5, 37, true);
   run_scales_case<768>(90, 64, 33, 5, 38, false, 1, 16);
   run_scales_case<256>(0, 32, 8, 2, 39, false);
+  // column slabs (D > 8192): 16-byte slots, 8-byte slots, a shorter last slab of each
+  run_scales_case<16384>(20, 32, 8, 3, 48, true);
+  run_scales_case<16384>(20, 64, 8, 3, 49, false, 8, 0);
+  run_scales_case<8448>(20, 32, 8, 3, 50, false);
+  run_scales_case<8704>(20, 128, 8, 3, 51, true, 0, 4);
+  run_scales_case<2560>(1, 16, 513, 11, 52, false);
+  // more tiles than the grid has sub-warps: grid-stride loop with the next ids prefetched
+  run_scales_case<256>(40000, 32, 8, 8, 53, false);
 
   run_scatter_case<64, 3, false>(17, 40, 41);
   run_scatter_case<64, 1, false>(5, 3, 46);
