@@ -506,7 +506,13 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
     for (int i = 0; i < 4; ++i) {
       const int lo = 16 * v + 4 * i;
       const uint32_t mask = w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
-      sum += static_cast<int>(((xs[i] & mask) * 0x01010101u) >> 24);  // byte sums <= 4*64
+      const uint32_t x4 = xs[i] & mask;
+      if constexpr (4 * kWarpSize <= 255) {
+        sum += static_cast<int>((x4 * 0x01010101u) >> 24);  // 4 bytes <= 4*32: no carry out
+      } else {  // 4 bytes of up to 64 can reach 256: sum byte pairs in 16-bit halves first
+        const uint32_t h = (x4 & 0x00FF00FFu) + ((x4 >> 8) & 0x00FF00FFu);
+        sum += static_cast<int>((h & 0xFFFFu) + (h >> 16));
+      }
     }
   }
   return sum;

@@ -787,6 +787,11 @@ int main() {
   run_sort_case<1024, 8>(513, 64, 0, 54, false);
   run_sort_case<896, 16>(64, 32, 0, 55, false);
   run_sort_case<1024, 8>(128, 32, 1, 56, true);  // tiny path, largest E
+  // tiny path: a hot expert's rows across several blocks' row slices; one expert; none local
+  run_sort_case<257, 9>(113, 128, 1, 73, false);
+  run_sort_case<8, 8>(128, 16, 3, 74, true);
+  run_sort_case<385, 9>(100, 32, 4, 75, false);
+  run_sort_case<896, 16>(64, 16, 1, 76, false);
   run_sort_case<1024, 8>(129, 16, 0, 57, false);  // just past the tiny path
   run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
   if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 7168-pair chunks
