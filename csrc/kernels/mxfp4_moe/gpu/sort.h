@@ -483,13 +483,15 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
 // step = warp).  No atomics, no run descriptors: the leader of each run writes
 // its size into wc[e][warp] (uint8), and the rank of a pair is the sum of
 // wc[e][w' < warp] (two 16-byte reads and byte sums) plus its rank in the run.
+// No bucket either: right after the scan barrier the thread of a real pair
+// writes its row r = off[e] + rank (and reverse_sorted[j]) itself when r is in
+// this block's slice of rows, while the row loop of the slice writes only the
+// pad rows and sorted_expert_ids (6 block barriers, 3 of them in the scan).
 template <int E>
 struct TinySmem {
   alignas(16) uint8_t wc[E][kLeanWarps];  // pairs of e in warp w (<= kWarpSize)
   int off[E];                             // first row of e's segment
-  uint16_t cst[E + 1];                    // first bucket slot of e; cst[E] = pairs
-  uint16_t sj[kLeanThreads];              // pair index j, by expert then j
-  float sw[kLeanThreads];
+  uint16_t cnt[E];                        // pairs of e
   uint16_t blk2e[kLeanThreads / 16 + E];
   int warp_tot[kLeanWarps];
 };
@@ -550,49 +552,41 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
     c = static_cast<uint32_t>(byte_prefix(sm.wc[tid], kLeanWarps));
     padded = ((c + bm - 1) >> lg) << lg;
   }
-  int total = 0;
-  const int ex = block_exclusive_scan<kLeanThreads>(static_cast<int>((c << 18) | padded),
-                                                    sm.warp_tot, &total);
-  const int rows = total & 0x3FFFF;
+  int rows = 0;
+  const int off = block_exclusive_scan<kLeanThreads>(static_cast<int>(padded), sm.warp_tot, &rows);
   if (tid < E) {
-    const int off = ex & 0x3FFFF;
     sm.off[tid] = off;
-    sm.cst[tid] = static_cast<uint16_t>(ex >> 18);
+    sm.cnt[tid] = static_cast<uint16_t>(c);
     for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
       sm.blk2e[b] = static_cast<uint16_t>(tid);
   }
-  if (tid == 0) sm.cst[E] = static_cast<uint16_t>(total >> 18);
   if (g == 0 && tid == 0) {
     a.num_valid_ids[0] = rows;
     a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
 
+  const int m = static_cast<int>(a.num_tokens);
+  const int slice_stride = num_g * kLeanThreads;
   if (key < E) {
-    const int sl = sm.cst[key] + byte_prefix(sm.wc[key], warp) + rank;
-    sm.sj[sl] = static_cast<uint16_t>(j);
-    sm.sw[sl] = wt;
+    const int r = sm.off[key] + byte_prefix(sm.wc[key], warp) + rank;
+    if ((r / kLeanThreads) % num_g == g) {  // row r is in this block's slice
+      const int t = j / K;
+      const int k = j - t * K;
+      a.sorted_token_ids[r] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[r] = wt;
+      a.m_indices[r] = t;
+      a.reverse_sorted[j] = r;
+    }
   } else if (g == 0 && j < n) {
     a.reverse_sorted[j] = -1;
   }
-  block_sync();
 
-  const int m = static_cast<int>(a.num_tokens);
-  for (int r = g * kLeanThreads + tid; r < rows; r += num_g * kLeanThreads) {
+  for (int r = g * kLeanThreads + tid; r < rows; r += slice_stride) {
     const int b = r >> lg;
     const int e = sm.blk2e[b];
-    const int local = r - sm.off[e];
-    if (local < static_cast<int>(sm.cst[e + 1]) - static_cast<int>(sm.cst[e])) {
-      const int sl = sm.cst[e] + local;
-      const int jj = sm.sj[sl];
-      const int t = jj / K;
-      const int k = jj - t * K;
-      a.sorted_token_ids[r] =
-          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
-      a.sorted_weights[r] = sm.sw[sl];
-      a.m_indices[r] = t;
-      a.reverse_sorted[jj] = r;
-    } else {
+    if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) {  // pad row
       a.sorted_token_ids[r] = m;
       a.sorted_weights[r] = 0.0f;
       a.m_indices[r] = m;
