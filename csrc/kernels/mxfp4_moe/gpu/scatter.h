@@ -216,44 +216,75 @@ __host__ __device__ __forceinline__ uint32_t e2m1x2_as_f16x2(uint32_t x) {
   return mag | sign;
 }
 
-template <int D, int K>
+// bf16 (RNE, NaN -> 0x7FC0) of 8 accumulators as 4 packed words.  On CUDA the
+// rounding is the hardware's cvt.rn.bf16x2.f32 (IEEE round-to-nearest-even,
+// subnormals kept: the same bits as f32_bits_to_bf16_rne) unless one of them is
+// NaN, whose bf16 the hardware need not make 0x7FC0.
+__device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
+#if defined(AITER_AUX_GPU_CUDA)
+  bool nan = false;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) nan = nan || v[j] != v[j];
+  if (!nan) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(v[2 * j + 1]), "f"(v[2 * j]));
+    return;
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    w[j] = f32_bits_to_bf16_rne(as_u32(v[2 * j])) | (f32_bits_to_bf16_rne(as_u32(v[2 * j + 1])) << 16);
+}
+
+// Idx: int32_t when num_tokens * D / 32 < 2^31 (cheaper index arithmetic), else int64_t.
+template <int D, int K, typename Idx>
 __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
                                                                     int num_blocks, bool in_al16,
                                                                     bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
+  // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
+  constexpr int kBatches = (K + 3) / 4;
+  constexpr int kKB = (K + kBatches - 1) / kBatches;
   __shared__ float tab[16][kThreads];  // [nib][thread]: thread-private columns, no bank conflicts
   const int tid = thread_idx();
-  const int64_t units = a.num_tokens * kBlocksPerRow;
-  const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
-  const int64_t rows = a.num_rows;
-  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreads + tid; u < units;
-       u += stride) {
-    const int64_t t = u / kBlocksPerRow;
+  const Idx units = static_cast<Idx>(a.num_tokens) * kBlocksPerRow;
+  const Idx stride = static_cast<Idx>(num_blocks) * kThreads;
+  const int rows = a.num_rows > 0x7FFFFFFF ? 0x7FFFFFFF : static_cast<int>(a.num_rows);
+  if (rows == 0) {  // nothing is kept: zeros
+    for (Idx u = static_cast<Idx>(block_idx()) * kThreads + tid; u < units; u += stride) {
+      const uint32_t z[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int g = 0; g < 4; ++g) store_bf16x8(a.out + static_cast<int64_t>(u) * 32 + 8 * g, out_al16, z);
+    }
+    return;
+  }
+  for (Idx u = static_cast<Idx>(block_idx()) * kThreads + tid; u < units; u += stride) {
+    const Idx t = u / kBlocksPerRow;
     const int blk = static_cast<int>(u - t * kBlocksPerRow);
+    const uint8_t* q_col = a.expert_out_q + blk * 16;
+    const uint8_t* s_col = a.expert_out_scale + blk;
     float acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-    const int32_t* rev = a.reverse_sorted + t * K;
-    constexpr int kKB = K < 4 ? K : 4;  // pairs loaded together
+    const int32_t* rev = a.reverse_sorted + static_cast<int64_t>(t) * K;
+#pragma unroll 1
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
         const int p = k0 + i < K ? rev[k0 + i] : -1;
-        ok[i] = p >= 0 && p < rows;
-        ps[i] = ok[i] ? p : 0;
+        ok[i] = static_cast<unsigned>(p) < static_cast<unsigned>(rows);  // 0 <= p < rows
+        ps[i] = ok[i] ? p : 0;  // a skipped pair loads row 0 (rows > 0) and is not accumulated
       }
-      if (rows == 0) continue;
       float wt[kKB];
       uint32_t raw[kKB][4];
       uint32_t sc[kKB];
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
-        const int64_t p = ps[i];
-        wt[i] = a.sorted_weights[p];
-        load_q16(a.expert_out_q + p * (D / 2) + blk * 16, in_al16, raw[i]);
-        sc[i] = a.expert_out_scale[p * kBlocksPerRow + blk];
+        wt[i] = a.sorted_weights[ps[i]];
+        load_q16(q_col + static_cast<int64_t>(ps[i]) * (D / 2), in_al16, raw[i]);
+        sc[i] = s_col[static_cast<int64_t>(ps[i]) * kBlocksPerRow];
       }
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
@@ -294,15 +325,11 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
         }
       }
     }
-    uint16_t* dst = a.out + t * D + blk * 32;
+    uint16_t* dst = a.out + static_cast<int64_t>(u) * 32;  // = t * D + blk * 32
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       uint32_t w[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[j] = f32_bits_to_bf16_rne(as_u32(acc[8 * g + 2 * j])) |
-               (f32_bits_to_bf16_rne(as_u32(acc[8 * g + 2 * j + 1])) << 16);
-      }
+      pack_bf16x8(acc + 8 * g, w);
       store_bf16x8(dst + 8 * g, out_al16, w);
     }
   }
@@ -328,9 +355,14 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   if constexpr (kQ) {
     const int64_t units = a.num_tokens * (D / 32);
     const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 65535));
-    AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K>), dim3(blocks), dim3(kThreads),
-                     static_cast<hipStream_t>(stream))(a, blocks, is_aligned(a.expert_out_q, 16),
-                                                       out_al16);
+    const bool q_al16 = is_aligned(a.expert_out_q, 16);
+    if (units + static_cast<int64_t>(blocks) * kThreads <= 0x7FFFFFFF) {
+      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int32_t>), dim3(blocks), dim3(kThreads),
+                       static_cast<hipStream_t>(stream))(a, blocks, q_al16, out_al16);
+    } else {
+      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int64_t>), dim3(blocks), dim3(kThreads),
+                       static_cast<hipStream_t>(stream))(a, blocks, q_al16, out_al16);
+    }
     return check_launch(op);
   }
   constexpr int V = vec_width<D>();
