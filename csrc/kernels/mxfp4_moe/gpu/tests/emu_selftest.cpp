@@ -258,23 +258,32 @@ void test_helpers() {
   // the packed bf16x2 path (sm_90, emulation): every finite |x| <= 6 * 2^(s-127)
   // (a block's elements never exceed its max, and q = amax * 2^(127-s) <= 6), both
   // signs, every s in [3, 253]; also q <= 6 holds for every finite amax and its s
+  // Two arrangements of +-a, +-0 over the 8 element positions (each position
+  // sees a of both signs), so the byte gather is checked position by position.
   bad = 0;
   for (uint32_t s = 3; s <= 253; ++s) {
     const double lim = 6.0 * std::ldexp(1.0, static_cast<int>(s) - 127);
     for (uint32_t a = 0; a < 0x7F80u; ++a) {
       if (static_cast<double>(bf2f(static_cast<uint16_t>(a))) > lim) break;
-      const uint32_t w[4] = {a | ((a | 0x8000u) << 16), (a | 0x8000u) | (a << 16), a, a << 16};
-      const uint32_t got = quant_detail::mx_pack8_pk(w, s);
-      const uint32_t cp = ref_code(static_cast<uint16_t>(a), s);
-      const uint32_t cn = ref_code(static_cast<uint16_t>(a | 0x8000u), s);
-      const uint32_t want = cp | (cn << 4) | (cn << 8) | (cp << 12) | (cp << 16) | (0u << 20) |
-                            (cp << 28) | (ref_code(0, s) << 24);
-      if (got != want) {
-        if (++bad < 5) fprintf(stderr, "  pk mismatch s=%u a=%#x: %#x vs %#x\n", s, a, got, want);
+      const uint32_t n = a | 0x8000u;
+      const uint32_t pats[2][8] = {{a, n, n, a, a, 0u, 0u, a}, {0x8000u, a, a, n, 0u, n, a, n}};
+      for (const auto& e : pats) {
+        uint32_t w[4], want = 0;
+        for (int j = 0; j < 4; ++j) w[j] = e[2 * j] | (e[2 * j + 1] << 16);
+        for (int i = 0; i < 8; ++i) want |= ref_code(static_cast<uint16_t>(e[i]), s) << (4 * i);
+        const uint32_t got = quant_detail::mx_pack8_pk(w, s);
+        if (got != want) {
+          if (++bad < 5) fprintf(stderr, "  pk mismatch s=%u a=%#x: %#x vs %#x\n", s, a, got, want);
+        }
       }
     }
   }
   check(bad == 0, "packed bf16x2 quantisation == spec for every s in [3, 253] and |x| <= 6*2^(s-127)");
+  // the fast path's scale (no clamp, amax16 in [0x0C00, 0x7F80))
+  bad = 0;
+  for (uint32_t a = 0x0C00u; a < 0x7F80u; ++a)
+    if (quant_detail::mx_scale_exponent_normal(a << 16) != ref_scale(a)) ++bad;
+  check(bad == 0, "mx_scale_exponent_normal == spec for every amax16 in [0x0C00, 0x7F80)");
   bool q6 = true;
   for (uint32_t a = 1; a < 0x7F80u; ++a) {
     const uint32_t s = quant_detail::mx_scale_exponent(a);
@@ -477,33 +486,51 @@ std::vector<uint16_t> make_x(int64_t m, int d, std::mt19937& rng) {
   return x;
 }
 
+// grid != 0: launch the kernel directly with |grid| blocks (several
+// grid-stride steps per warp) instead of through mxfp4_quant: two tiles per
+// step (grid > 0) or one (grid < 0).
 template <int D>
-void run_quant_case(int64_t m, uint32_t seed, bool misalign) {
+void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid = 0) {
   std::mt19937 rng(seed);
   const auto xs = make_x(m, D, rng);
   // misaligned copies: x at +2 bytes, a_q at +1 byte
   std::vector<uint16_t> xbuf(xs.size() + 8);
-  uint16_t* x = xbuf.data() + (misalign ? 1 : 0);
+  uint16_t* x = xbuf.data() + (mis_x ? 1 : 0);
   memcpy(x, xs.data(), xs.size() * 2);
   std::vector<uint8_t> qbuf(m * D / 2 + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
-  uint8_t* q = qbuf.data() + (misalign ? 1 : 0);
+  uint8_t* q = qbuf.data() + (mis_q ? 1 : 0);
   AiterAuxQuantArgs a = {};
   a.x = x;
   a.num_tokens = m;
   a.model_dim = D;
   a.a_q = q;
   a.a_scale = sbuf.data();
-  const int rc = mxfp4_quant<D>(a, nullptr);
+  int rc = AITER_AUX_OK;
+  if (grid > 0) {
+    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
+                     dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
+  } else if (grid < 0) {
+    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, 1>), dim3(-grid),
+                     dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, !mis_q);
+  } else {
+    rc = mxfp4_quant<D>(a, nullptr);
+  }
   std::vector<uint8_t> wq(m * D / 2), ws(m * D / 32);
   ref_quant(xs.data(), m, D, wq, ws);
   const std::string tag = "mxfp4_quant<" + std::to_string(D) + "> M=" + std::to_string(m) +
-                          (misalign ? " misaligned" : "");
+                          (mis_x ? " x misaligned" : "") + (mis_q ? " a_q misaligned" : "") +
+                          (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   std::vector<uint8_t> gq(q, q + m * D / 2), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
   std::string w;
   check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
   check(same_bytes(gs, ws, &w), tag + ": a_scale " + w);
   check(sbuf[m * D / 32] == 0xCD && q[m * D / 2] == 0xAB, tag + ": no write past the end");
+}
+
+template <int D>
+void run_quant_case(int64_t m, uint32_t seed, bool misalign) {
+  run_quant_case<D>(m, seed, misalign, misalign);
 }
 
 template <int E, int K, int D>
@@ -807,6 +834,21 @@ int main() {
   run_sort_quant_case<8, 2, 7168>(2, 16, 28);
   run_sort_quant_case<896, 16, 3584>(64, 32, 29);
   run_quant_case<7168>(70, 33, true);
+  // partial tiles / steps (a step is kWarpSize blocks of 32), M = 0, one-sided
+  // misalignment, and several grid-stride steps per warp (small direct grids)
+  run_quant_case<256>(0, 63, false);
+  run_quant_case<32>(17, 64, false);
+  run_quant_case<32>(47, 65, true);
+  run_quant_case<96>(11, 66, false);
+  run_quant_case<96>(22, 67, false, true);
+  run_quant_case<2560>(5, 68, true, false);
+  run_quant_case<256>(333, 69, false, false, 1);
+  run_quant_case<256>(333, 70, true, false, 3);
+  run_quant_case<32>(1000, 71, false, true, 2);
+  run_quant_case<7168>(9, 72, false, false, 2);
+  run_quant_case<256>(333, 73, false, false, -2);
+  run_quant_case<96>(101, 74, false, true, -1);
+  run_quant_case<7168>(40, 75, false, false);  // one tile per warp step, 70 blocks
 
   for (int bm : {16, 32, 64, 128}) {
     run_scales_case<256>(37, bm, 16, 4, 30 + bm, false);
