@@ -484,18 +484,13 @@ __device__ __forceinline__ void quant_tensor_tiles(const AiterAuxQuantArgs& a, i
   }
 }
 
-// The quantisation of a grid's warps gwarp of nwarps (also the quant blocks of
-// moe_sort_quant): kStepTiles tiles per step, or one where the grid has more
-// warps than such steps (a small tensor then spreads over twice the warps).
+// The quant blocks of moe_sort_quant (warps gwarp of nwarps): one tile per
+// step, which keeps the sort kernels' register counts where they were (the
+// two-tile loop on top of their own code would add up to 16).
 template <int D>
 __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
                                              int64_t nwarps, bool x_al16, bool q_al4) {
-  const int64_t nblocks = a.num_tokens * static_cast<int64_t>(D / 32);
-  if (nwarps * (kStepTiles * kTileBlocks) > nblocks) {
-    quant_tensor_tiles<D, 1>(a, gwarp, nwarps, x_al16, q_al4);
-  } else {
-    quant_tensor_tiles<D, kStepTiles>(a, gwarp, nwarps, x_al16, q_al4);
-  }
+  quant_tensor_tiles<D, 1>(a, gwarp, nwarps, x_al16, q_al4);
 }
 
 constexpr int kQuantThreads = 256;
