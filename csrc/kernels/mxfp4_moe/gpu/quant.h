@@ -389,7 +389,9 @@ __device__ __forceinline__ void quant_step(const uint16_t* px, uint8_t* pq, uint
     }
   }
   uint32_t amax[kTiles];
+#if AITER_AUX_QUANT_PK
   bool slow = false;
+#endif
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) {
     amax[t] = 0u;
