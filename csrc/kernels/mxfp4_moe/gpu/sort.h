@@ -23,27 +23,28 @@
 // per expert; then pass 2 places the pairs).  The other blocks of the same
 // launch quantise x (moe_sort_quant) and zero zero_buf.
 //
-// Large path: three launches, no allocation.  The pairs are split evenly into
-// num_chunks chunks of >= 2E pairs; chunk g's per-expert count row lives in
-// reverse_sorted[cb(g) .. cb(g) + E), i.e. inside chunk g's own pair range,
-// followed by the pad ends of the experts g + i*num_chunks:
-//   1. count : block g < G writes its chunk's per-expert counts there; the
-//              remaining blocks quantise x (moe_sort_quant) and zero zero_buf;
-//   2. scan  : one block (kScanThreads; kScanThreads / E threads per column)
-//              turns the rows, column by column, into absolute first rows
-//              (row g: segment offset of e + pairs of e in chunks < g), writes
-//              num_valid_ids and end_e (end of e's real rows) into the home of
-//              chunk e % num_chunks;
-//   3. place : block g reads its row and pad ends into shared memory, block_sync,
-//              ranks its chunk as above and writes sorted_token_ids,
-//              sorted_weights, m_indices and reverse_sorted (-1 for pairs that
-//              are not local) of its pairs -- overwriting its own row, which no
-//              other block reads -- plus sorted_expert_ids at the first row of
-//              each block of rows and the pad rows [end_e, round_up(end_e,
-//              block_m)) of its experts.
-// Each launch only reads what earlier launches wrote, and a place block writes
-// reverse_sorted only inside its own chunk, so there is no inter-block
-// dependency inside a launch.
+// Large path: three launches, no allocation, no inter-block dependency inside a
+// launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
+// (~160 chunks, see launch_sort); chunk g's "home" is reverse_sorted[cb(g) ..
+// cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
+// in the last launch):
+//   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
+//              home(g)[e]; the remaining blocks quantise x (moe_sort_quant) and
+//              zero zero_buf;
+//   2. scan  : one warp per expert e (kScanWarps per block): loads cnt[g][e] of
+//              all chunks at once (a few per lane), warp scan over g, writes the
+//              exclusive prefix pre[g][e] back to home(g)[e] and the total T_e to
+//              home(g)[E + e] of EVERY chunk g;
+//   3. place : block g loads home(g)[0 .. 2E) (its prefixes and all totals), ranks
+//              its chunk as above, block-scans round_up(T_e, block_m) over e into
+//              the segment offsets off_e (block 0 writes num_valid_ids), and writes
+//              sorted_token_ids, sorted_weights, m_indices of its pairs at row
+//              off_e + pre[g][e] + rank, reverse_sorted (-1 for pairs that are not
+//              local) over its own pair range, sorted_expert_ids at the first row of
+//              each block of rows, and the pad rows [off_e + T_e, off_e +
+//              round_up(T_e, block_m)) of the experts e % G == g.
+// A place block reads only its own home and writes reverse_sorted only inside its
+// own chunk (after a block_sync that follows its home loads).
 #pragma once
 
 #include "common.h"
@@ -59,8 +60,15 @@ constexpr int64_t kSmallSortMaxPairs = 8192;          // single-block path
 constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
 constexpr int kMaxChunk = 32768;                      // chunks of < 2 kMaxChunk pairs
 constexpr int kTargetChunks = 160;  // ~1 block per SM (132 on H200) for count and place
-constexpr int kScanThreads = 1024;
-constexpr int kScanUnroll = 16;
+constexpr int kScanThreads = 256;  // large-path scan: one warp per expert
+constexpr int kScanWarps = kScanThreads / kWarpSize;
+// Chunks per lane per tile of the scan (256 chunks a tile); the emulator self-test also
+// builds with a smaller value to run the multi-tile loop (> 256 chunks: > 8M pairs).
+#ifndef AITER_AUX_SORT_SCAN_PER
+#define AITER_AUX_SORT_SCAN_PER (256 / kWarpSize)
+#endif
+constexpr int kScanPer = AITER_AUX_SORT_SCAN_PER;
+static_assert(kScanPer >= 1, "scan tile");
 constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
@@ -630,13 +638,8 @@ __global__ __launch_bounds__(kLeanThreads) void sort_lean_kernel(AiterAuxSortArg
 // Chunk g of the num_chunks chunks is the pairs [chunk_begin(g), chunk_begin(g + 1)):
 // N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
 // pairs).  The host picks num_chunks = N / chunk (chunk >= 2E), so every chunk has at least
-// 2E >= E + ceil(E / num_chunks) pairs and at most 65535 (uint16 counters).
+// 2E pairs (room for its count row and the E totals) and at most 65535 (uint16 counters).
 __device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
-
-// Experts whose pads chunk g's place block writes: e = g + i*num_chunks, i < pad_slots.
-__device__ __forceinline__ int pad_slots(int num_experts, int num_chunks) {
-  return (num_experts + num_chunks - 1) / num_chunks;
-}
 
 // 1. Grid: num_chunks + quant_blocks + zero_blocks.  Block g < num_chunks writes its
 // chunk's per-expert counts to reverse_sorted[chunk_begin(g) + e].
@@ -670,129 +673,128 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
   }
 }
 
-// 2. Grid: 1 block of kScanThreads.  Thread (s, e) = (tid / E, tid % E) owns
-// column e's rows of slice s (kSlices = kScanThreads / E contiguous slices of
-// the num_chunks rows), so small E gets several threads per column; the loads
-// of a thread go kScanUnroll at a time (predicated tail, no serial remainder).
-// Rewrites every row in place into absolute first rows (row g, column e: segment
-// offset of e + pairs of e in chunks < g), writes num_valid_ids and, for the pads,
-// end_e = segment offset + pairs of e at reverse_sorted[chunk_begin(h) + E + i]
-// with h = e % num_chunks, i = e / num_chunks (inside chunk h, after its row).
+// 2. Grid: ceil(E / kScanWarps) blocks; one warp per expert e, no shared memory, no
+// block_sync.  Lane L owns chunks g0 + L*kScanPer + u (u < kScanPer) of each tile of
+// kWarpSize*kScanPer chunks (one tile up to 256 chunks): it loads their counts
+// cnt[g][e] = reverse_sorted[chunk_begin(g) + e] all at once, a warp inclusive scan
+// of the lane sums gives every chunk's exclusive prefix pre[g][e] (pairs of e in the
+// chunks < g), written back in place; then T_e (pairs of e in all chunks) goes to
+// reverse_sorted[chunk_begin(g) + E + e] for EVERY chunk g, so that each place block
+// finds all totals in its own home (q >= 2E).  A warp only touches column e, so there
+// is no dependency between warps or blocks.
 template <int E>
 __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq,
                                                                  int cr, int num_chunks) {
-  constexpr int kSlices = kScanThreads / E;  // >= 1 (E <= 1024)
-  static_assert(kSlices >= 1, "E <= kScanThreads");
-  __shared__ int warp_tot[kScanThreads / kWarpSize];
-  __shared__ int slice_sum[kSlices][E];
-  __shared__ int col_off[E];
+  const int e = block_idx() * kScanWarps + warp_id();
+  if (e >= E) return;  // warp-uniform
+  const int lane = lane_id();
   int32_t* table = a.reverse_sorted;
-  const int tid = thread_idx();
-  const int bm = a.block_m;
-  const int e = tid % E;
-  const int s = tid / E;  // == kSlices: idle thread
-  const bool active = s < kSlices;
-  const int per = (num_chunks + kSlices - 1) / kSlices;
-  const int g0 = active ? (s * per < num_chunks ? s * per : num_chunks) : num_chunks;
-  const int g1 = g0 + per < num_chunks ? g0 + per : num_chunks;
-
-  if (active) {
-    int c = 0;
-    for (int g = g0; g < g1; g += kScanUnroll) {
-      int v[kScanUnroll];
+  int run = 0;  // pairs of e in the tiles before this one
+  for (int g0 = 0; g0 < num_chunks; g0 += kWarpSize * kScanPer) {
+    const int gl = g0 + lane * kScanPer;
+    // Unconditional loads (past the end: chunk num_chunks - 1 again, then dropped), so
+    // that all kScanPer are in flight at once without branches.
+    int v[kScanPer];
 #pragma unroll
-      for (int u = 0; u < kScanUnroll; ++u)
-        v[u] = g + u < g1 ? table[chunk_begin(g + u, cq, cr) + e] : 0;
-#pragma unroll
-      for (int u = 0; u < kScanUnroll; ++u) c += v[u];
+    for (int u = 0; u < kScanPer; ++u) {
+      const int g = gl + u < num_chunks ? gl + u : num_chunks - 1;
+      const int c = table[chunk_begin(g, cq, cr) + e];
+      v[u] = gl + u < num_chunks ? c : 0;
     }
-    slice_sum[s][e] = c;
-  }
-  block_sync();
-  int cnt = 0;
-  int padded = 0;
-  if (s == 0) {
-#pragma unroll 4
-    for (int i = 0; i < kSlices; ++i) cnt += slice_sum[i][e];
-    padded = (cnt + bm - 1) / bm * bm;
-  }
-  // Threads s == 0 are tids 0..E-1 in expert order; the others add 0.
-  int total = 0;
-  const int off = block_exclusive_scan<kScanThreads>(padded, warp_tot, &total);
-  if (s == 0) {
-    col_off[e] = off;
-    const int h = e % num_chunks;
-    table[chunk_begin(h, cq, cr) + E + e / num_chunks] = off + cnt;  // end of e's real rows
-  }
-  block_sync();
-  if (active) {
-    int run = col_off[e];
-    for (int i = 0; i < s; ++i) run += slice_sum[i][e];
-    for (int g = g0; g < g1; g += kScanUnroll) {
-      int v[kScanUnroll];
+    int sum = 0;
 #pragma unroll
-      for (int u = 0; u < kScanUnroll; ++u)
-        v[u] = g + u < g1 ? table[chunk_begin(g + u, cq, cr) + e] : 0;
+    for (int u = 0; u < kScanPer; ++u) sum += v[u];
+    int x = sum;
 #pragma unroll
-      for (int u = 0; u < kScanUnroll; ++u) {
-        if (g + u < g1) table[chunk_begin(g + u, cq, cr) + e] = run;
-        run += v[u];
-      }
+    for (int d = 1; d < kWarpSize; d <<= 1) {
+      const int y = shfl_up_i32(x, d);
+      if (lane >= d) x += y;
     }
+    const int tile_tot = shfl_idx_i32(x, kWarpSize - 1);
+    int pre = run + x - sum;
+#pragma unroll
+    for (int u = 0; u < kScanPer; ++u) {
+      if (gl + u < num_chunks) table[chunk_begin(gl + u, cq, cr) + e] = pre;
+      pre += v[u];
+    }
+    run += tile_tot;
   }
-  if (tid == 0) {
-    a.num_valid_ids[0] = total;
-    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-  }
+  for (int g = lane; g < num_chunks; g += kWarpSize) table[chunk_begin(g, cq, cr) + E + e] = run;
 }
 
 template <int E>
 struct PlaceSmem {
   ChunkSmem<E> c;
-  int pad_end[E];  // end_e of the experts whose pads this block writes
+  int pad_end[E];  // off_e + T_e of the experts e = g + i*num_chunks (slot i)
 };
 
-// 3. Grid: num_chunks.  Block g reads its row and pad ends (reverse_sorted[cb ..
-// cb + E + pad_slots)) into shared memory; after the block_sync nothing reads them
-// again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with
-// the reverse entries (no other block touches that range).  Real rows as in the
-// small path; a row p with p % block_m == 0 is the first row of its block (pads are
-// fewer than block_m and come last in a segment), so its writer also writes
-// sorted_expert_ids[p / block_m].  Pad rows of expert e: [end_e, round_up(end_e,
-// block_m)), empty for an expert without pairs.
+// 3. Grid: num_chunks.  Block g loads pre[g][e] and T_e (reverse_sorted[cb .. cb + 2E))
+// into registers (kPlacePer experts per thread, e = tid*kPlacePer + i) before pass 1 and
+// uses them after it: a block exclusive scan of round_up(T_e, block_m) gives the segment
+// offsets off_e; base[e] = off_e + pre[g][e] is the first row of the chunk's pairs of e;
+// block 0 writes num_valid_ids.  After the scan's block_sync nothing reads the home
+// again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
+// reverse entries (no other block touches that range).  Real rows as in the small path;
+// a row p with p % block_m == 0 is the first row of its block (pads are fewer than
+// block_m and come last in a segment), so its writer also writes
+// sorted_expert_ids[p / block_m].  Pad rows [off_e + T_e, off_e + round_up(T_e,
+// block_m)) of the experts e % num_chunks == g, one warp per expert, at the end.
 template <int E, int K>
 __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int cq,
                                                                   int cr, int num_chunks) {
+  constexpr int kPlacePer = (E + kSortThreads - 1) / kSortThreads;
   __shared__ PlaceSmem<E> sm;
   const int b = block_idx();
+  const int tid = thread_idx();
   const int warp = warp_id();
   const int cb = chunk_begin(b, cq, cr);
   const int ce = chunk_begin(b + 1, cq, cr);
-  const int slots = pad_slots(E, num_chunks);
+  const int bm = a.block_m;
 
-  zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
   const int32_t* home = a.reverse_sorted + cb;
-  for (int i = thread_idx(); i < E + slots; i += kSortThreads) {
-    const int v = home[i];
-    if (i < E) {
-      sm.c.base[i] = v;
-    } else {
-      sm.pad_end[i - E] = v;
-    }
+  int pre[kPlacePer];
+  int tot[kPlacePer];
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    const int e = tid * kPlacePer + i;
+    pre[i] = e < E ? home[e] : 0;
+    tot[i] = e < E ? home[E + e] : 0;
   }
+  zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp, &wb, &we);
   warp_count<E>(a.topk_ids, wb, we, sm.c.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm.c);
+
+  int padded[kPlacePer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    padded[i] = (tot[i] + bm - 1) / bm * bm;
+    sum += padded[i];
+  }
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(sum, sm.c.warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    const int e = tid * kPlacePer + i;
+    if (e < E) {
+      sm.c.base[e] = off + pre[i];
+      if (e % num_chunks == b) sm.pad_end[e / num_chunks] = off + tot[i];
+    }
+    off += padded[i];
+  }
+  if (b == 0 && tid == 0) {
+    a.num_valid_ids[0] = total;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
   block_sync();
   warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
 
-  const int bm = a.block_m;
   const int m = static_cast<int>(a.num_tokens);
-  for (int i = warp; i < slots; i += kSortWarps) {
-    if (b + i * num_chunks >= E) break;  // warp-uniform
+  for (int i = warp; b + i * num_chunks < E; i += kSortWarps) {
     const int end = sm.pad_end[i];
     const int pend = (end + bm - 1) / bm * bm;
     for (int p = end + lane_id(); p < pend; p += kWarpSize) {
@@ -886,16 +888,16 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
 
   // num_chunks = n / chunk (>= 4 here: chunk <= max(kUnit, n/160 + kUnit) and
   // n > kSmallSortMaxPairs >= 4 kUnit) chunks of q or q + 1 pairs:
-  // q >= chunk >= 2E >= E + pad_slots, so a chunk's row and pad ends fit in its own
-  // pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
-  // uint16 counters exact.
+  // q >= chunk >= 2E, so a chunk's count row and the E totals fit in its own pair range;
+  // q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the uint16 counters
+  // exact.
   constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
   const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kUnit) * kUnit,
                                   kUnit, kMaxChunk);
   const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
   const int64_t cq = n / num_chunks;
   const int64_t cr = n % num_chunks;
-  if (cq < E + ceil_div_i64(E, num_chunks) || cq + (cr != 0) > 65535)  // cannot happen
+  if (cq < 2 * E || cq + (cr != 0) > 65535)  // cannot happen
     return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %lld chunks)", op,
                         (long long)n, (long long)num_chunks);
   const int nc = static_cast<int>(num_chunks);
@@ -907,7 +909,8 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
                                            q_al4);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3(1), dim3(kScanThreads), st)(a, q32, r32, nc);
+  AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),
+                   dim3(kScanThreads), st)(a, q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, q32, r32, nc);

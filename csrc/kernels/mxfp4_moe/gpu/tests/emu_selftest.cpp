@@ -790,9 +790,9 @@ int main() {
   run_sort_case<8, 2>(5000, 16, 0, 16, false);
   run_sort_case<1024, 8>(1100, 32, 0, 17, false);
   run_sort_case<896, 16>(700, 128, 1, 18, false);
-  run_sort_case<896, 16>(4000, 32, 2, 60, true);  // 32 chunks of 2048, one scan slice per column
+  run_sort_case<896, 16>(4000, 32, 2, 60, true);  // 31 chunks of 2064
   run_sort_case<513, 11>(3000, 16, 0, 61, false);  // 2048-pair chunks, tail rows
-  run_sort_case<1, 1>(20000, 64, 1, 62, false);  // 1024 scan slices, 20 chunks
+  run_sort_case<1, 1>(20000, 64, 1, 62, false);  // 19 chunks, a single scan warp
   // large-path chunking (N split evenly into N / chunk chunks; chunk row + pad ends in the
   // chunk's own pair range): just above the threshold, k*chunk, k*chunk + small tail, more
   // chunks than experts, E=896 with many chunks, one expert / no local pair at all
@@ -806,6 +806,13 @@ int main() {
   run_sort_case<896, 16>(8192, 16, 3, 70, false);   // every pair to one expert
   run_sort_case<385, 9>(3000, 32, 4, 71, true);     // no local pair: rows untouched
   run_sort_case<513, 11>(5000, 64, 3, 72, false);   // one expert, 2048-pair chunks
+  // parallel scan (one warp per expert, totals in every chunk's home) + per-block offset
+  // scan: the largest catalog E with the fewest chunks (896: 4 chunks of 2052 >= 2E),
+  // and a mid-size M (385: 13 chunks of 1038/1039), every block_m
+  for (int bm : {16, 32, 64, 128}) {
+    run_sort_case<896, 16>(513, bm, bm == 64 ? 3 : 0, 77 + bm, bm == 16);
+    run_sort_case<385, 9>(1500, bm, bm == 128 ? 1 : 0, 78 + bm, false);
+  }
   // lean path edges: exactly kLeanMaxPairs, one below, one above, degenerate
   run_sort_case<8, 2>(2048, 16, 1, 50, false);
   run_sort_case<1, 1>(4096, 128, 0, 51, true);
