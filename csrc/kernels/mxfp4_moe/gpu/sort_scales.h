@@ -10,9 +10,11 @@
 // c*C_M1 + mi) and owns the kCK1*256 = D contiguous output bytes at tile*D.
 // Each 32-lane sub-warp (a warp on NVIDIA, half a wave on CDNA) transposes
 // one tile at a time through its own shared-memory buffer, without block
-// barriers, in a grid-stride loop over the tiles; the token ids of its next
-// tile are loaded while the current one is processed.  Per tile (and per
-// column slab of at most kMaxKuPerSlab ku when D > 8192):
+// barriers, in a grid-stride loop over units = (tile, column slab of at most
+// KuMax ku); the token ids of its next unit's tile are loaded while the current
+// one is processed.  KuMax = 32 (one slab per tile up to D = 8192) when there
+// are enough tiles to fill the GPU, else KuMax = 8 (decode: ~4x the units, so
+// the few tiles' stores are spread over more sub-warps).  Per unit:
 //  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
 //     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
 //     Lane l loads slots s = 32*k + l, k < kPitch (row s / kPitch, slot
@@ -37,19 +39,21 @@ namespace scales_detail {
 
 constexpr int kThreads = 128;
 constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
-constexpr int kMaxKuPerSlab = 32;         // at most 256 bytes of a row per slab
+constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes of a row per slab
+constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
+constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
 // Grid cap: ~15 blocks per SM on a 132-SM H200 (about 3 waves of resident
 // blocks); larger problems loop over the tiles with the next ids prefetched.
 constexpr int kMaxBlocks = 2048;
 
-template <int D, int V>
+template <int D, int V, int KuMax>
 struct Layout {
   static_assert(V == 8 || V == 16, "slot size is 8 or 16 bytes");
   static constexpr int kCK1 = D / 256;
   static constexpr int kCols = D / 32;  // scale bytes of a token row
   static constexpr int kKuPerSlot = V / 8;
   static_assert(kCK1 % kKuPerSlot == 0, "16-byte slots need D % 512 == 0");
-  static constexpr int kSlabs = (kCK1 + kMaxKuPerSlab - 1) / kMaxKuPerSlab;
+  static constexpr int kSlabs = (kCK1 + KuMax - 1) / KuMax;
   // ku per slab (the last one may have fewer), a whole number of slots
   static constexpr int kKuSlab =
       ((kCK1 + kSlabs - 1) / kSlabs + kKuPerSlot - 1) / kKuPerSlot * kKuPerSlot;
@@ -130,12 +134,12 @@ __device__ __forceinline__ int32_t load_token_id(const AiterAuxSortScalesArgs& a
   return row < a.max_rows ? a.sorted_token_ids[row] : -1;
 }
 
-template <int D, int V>
+template <int D, int V, int KuMax>
 __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScalesArgs a,
                                                                int64_t total_tiles, int num_blocks,
                                                                bool in_al8, bool in_al4,
                                                                bool out_al4) {
-  using L = Layout<D, V>;
+  using L = Layout<D, V, KuMax>;
   using Slot = typename SlotVec<V>::T;
   __shared__ Slot smem[kSubWarps][32 * L::kPitch];
   Slot* buf = smem[thread_idx() / 32];
@@ -147,22 +151,24 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
   const int sh = 8 * e;
   const uint32_t m = static_cast<uint32_t>(a.num_tokens);
   const int64_t stride = static_cast<int64_t>(num_blocks) * kSubWarps;
+  const int64_t total_units = total_tiles * L::kSlabs;  // unit = tile * kSlabs + slab
   // The warp's first sub-warp drives the loop (warp-uniform); on a 64-lane
-  // wave the second one's tile may be past the end (then it only zero-passes).
-  const int64_t warp_tile0 =
+  // wave the second one's unit may be past the end (then it only zero-passes).
+  const int64_t warp_unit0 =
       static_cast<int64_t>(block_idx()) * kSubWarps + warp_id() * (kWarpSize / 32);
-  int64_t tile = warp_tile0 + (lane >> 5);
-  int32_t raw = load_token_id(a, tile * 32 + sl);  // issued with the num_valid_ids load
+  int64_t unit = warp_unit0 + (lane >> 5);
+  int32_t raw = load_token_id(a, unit / L::kSlabs * 32 + sl);  // issued with the num_valid_ids load
   int64_t lim = a.num_valid_ids[0];
   if (lim > a.max_rows) lim = a.max_rows;
-  for (int64_t wt = warp_tile0; wt < total_tiles; wt += stride, tile += stride) {
-    const bool tile_ok = tile < total_tiles;
+  for (int64_t wu = warp_unit0; wu < total_units; wu += stride, unit += stride) {
+    const bool unit_ok = unit < total_units;
+    const int64_t tile = unit / L::kSlabs;
+    const int slab = static_cast<int>(unit - tile * L::kSlabs);
     const uint32_t t24 = static_cast<uint32_t>(raw) & 0xFFFFFFu;
     const int tok = (tile * 32 + sl < lim && t24 < m) ? static_cast<int>(t24) : -1;
-    raw = load_token_id(a, (tile + stride) * 32 + sl);  // next tile: in flight meanwhile
+    raw = load_token_id(a, (unit + stride) / L::kSlabs * 32 + sl);  // next unit: in flight meanwhile
     uint8_t* dst_tile = a.sorted_scales + tile * D;
-#pragma unroll 1
-    for (int slab = 0; slab < L::kSlabs; ++slab) {
+    {
       const int ku0 = slab * L::kKuSlab;
       const int slab_ku = L::kCK1 - ku0 < L::kKuSlab ? L::kCK1 - ku0 : L::kKuSlab;
       const int slots = L::kSlabs == 1 ? L::kSlots : slab_ku / L::kKuPerSlot;  // used slots of a row
@@ -197,24 +203,34 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
           const uint32_t hi = byte_perm<0x6240u>(x[2 * u + 1] >> sh, y[2 * u + 1] >> sh);
           const int ku = ku0 + j * L::kKuPerSlot + u;
           uint8_t* dst = dst_tile + ku * 256 + (e * 16 + nl) * 4;  // dword (kl = e, nl)
-          if (tile_ok) {
+          if (unit_ok) {
             store_u8x4(dst, out_al4, byte_perm<0x5410u>(lo, hi));
             store_u8x4(dst + 128, out_al4, byte_perm<0x7632u>(lo, hi));  // kl = e + 2
           }
         }
       }
-      warp_sync();  // the buffer is rewritten by the next slab / tile
+      warp_sync();  // the buffer is rewritten by the next unit
     }
   }
+}
+
+template <int D, int V, int KuMax>
+void launch_sort_scales_ku(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
+                           bool in_al8, bool in_al4, bool out_al4) {
+  const int64_t units = total_tiles * Layout<D, V, KuMax>::kSlabs;
+  const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kSubWarps), 1, kMaxBlocks));
+  AITER_AUX_LAUNCH((sort_scales_kernel<D, V, KuMax>), dim3(blocks), dim3(kThreads), stream)(
+      a, total_tiles, blocks, in_al8, in_al4, out_al4);
 }
 
 template <int D, int V>
 void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
                         bool in_al8, bool in_al4, bool out_al4) {
-  const int blocks =
-      static_cast<int>(clamp_i64(ceil_div_i64(total_tiles, kSubWarps), 1, kMaxBlocks));
-  AITER_AUX_LAUNCH((sort_scales_kernel<D, V>), dim3(blocks), dim3(kThreads), stream)(
-      a, total_tiles, blocks, in_al8, in_al4, out_al4);
+  constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
+  if (kNarrowHelps && ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks)
+    launch_sort_scales_ku<D, V, kKuNarrow>(a, total_tiles, stream, in_al8, in_al4, out_al4);
+  else
+    launch_sort_scales_ku<D, V, kKuWide>(a, total_tiles, stream, in_al8, in_al4, out_al4);
 }
 
 }  // namespace scales_detail

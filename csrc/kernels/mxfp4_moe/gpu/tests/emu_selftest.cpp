@@ -878,6 +878,11 @@ int main() {
   run_scales_case<2560>(1, 16, 513, 11, 52, false);
   // more tiles than the grid has sub-warps: grid-stride loop with the next ids prefetched
   run_scales_case<256>(40000, 32, 8, 8, 53, false);
+  // enough tiles for the wide-slab kernel (KuMax 32) with D >= 512; the cases above take the
+  // narrow-slab (decode) kernel
+  run_scales_case<7168>(4000, 32, 257, 9, 54, true);
+  run_scales_case<2560>(4000, 64, 513, 11, 55, false, 0, 4);
+  run_scales_case<16384>(2000, 32, 8, 9, 56, false);
 
   run_scatter_case<64, 3, false>(17, 40, 41);
   run_scatter_case<64, 1, false>(5, 3, 46);
