@@ -1,0 +1,186 @@
+// moe_sort large path: the 3 launches count -> scan -> place over chunks of
+// the pairs (sort.h's header comment describes them).  Part of sort.h, which
+// includes it after its constants; not a standalone header.
+#pragma once
+
+#include "sort_rank.h"
+#include "sort_single.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+// ------------------------------------------------------------ large path ----
+// Chunk g of the num_chunks chunks is the pairs [chunk_begin(g), chunk_begin(g + 1)):
+// N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
+// pairs).  The host picks num_chunks = N / chunk (chunk >= 2E), so every chunk has at least
+// 2E pairs (room for its count row and the E totals) and at most 65535 (uint16 counters).
+__device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
+
+// 1. Grid: num_chunks + quant_blocks + zero_blocks.  Block g < num_chunks writes its
+// chunk's per-expert counts to reverse_sorted[chunk_begin(g) + e].
+template <int E, int K, int D>
+__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortArgs a,
+                                                                  AiterAuxQuantArgs q, int cq,
+                                                                  int cr, int num_chunks,
+                                                                  int quant_blocks,
+                                                                  int zero_blocks, bool x_al16,
+                                                                  bool q_al4) {
+  __shared__ ChunkSmem<E> sm;
+  const int b = block_idx();
+  if (b >= num_chunks) {
+    aux_block<D>(b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+    return;
+  }
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  block_sync();
+  int wb, we;
+  warp_range(cb, ce, warp_id(), &wb, &we);
+  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp_id()]);
+  block_sync();
+  int32_t* row = a.reverse_sorted + cb;
+  for (int e = thread_idx(); e < E; e += kSortThreads) {
+    int c = 0;
+#pragma unroll
+    for (int w = 0; w < kSortWarps; ++w) c += sm.wcnt[w][e];
+    row[e] = c;
+  }
+}
+
+// 2. Grid: ceil(E / kScanWarps) blocks; one warp per expert e, no shared memory, no
+// block_sync.  Lane L owns chunks g0 + L*kScanPer + u (u < kScanPer) of each tile of
+// kWarpSize*kScanPer chunks (one tile up to 256 chunks): it loads their counts
+// cnt[g][e] = reverse_sorted[chunk_begin(g) + e] all at once, a warp inclusive scan
+// of the lane sums gives every chunk's exclusive prefix pre[g][e] (pairs of e in the
+// chunks < g), written back in place; then T_e (pairs of e in all chunks) goes to
+// reverse_sorted[chunk_begin(g) + E + e] for EVERY chunk g, so that each place block
+// finds all totals in its own home (q >= 2E).  A warp only touches column e, so there
+// is no dependency between warps or blocks.
+template <int E>
+__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq,
+                                                                 int cr, int num_chunks) {
+  const int e = block_idx() * kScanWarps + warp_id();
+  if (e >= E) return;  // warp-uniform
+  const int lane = lane_id();
+  int32_t* table = a.reverse_sorted;
+  int run = 0;  // pairs of e in the tiles before this one
+  for (int g0 = 0; g0 < num_chunks; g0 += kWarpSize * kScanPer) {
+    const int gl = g0 + lane * kScanPer;
+    // Unconditional loads (past the end: chunk num_chunks - 1 again, then dropped), so
+    // that all kScanPer are in flight at once without branches.
+    int v[kScanPer];
+#pragma unroll
+    for (int u = 0; u < kScanPer; ++u) {
+      const int g = gl + u < num_chunks ? gl + u : num_chunks - 1;
+      const int c = table[chunk_begin(g, cq, cr) + e];
+      v[u] = gl + u < num_chunks ? c : 0;
+    }
+    int sum = 0;
+#pragma unroll
+    for (int u = 0; u < kScanPer; ++u) sum += v[u];
+    int x = sum;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d <<= 1) {
+      const int y = shfl_up_i32(x, d);
+      if (lane >= d) x += y;
+    }
+    const int tile_tot = shfl_idx_i32(x, kWarpSize - 1);
+    int pre = run + x - sum;
+#pragma unroll
+    for (int u = 0; u < kScanPer; ++u) {
+      if (gl + u < num_chunks) table[chunk_begin(gl + u, cq, cr) + e] = pre;
+      pre += v[u];
+    }
+    run += tile_tot;
+  }
+  for (int g = lane; g < num_chunks; g += kWarpSize) table[chunk_begin(g, cq, cr) + E + e] = run;
+}
+
+template <int E>
+struct PlaceSmem {
+  ChunkSmem<E> c;
+  int pad_end[E];  // off_e + T_e of the experts e = g + i*num_chunks (slot i)
+};
+
+// 3. Grid: num_chunks.  Block g loads pre[g][e] and T_e (reverse_sorted[cb .. cb + 2E))
+// into registers (kPlacePer experts per thread, e = tid*kPlacePer + i) before pass 1 and
+// uses them after it: a block exclusive scan of round_up(T_e, block_m) gives the segment
+// offsets off_e; base[e] = off_e + pre[g][e] is the first row of the chunk's pairs of e;
+// block 0 writes num_valid_ids.  After the scan's block_sync nothing reads the home
+// again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
+// reverse entries (no other block touches that range).  Real rows as in the small path;
+// a row p with p % block_m == 0 is the first row of its block (pads are fewer than
+// block_m and come last in a segment), so its writer also writes
+// sorted_expert_ids[p / block_m].  Pad rows [off_e + T_e, off_e + round_up(T_e,
+// block_m)) of the experts e % num_chunks == g, one warp per expert, at the end.
+template <int E, int K>
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int cq,
+                                                                  int cr, int num_chunks) {
+  constexpr int kPlacePer = (E + kSortThreads - 1) / kSortThreads;
+  __shared__ PlaceSmem<E> sm;
+  const int b = block_idx();
+  const int tid = thread_idx();
+  const int warp = warp_id();
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
+  const int bm = a.block_m;
+
+  const int32_t* home = a.reverse_sorted + cb;
+  int pre[kPlacePer];
+  int tot[kPlacePer];
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    const int e = tid * kPlacePer + i;
+    pre[i] = e < E ? home[e] : 0;
+    tot[i] = e < E ? home[E + e] : 0;
+  }
+  zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
+  block_sync();
+  int wb, we;
+  warp_range(cb, ce, warp, &wb, &we);
+  warp_count<E>(a.topk_ids, wb, we, sm.c.wcnt[warp]);
+  block_sync();
+  warp_bases<E>(sm.c);
+
+  int padded[kPlacePer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    padded[i] = (tot[i] + bm - 1) / bm * bm;
+    sum += padded[i];
+  }
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(sum, sm.c.warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPlacePer; ++i) {
+    const int e = tid * kPlacePer + i;
+    if (e < E) {
+      sm.c.base[e] = off + pre[i];
+      if (e % num_chunks == b) sm.pad_end[e / num_chunks] = off + tot[i];
+    }
+    off += padded[i];
+  }
+  if (b == 0 && tid == 0) {
+    a.num_valid_ids[0] = total;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+  warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
+
+  const int m = static_cast<int>(a.num_tokens);
+  for (int i = warp; b + i * num_chunks < E; i += kSortWarps) {
+    const int end = sm.pad_end[i];
+    const int pend = (end + bm - 1) / bm * bm;
+    for (int p = end + lane_id(); p < pend; p += kWarpSize) {
+      a.sorted_token_ids[p] = m;
+      a.sorted_weights[p] = 0.0f;
+      a.m_indices[p] = m;
+    }
+  }
+}
+
+}  // namespace sort_detail
+}  // namespace gpu
+}  // namespace aiter_aux

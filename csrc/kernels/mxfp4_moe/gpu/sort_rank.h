@@ -1,0 +1,164 @@
+// moe_sort ranking helpers shared by the sort paths: key match / load_key,
+// warp ranges, the per-warp counting (pass 1) and placing (pass 2) passes, the
+// per-warp bases and the pad-row writer.  Part of sort.h, which includes it
+// after its constants (kSortWarps, kBatch, ...); not a standalone header.
+#pragma once
+
+#include "common.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+__host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
+
+template <int E>
+struct ChunkSmem {
+  uint16_t wcnt[kSortWarps][E];  // per-warp counts, then per-warp bases
+  int base[E];                   // first row of this chunk's pairs of expert e
+  int tot[E];                    // pairs of expert e in the chunk
+  int warp_tot[kSortWarps];      // block-scan scratch
+};
+
+// Lanes of the warp whose key equals this lane's key (keys in [0, E]).
+template <int E>
+__device__ __forceinline__ lane_mask_t match_key(int key) {
+  constexpr int kBits = bit_width(E);
+  lane_mask_t peers = ~static_cast<lane_mask_t>(0);
+#pragma unroll
+  for (int b = 0; b < kBits; ++b) {
+    const bool bit = ((key >> b) & 1) != 0;
+    const lane_mask_t bal = warp_ballot(bit);
+    peers &= bit ? bal : ~bal;
+  }
+  return peers;
+}
+
+template <int E>
+__device__ __forceinline__ int load_key(const int32_t* ids, int j, int end) {
+  if (j >= end) return E;
+  const int id = ids[j];
+  return (id >= 0 && id < E) ? id : E;
+}
+
+// Contiguous range of warp `warp` inside the chunk [cb, ce).
+__device__ __forceinline__ void warp_range(int cb, int ce, int warp, int* wb, int* we) {
+  const int per = (ce - cb + kSortWarps - 1) / kSortWarps;
+  const int64_t b = static_cast<int64_t>(cb) + static_cast<int64_t>(warp) * per;
+  const int64_t e = b + per;
+  *wb = static_cast<int>(b < ce ? b : ce);
+  *we = static_cast<int>(e < ce ? e : ce);
+}
+
+__device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
+  for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
+}
+
+// Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
+// keys of kBatch steps are loaded up front so that their latencies overlap.
+template <int E>
+__device__ __forceinline__ void warp_count(const int32_t* ids, int wb, int we, uint16_t* my_cnt) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) keys[s] = load_key<E>(ids, j0 + s * kWarpSize + lane, we);
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int key = keys[s];
+      const lane_mask_t peers = match_key<E>(key);
+      if (key < E && (peers & lt) == 0) {
+        my_cnt[key] = static_cast<uint16_t>(my_cnt[key] + popc(peers));
+      }
+      warp_sync();
+    }
+  }
+}
+
+// After pass 1 (and a block_sync): per-warp counts -> per-warp exclusive
+// bases; tot[e] = pairs of e in the chunk.
+template <int E>
+__device__ __forceinline__ void warp_bases(ChunkSmem<E>& sm) {
+  for (int e = thread_idx(); e < E; e += kSortThreads) {
+    int run = 0;
+#pragma unroll
+    for (int w = 0; w < kSortWarps; ++w) {
+      const int c = sm.wcnt[w][e];
+      sm.wcnt[w][e] = static_cast<uint16_t>(run);
+      run += c;
+    }
+    sm.tot[e] = run;
+  }
+}
+
+// Pass 2: places the pairs of [wb, we) and writes their reverse_sorted entries.
+// base[e] = first row of the chunk's pairs of e; my_cnt = this warp's bases
+// (advanced as the warp goes).  kExpertIds: a row p with p % block_m == 0 also
+// writes sorted_expert_ids[p / block_m] (the first row of a block is always real).
+template <int E, int K, bool kExpertIds>
+__device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, int we,
+                                           uint16_t* my_cnt, const int* base) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+    float wts[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      const int j = j0 + s * kWarpSize + lane;
+      keys[s] = load_key<E>(a.topk_ids, j, we);
+      wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
+    }
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int j = j0 + s * kWarpSize + lane;
+      const int key = keys[s];
+      const lane_mask_t peers = match_key<E>(key);
+      const int rank = popc(peers & lt);
+      const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
+      warp_sync();  // every lane has read its counter before the leader updates it
+      if (key < E && rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
+      warp_sync();
+      if (j < we) {
+        if (key < E) {
+          const int p = base[key] + before + rank;
+          const int t = j / K;
+          const int k = j - t * K;
+          a.sorted_token_ids[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
+                                                       (static_cast<uint32_t>(k) << 24));
+          a.sorted_weights[p] = wts[s];
+          a.m_indices[p] = t;
+          a.reverse_sorted[j] = p;
+          if (kExpertIds && (p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key;
+        } else {
+          a.reverse_sorted[j] = -1;
+        }
+      }
+    }
+  }
+}
+
+// Pad rows and sorted_expert_ids of expert e (segment at row `off`, `cnt` real
+// pairs), written by the lanes of one warp.
+__device__ __forceinline__ void write_segment_tail(const AiterAuxSortArgs& a, int e, int off,
+                                                   int cnt) {
+  const int lane = lane_id();
+  const int bm = a.block_m;
+  const int padded = (cnt + bm - 1) / bm * bm;
+  const int m = static_cast<int>(a.num_tokens);
+  for (int r = cnt + lane; r < padded; r += kWarpSize) {
+    const int p = off + r;
+    a.sorted_token_ids[p] = m;
+    a.sorted_weights[p] = 0.0f;
+    a.m_indices[p] = m;
+  }
+  const int first_block = off / bm;
+  for (int b = lane; b < padded / bm; b += kWarpSize) a.sorted_expert_ids[first_block + b] = e;
+}
+
+}  // namespace sort_detail
+}  // namespace gpu
+}  // namespace aiter_aux
