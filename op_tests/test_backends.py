@@ -294,6 +294,36 @@ def test_moe_scatter_reduce_q(shape, m, device):
     assert same(out, want)
 
 
+@pytest.mark.parametrize("m", [1, 30])
+def test_moe_scatter_reduce_q_any_weight_and_scale(m, device):
+    """Any e8m0 scale (0..255) in every fourth block, weights over a wide exponent range, some
+    with any exponent (subnormal, Inf, NaN), some zero: the GPU kernel's fast product
+    w * 2^(s-113) and its exact fallback (s > 252, or the scaled weight out of range) both
+    meet the spec."""
+    g = gen()
+    sort, rows, d, k = _scatter_inputs(SHAPES[0], m, g)
+    q = torch.randint(0, 256, (rows, d // 2), generator=g, dtype=torch.uint8)
+    s = torch.randint(100, 150, (rows, d // 32), generator=g, dtype=torch.uint8)
+    s[:, ::4] = torch.randint(0, 256, s[:, ::4].shape, generator=g, dtype=torch.uint8)  # any s
+    n = sort.sorted_weights.numel()
+    sign = torch.randint(0, 2, (n,), generator=g, dtype=torch.int64) << 31
+    mant = torch.randint(0, 2**23, (n,), generator=g, dtype=torch.int64)
+    expo = torch.randint(100, 142, (n,), generator=g, dtype=torch.int64)  # |w| in [2^-27, 2^15)
+    expo[::7] = torch.randint(0, 256, (len(expo[::7]),), generator=g)  # any exponent: 0 = subnormal
+    bits = sign | (expo << 23) | mant
+    weights = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+    weights[1::11] = 0.0
+    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
+    ops.moe_scatter_reduce_q_out(
+        q.to(device), s.to(device), sort.reverse_sorted.to(device), weights.to(device), k, out
+    )
+    assert guards_intact(whole)
+    want = ref.moe_scatter_reduce_q(q, s, sort.reverse_sorted, weights, k)
+    assert same(out, want)
+    if m > 1:  # not a test of NaN alone (at M=1 one NaN/Inf weight can make the whole row so)
+        assert torch.isfinite(want.float()).float().mean() > 0.5
+
+
 def test_moe_scatter_reduce_rejects_rows_out_of_range():
     e, d, _i, k = SHAPES[0]
     rev = torch.full((2 * k,), -1, dtype=torch.int32)
