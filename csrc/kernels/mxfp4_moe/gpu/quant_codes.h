@@ -172,26 +172,6 @@ __host__ __device__ __forceinline__ uint32_t pk_addmax_s16(uint32_t a, uint32_t 
 #endif
 }
 
-// PTX prmt.b32 (default mode): byte n of the result is byte (sel_n & 7) of
-// {b, a} (a = bytes 0-3), or, if sel_n & 8, that byte's top bit replicated.
-__host__ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-#if AITER_AUX_QUANT_PK_HW
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-#else
-  const uint64_t src = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
-  uint32_t d = 0;
-  for (int n = 0; n < 4; ++n) {
-    const uint32_t nib = (sel >> (4 * n)) & 0xFu;
-    uint32_t byte = static_cast<uint32_t>(src >> (8 * (nib & 7u))) & 0xFFu;
-    if (nib & 8u) byte = (byte & 0x80u) ? 0xFFu : 0u;
-    d |= byte << (8 * n);
-  }
-  return d;
-#endif
-}
-
 // Bitwise select: bits of b where m is set, of a elsewhere (one LOP3; written
 // out because the compiler splits the mask-and-merge into two).
 __host__ __device__ __forceinline__ uint32_t bit_select(uint32_t m, uint32_t a, uint32_t b) {
@@ -274,7 +254,7 @@ __host__ __device__ __forceinline__ uint32_t pk_fma_bf16(uint32_t a, uint32_t b,
 // reads it as is or flushed.  The sign bits join in the byte gather below
 // (prmt with sign replication of the bytes holding bits 15 and 31).
 __host__ __device__ __forceinline__ void mx_pk_consts(uint32_t s, uint32_t* kp, uint32_t* fp) {
-  *kp = prmt(0x4400u - (s << 7), 0u, 0x1010u);  // (136 - s) << 7 in each int16 half
+  *kp = byte_perm(0x4400u - (s << 7), 0u, 0x1010u);  // (136 - s) << 7 in each int16 half
   *fp = ((257u - s) << 7) * 0x10001u;           // bf16x2 2^(130-s)
 }
 
@@ -289,10 +269,10 @@ __host__ __device__ __forceinline__ uint32_t mx_pack8_pk(const uint32_t w[4], ui
   // bytes: codes of elements 0, 2, 1, 3 (4, 6, 5, 7), then their signs as
   // 0x00 / 0xFF, merged at bit 3 of each byte
   const uint32_t m8 = 0x08080808u;
-  const uint32_t v01 = bit_select(m8, prmt(c[0], c[1], 0x6240u), prmt(w[0], w[1], 0xFBD9u));
-  const uint32_t v23 = bit_select(m8, prmt(c[2], c[3], 0x6240u), prmt(w[2], w[3], 0xFBD9u));
-  const uint32_t even = prmt(v01, v23, 0x5410u);  // nibbles of elements 0, 2, 4, 6 (bits 0-3 of each byte)
-  const uint32_t odd = prmt(v01, v23, 0x7632u);   // elements 1, 3, 5, 7
+  const uint32_t v01 = bit_select(m8, byte_perm(c[0], c[1], 0x6240u), byte_perm(w[0], w[1], 0xFBD9u));
+  const uint32_t v23 = bit_select(m8, byte_perm(c[2], c[3], 0x6240u), byte_perm(w[2], w[3], 0xFBD9u));
+  const uint32_t even = byte_perm(v01, v23, 0x5410u);  // nibbles of elements 0, 2, 4, 6 (bits 0-3 of each byte)
+  const uint32_t odd = byte_perm(v01, v23, 0x7632u);   // elements 1, 3, 5, 7
   return bit_select(0xF0F0F0F0u, even, odd << 4);
 }
 

@@ -154,10 +154,7 @@ __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w
     w[3] = v.w;
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      w[i] = static_cast<uint32_t>(p[4 * i]) | (static_cast<uint32_t>(p[4 * i + 1]) << 8) |
-             (static_cast<uint32_t>(p[4 * i + 2]) << 16) | (static_cast<uint32_t>(p[4 * i + 3]) << 24);
-    }
+    for (int i = 0; i < 4; ++i) w[i] = load_u8x4(p + 4 * i, false);
   }
 }
 

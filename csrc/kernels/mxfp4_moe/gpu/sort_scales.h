@@ -114,21 +114,6 @@ __device__ __forceinline__ void read_slot(const typename SlotVec<V>::T* s, uint3
   }
 }
 
-// Byte b of the result is byte (kSel >> 4b) & 7 of the 8 bytes {lo, hi}
-// (lo = bytes 0-3): CUDA's __byte_perm with a constant selector.
-template <uint32_t kSel>
-__device__ __forceinline__ uint32_t byte_perm(uint32_t lo, uint32_t hi) {
-#if defined(AITER_AUX_GPU_CUDA)
-  return __byte_perm(lo, hi, kSel);
-#else
-  const uint64_t x = (static_cast<uint64_t>(hi) << 32) | lo;
-  uint32_t r = 0;
-  for (int b = 0; b < 4; ++b)
-    r |= static_cast<uint32_t>((x >> (8 * ((kSel >> (4 * b)) & 7u))) & 0xFFu) << (8 * b);
-  return r;
-#endif
-}
-
 // sorted_token_ids[row], or -1 past max_rows (its length).
 __device__ __forceinline__ int32_t load_token_id(const AiterAuxSortScalesArgs& a, int64_t row) {
   return row < a.max_rows ? a.sorted_token_ids[row] : -1;
@@ -199,13 +184,13 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
 #pragma unroll
         for (int u = 0; u < L::kKuPerSlot; ++u) {
           // bytes e and e + 2 of the four words [ia0 ik0, ia1 ik0, ia0 ik1, ia1 ik1]
-          const uint32_t lo = byte_perm<0x6240u>(x[2 * u] >> sh, y[2 * u] >> sh);
-          const uint32_t hi = byte_perm<0x6240u>(x[2 * u + 1] >> sh, y[2 * u + 1] >> sh);
+          const uint32_t lo = byte_perm(x[2 * u] >> sh, y[2 * u] >> sh, 0x6240u);
+          const uint32_t hi = byte_perm(x[2 * u + 1] >> sh, y[2 * u + 1] >> sh, 0x6240u);
           const int ku = ku0 + j * L::kKuPerSlot + u;
           uint8_t* dst = dst_tile + ku * 256 + (e * 16 + nl) * 4;  // dword (kl = e, nl)
           if (unit_ok) {
-            store_u8x4(dst, out_al4, byte_perm<0x5410u>(lo, hi));
-            store_u8x4(dst + 128, out_al4, byte_perm<0x7632u>(lo, hi));  // kl = e + 2
+            store_u8x4(dst, out_al4, byte_perm(lo, hi, 0x5410u));
+            store_u8x4(dst + 128, out_al4, byte_perm(lo, hi, 0x7632u));  // kl = e + 2
           }
         }
       }
