@@ -158,11 +158,11 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
     const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
     if (n <= kLeanThreads) {
-      AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
-          a, q, ng, qb, zb, x_al16, q_al4);
+      AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, true>), dim3(ng + qb + zb), dim3(kLeanThreads),
+                       st)(a, q, ng, qb, zb, x_al16, q_al4);
     } else {
-      AITER_AUX_LAUNCH((sort_lean_kernel<E, K, D>), dim3(ng + qb + zb), dim3(kLeanThreads), st)(
-          a, q, ng, qb, zb, x_al16, q_al4);
+      AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, false>), dim3(ng + qb + zb), dim3(kLeanThreads),
+                       st)(a, q, ng, qb, zb, x_al16, q_al4);
     }
     return check_launch(op);
   }

@@ -4,6 +4,8 @@
 // which includes it after its constants; not a standalone header.
 #pragma once
 
+#include <type_traits>
+
 #include "quant.h"
 #include "sort_rank.h"
 
@@ -385,32 +387,18 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   }
 }
 
-template <int E, int K, int D>
-__global__ __launch_bounds__(kLeanThreads) void sort_tiny_kernel(AiterAuxSortArgs a,
-                                                                 AiterAuxQuantArgs q, int num_g,
-                                                                 int quant_blocks,
-                                                                 int zero_blocks, bool x_al16,
-                                                                 bool q_al4) {
-  __shared__ TinySmem<E> sm;
+// Grid: num_g + quant_blocks + zero_blocks; the tiny (kTiny) or the lean sort blocks first.
+template <int E, int K, int D, bool kTiny>
+__global__ __launch_bounds__(kLeanThreads) void sort_single_kernel(AiterAuxSortArgs a,
+                                                                   AiterAuxQuantArgs q, int num_g,
+                                                                   int quant_blocks,
+                                                                   int zero_blocks, bool x_al16,
+                                                                   bool q_al4) {
+  __shared__ typename std::conditional<kTiny, TinySmem<E>, LeanSmem<E>>::type sm;
   const int b = block_idx();
   if (b < num_g) {
-    tiny_sort_block<E, K>(a, sm, b, num_g);
-    return;
-  }
-  aux_block<D, kLeanThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
-}
-
-// Grid: num_g + quant_blocks + zero_blocks.
-template <int E, int K, int D>
-__global__ __launch_bounds__(kLeanThreads) void sort_lean_kernel(AiterAuxSortArgs a,
-                                                                 AiterAuxQuantArgs q, int num_g,
-                                                                 int quant_blocks,
-                                                                 int zero_blocks, bool x_al16,
-                                                                 bool q_al4) {
-  __shared__ LeanSmem<E> sm;
-  const int b = block_idx();
-  if (b < num_g) {
-    lean_sort_block<E, K>(a, sm, b, num_g);
+    if constexpr (kTiny) tiny_sort_block<E, K>(a, sm, b, num_g);
+    else lean_sort_block<E, K>(a, sm, b, num_g);
     return;
   }
   aux_block<D, kLeanThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
