@@ -202,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         "read + written, median of 10)"
     )
 
+    node_us = timer.node_floor_us()
+    if cuda:
+        log(f"node floor: {node_us:.2f} us per graph node (fill_ of one element)")
+
     rows: list[Row] = []
     cases = [(shape, m) for shape in shapes for m in tokens]
     for ci, (shape, m) in enumerate(cases):
@@ -249,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "l2_bytes": l2,
         "copy_bw_bytes_s": copy_bw,
         "copy_bytes": copy_bytes,
+        "node_floor_us": node_us,
         "block_m": args.block_m,
         "zero_buf": args.zero_buf,
         "compile_s": peer.compile_s,

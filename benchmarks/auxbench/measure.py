@@ -7,7 +7,7 @@ import time
 
 from .cases import OpSpec, Sizes, clone_inputs, footprint
 from .peers import CompiledPeer
-from .report import Row
+from .report import BANDWIDTH_GOALS, Row
 from .timing import Timer, n_buffer_sets
 
 
@@ -45,6 +45,10 @@ def run_op(
     timer.sync()
     row.check = "ok" if spec.same(out0, want) else "MISMATCH"
     del sets, calls
+
+    # a copy of the same bytes, timed the same way: the rate any kernel reaches at this size
+    if op in BANDWIDTH_GOALS:
+        row.copy_same_us = timer.same_bytes_copy_us(row.bytes, l2_bytes)
 
     # torch.compile peer
     if not peer.enabled:

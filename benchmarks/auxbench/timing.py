@@ -99,6 +99,34 @@ class Timer:
         del graph
         return statistics.median(times), {"mode": "graph", "calls": n_calls, "samples": samples}
 
+    def node_floor_us(self) -> float:
+        """Per-call time of the smallest kernel torch launches (``fill_`` of one element) in
+        graph replay: what one graph node costs with no work."""
+        if not self.cuda:
+            return 0.0
+        t = torch.empty(1, dtype=torch.uint8, device=self.device)
+        us, _ = self.ours_us([lambda: t.fill_(0)], 2.0)
+        return us
+
+    def same_bytes_copy_us(self, nbytes: int, l2_bytes: int) -> float:
+        """Per-call time of ``dst.copy_(src)`` moving ``nbytes`` in all (half read, half
+        written) in graph replay, buffers rotated as for ours: the copy rate at this size."""
+        half = max(1, nbytes // 2)
+        sets = n_buffer_sets(self, 2 * half, l2_bytes)
+        bufs = [
+            (
+                torch.empty(half, dtype=torch.uint8, device=self.device).fill_(1),
+                torch.empty(half, dtype=torch.uint8, device=self.device),
+            )
+            for _ in range(sets)
+        ]
+        calls = [(lambda s=s, d=d: d.copy_(s)) for s, d in bufs]
+        calls[0]()
+        self.sync()
+        us, _ = self.ours_us(calls, self.once_us(calls[0]))
+        del bufs, calls
+        return us
+
     def copy_bandwidth(self) -> tuple[float, int]:
         """Device-to-device copy bandwidth in bytes/s (read + written), median of 10."""
         nbytes = (1 << 30) if self.cuda else (64 << 20)
