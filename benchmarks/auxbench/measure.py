@@ -46,7 +46,7 @@ def run_op(
     row.check = "ok" if spec.same(out0, want) else "MISMATCH"
     del sets, calls
 
-    # a copy of the same bytes, timed the same way: the rate any kernel reaches at this size
+    # a copy kernel of the same bytes, timed the same way: what a plain kernel reaches here
     if op in BANDWIDTH_GOALS:
         row.copy_same_us = timer.same_bytes_copy_us(row.bytes, l2_bytes)
 

@@ -34,7 +34,7 @@ class Row:
     notes: list = field(default_factory=list)
     timing: dict = field(default_factory=dict)
     n_sets: int = 1
-    copy_same_us: float | None = None  # dst.copy_(src) of the same bytes, same timing
+    copy_same_us: float | None = None  # an elementwise copy kernel of the same bytes
 
     @property
     def pct_of_same_copy(self) -> float | None:

@@ -109,18 +109,20 @@ class Timer:
         return us
 
     def same_bytes_copy_us(self, nbytes: int, l2_bytes: int) -> float:
-        """Per-call time of ``dst.copy_(src)`` moving ``nbytes`` in all (half read, half
-        written) in graph replay, buffers rotated as for ours: the copy rate at this size."""
-        half = max(1, nbytes // 2)
-        sets = n_buffer_sets(self, 2 * half, l2_bytes)
+        """Per-call time of an elementwise copy kernel moving ``nbytes`` in all (half read,
+        half written: ``torch.bitwise_not`` of int32, 16-byte vector accesses) in graph
+        replay, buffers rotated as for ours: what a plain kernel reaches at this size.  (Not
+        ``copy_``: in a graph that becomes a memcpy node, which is slower than a kernel.)"""
+        n = max(1, nbytes // 8)  # int32 elements per buffer
+        sets = n_buffer_sets(self, 8 * n, l2_bytes)
         bufs = [
             (
-                torch.empty(half, dtype=torch.uint8, device=self.device).fill_(1),
-                torch.empty(half, dtype=torch.uint8, device=self.device),
+                torch.ones(n, dtype=torch.int32, device=self.device),
+                torch.empty(n, dtype=torch.int32, device=self.device),
             )
             for _ in range(sets)
         ]
-        calls = [(lambda s=s, d=d: d.copy_(s)) for s, d in bufs]
+        calls = [(lambda s=s, d=d: torch.bitwise_not(s, out=d)) for s, d in bufs]
         calls[0]()
         self.sync()
         us, _ = self.ours_us(calls, self.once_us(calls[0]))
