@@ -141,8 +141,8 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
 // (or w = +-0, Inf, NaN, which a scaling does not change).  x is exact as an
 // fp16: sign -> bit 15, the 3 magnitude bits (e1 e0 m) -> bits 11..9 give
 // 2^(e-15) * (1 + m/2) for e >= 1 and m * 2^-15 for e = 0, i.e. e2m1 * 2^-14,
-// and fp16 -> fp32 conversion is exact.  So an element costs ~1.5 bit ops (two
-// elements, nib j and j + 4, are built in one word), one conversion, one
+// and fp16 -> fp32 conversion is exact.  So an element costs 1.5 bit ops (the
+// 8 of a word are built with 12: e2m1x8_as_f16x2), one conversion, one
 // f32_mul_rn and one f32_add_rn.  Anything else (s > 252, subnormal w, W out of
 // range) takes the general per-element decode: same bits, rarely taken.
 __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w[4]) {
@@ -159,16 +159,15 @@ __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w
 }
 
 // W = w * 2^(s-113) when that is exact and decode(., s) is exact (see above);
-// false sends the pair through the general decode.
+// false sends the pair through the general decode.  Exact: s <= 252 and either
+// w is +-0, Inf or NaN (W = w) or w is normal and so is W (its exponent field
+// ew + s - 113 in [1, 254]).  Branch-free.
 __host__ __device__ __forceinline__ bool q_fast_weight(uint32_t w_bits, uint32_t s, uint32_t* big_w) {
   const uint32_t ew = (w_bits >> 23) & 0xFFu;
-  *big_w = w_bits;
-  if (s > 252u) return false;
-  if (ew == 255u || (w_bits << 1) == 0u) return true;  // +-Inf, NaN, +-0: unchanged
-  const int e = static_cast<int>(ew) + static_cast<int>(s) - 113;
-  if (ew == 0u || e < 1 || e > 254) return false;
-  *big_w = w_bits + ((s - 113u) << 23);  // mod 2^32: adds s - 113 to the exponent
-  return true;
+  const bool normal = ew - 1u < 254u && ew + s - 114u < 254u;  // unsigned: wraps below
+  const bool keep = ew == 255u || (w_bits << 1) == 0u;
+  *big_w = normal ? w_bits + ((s - 113u) << 23) : w_bits;  // mod 2^32: adds s - 113 to ew
+  return s <= 252u && (normal || keep);
 }
 
 // fp16 halves of 32-bit word -> fp32 (exact).
@@ -204,13 +203,42 @@ __device__ __forceinline__ float f16_half_to_f32(uint32_t h2) {
 #endif
 }
 
-// fp16 bits of e2m1 * 2^-14 for nibble j (low half) and nibble j + 4 (high
-// half) of a word of 8 nibbles.
-template <int J>
-__host__ __device__ __forceinline__ uint32_t e2m1x2_as_f16x2(uint32_t x) {
-  const uint32_t mag = (J == 3 ? x >> 3 : x << (9 - 4 * J)) & 0x0E000E00u;
-  const uint32_t sign = (x << (12 - 4 * J)) & 0x80008000u;
-  return mag | sign;
+// fp16 bits of e2m1 * 2^-14 of one nibble s e1 e0 m: s at bit 15, e1 e0 m at
+// bits 11..9 (the definition e2m1x8_as_f16x2 is tested against).
+__host__ __device__ __forceinline__ uint32_t e2m1_as_f16(uint32_t nib) {
+  return ((nib & 8u) << 12) | ((nib & 7u) << 9);
+}
+
+// (x & C) | (y & ~C): one LOP3 on CUDA (nvcc emits two for a constant C).
+template <uint32_t C>
+__host__ __device__ __forceinline__ uint32_t bit_select(uint32_t x, uint32_t y) {
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
+  uint32_t d;  // LUT 0xB8 of (a, b, c) = (y, C, x): b ? c : a
+  asm("lop3.b32 %0, %1, %2, %3, 0xB8;" : "=r"(d) : "r"(y), "n"(C), "r"(x));
+  return d;
+#else
+  return (x & C) | (y & ~C);
+#endif
+}
+
+// The 8 nibbles of x as 4 fp16x2 words: h[J] holds nibble J (low half) and
+// nibble J + 4 (high half), each as e2m1_as_f16.  12 bit operations: in a
+// nibble the sign is 1 bit above e1 e0 m, in the fp16 4 bits; z_even takes x's
+// bits at the even nibbles' e1 e0 m (kEven) and x << 3's elsewhere, so an even
+// nibble's sign sits 4 bits above its magnitude and one shift and one mask
+// place both (nibbles 0/4: << 9, 2/6: << 1); z_odd likewise for nibbles 1/5
+// (<< 5).  Nibble 7's sign would leave the word that way, so h[3] is built
+// from x >> 3 (magnitudes) and x (signs).
+__host__ __device__ __forceinline__ void e2m1x8_as_f16x2(uint32_t x, uint32_t h[4]) {
+  constexpr uint32_t kF16 = 0x8E008E00u;  // sign and e1 e0 m of both halves
+  constexpr uint32_t kEven = 0x07070707u, kOdd = 0x70707070u;
+  const uint32_t x3 = x << 3;
+  const uint32_t z_even = bit_select<kEven>(x, x3);
+  const uint32_t z_odd = (x & kOdd) | (x3 & ~kOdd);
+  h[0] = (z_even << 9) & kF16;
+  h[1] = (z_odd << 5) & kF16;
+  h[2] = (z_even << 1) & kF16;
+  h[3] = ((x >> 3) & 0x0E000E00u) | (x & 0x80008000u);
 }
 
 // bf16 (RNE, NaN -> 0x7FC0) of 8 accumulators as 4 packed words.  On CUDA the
@@ -264,15 +292,21 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
     const int32_t* rev = a.reverse_sorted + static_cast<int64_t>(t) * K;
+    // the next batch's reverse_sorted entries are loaded with this batch's rows:
+    // one memory round trip per batch instead of two dependent ones
+    int nxt[kKB];
+#pragma unroll
+    for (int i = 0; i < kKB; ++i) nxt[i] = i < K ? rev[i] : -1;
 #pragma unroll 1
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
-        const int p = k0 + i < K ? rev[k0 + i] : -1;
+        const int p = nxt[i];
         ok[i] = static_cast<unsigned>(p) < static_cast<unsigned>(rows);  // 0 <= p < rows
         ps[i] = ok[i] ? p : 0;  // a skipped pair loads row 0 (rows > 0) and is not accumulated
+        nxt[i] = k0 + kKB + i < K ? rev[k0 + kKB + i] : -1;
       }
       float wt[kKB];
       uint32_t raw[kKB][4];
@@ -291,18 +325,14 @@ __global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxS
           const float big_w = as_f32(wb);
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
-            const uint32_t x = raw[i][w];
-            const uint32_t h0 = e2m1x2_as_f16x2<0>(x), h1 = e2m1x2_as_f16x2<1>(x);
-            const uint32_t h2 = e2m1x2_as_f16x2<2>(x), h3 = e2m1x2_as_f16x2<3>(x);
+            uint32_t h[4];
+            e2m1x8_as_f16x2(raw[i][w], h);
             float* ac = acc + 8 * w;
-            ac[0] = f32_add_rn(ac[0], f32_mul_rn(f16_half_to_f32<false>(h0), big_w));
-            ac[1] = f32_add_rn(ac[1], f32_mul_rn(f16_half_to_f32<false>(h1), big_w));
-            ac[2] = f32_add_rn(ac[2], f32_mul_rn(f16_half_to_f32<false>(h2), big_w));
-            ac[3] = f32_add_rn(ac[3], f32_mul_rn(f16_half_to_f32<false>(h3), big_w));
-            ac[4] = f32_add_rn(ac[4], f32_mul_rn(f16_half_to_f32<true>(h0), big_w));
-            ac[5] = f32_add_rn(ac[5], f32_mul_rn(f16_half_to_f32<true>(h1), big_w));
-            ac[6] = f32_add_rn(ac[6], f32_mul_rn(f16_half_to_f32<true>(h2), big_w));
-            ac[7] = f32_add_rn(ac[7], f32_mul_rn(f16_half_to_f32<true>(h3), big_w));
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              ac[j] = f32_add_rn(ac[j], f32_mul_rn(f16_half_to_f32<false>(h[j]), big_w));
+              ac[j + 4] = f32_add_rn(ac[j + 4], f32_mul_rn(f16_half_to_f32<true>(h[j]), big_w));
+            }
           }
         } else {
           // rare: the 16 products P[nib] = fp32(decode(nib, s) * w) by the general

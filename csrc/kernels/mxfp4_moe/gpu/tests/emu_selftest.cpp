@@ -327,8 +327,8 @@ void test_helpers() {
         ++fast;
         for (uint32_t word = 0; word < 16; ++word) {  // nibble j of a word: both halves, every j
           const uint32_t x = word * 0x11111111u;
-          const uint32_t hs[4] = {scatter_detail::e2m1x2_as_f16x2<0>(x), scatter_detail::e2m1x2_as_f16x2<1>(x),
-                                  scatter_detail::e2m1x2_as_f16x2<2>(x), scatter_detail::e2m1x2_as_f16x2<3>(x)};
+          uint32_t hs[4];
+          scatter_detail::e2m1x8_as_f16x2(x, hs);
           for (int h = 0; h < 8; ++h) {
             const uint32_t h16 = h < 4 ? hs[h] & 0xFFFFu : hs[h - 4] >> 16;
             volatile float prod = scatter_detail::f16_bits_to_f32_any(h16) * u2f(big_w);
@@ -344,6 +344,28 @@ void test_helpers() {
   check(bad == 0, "scatter_q fast product == spec product for every nibble, s and " + std::to_string(fast) +
                       " accepted (w, s) of " + std::to_string(tried));
   check(usual, "scatter_q fast path accepts |w| in [2^-27, 2^14), s in [40, 200]");
+  // e2m1x8_as_f16x2: nibble j of any word lands, alone, in half j % 4 (j < 4: low) of
+  // word j % 4 as e2m1_as_f16 (the neighbours' bits must not leak in)
+  bad = 0;
+  std::mt19937 xrng(12);
+  for (int rep = 0; rep < 200000; ++rep) {
+    const uint32_t x = rep < 65536 ? static_cast<uint32_t>(rep) * 0x10001u ^ (rep < 256 ? 0u : xrng())
+                                   : static_cast<uint32_t>(xrng());
+    uint32_t hs[4];
+    scatter_detail::e2m1x8_as_f16x2(x, hs);
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t got = j < 4 ? hs[j] & 0xFFFFu : hs[j - 4] >> 16;
+      if (got != scatter_detail::e2m1_as_f16((x >> (4 * j)) & 0xFu)) ++bad;
+    }
+  }
+  check(bad == 0, "e2m1x8_as_f16x2 places every nibble of any word alone in its fp16 half");
+  // e2m1_as_f16 is e2m1 * 2^-14 (the fp16 definition the fast product relies on)
+  bad = 0;
+  for (uint32_t nib = 0; nib < 16; ++nib) {
+    const float want = ref_decode(nib, 127) * 0x1p-14f;
+    if (f2u(scatter_detail::f16_bits_to_f32_any(scatter_detail::e2m1_as_f16(nib))) != f2u(want)) ++bad;
+  }
+  check(bad == 0, "e2m1_as_f16(nib) == e2m1 * 2^-14 for every nibble");
 #if defined(__FLT16_MAX__)
   bad = 0;
   for (uint32_t h = 0; h < 0x10000u; ++h) {
