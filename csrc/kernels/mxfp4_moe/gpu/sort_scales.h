@@ -14,7 +14,9 @@
 // KuMax ku); the token ids of its next unit's tile are loaded while the current
 // one is processed.  KuMax = 32 (one slab per tile up to D = 8192) when there
 // are enough tiles to fill the GPU, else KuMax = 8 (decode: ~4x the units, so
-// the few tiles' stores are spread over more sub-warps).  Per unit:
+// the few tiles' stores are spread over more sub-warps); KuMax = 8 at every
+// size when a wide slab would be more than kMaxWideSlots slots (D = 7168).
+// Per unit:
 //  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
 //     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
 //     Lane l loads slots s = 32*k + l, k < kPitch (row s / kPitch, slot
@@ -42,6 +44,7 @@ constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
 constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes of a row per slab
 constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
 constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
+constexpr int kMaxWideSlots = 8;    // above it, narrow slabs at every size
 // Grid cap: ~15 blocks per SM on a 132-SM H200 (about 3 waves of resident
 // blocks); larger problems loop over the tiles with the next ids prefetched.
 constexpr int kMaxBlocks = 2048;
@@ -212,7 +215,11 @@ template <int D, int V>
 void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
                         bool in_al8, bool in_al4, bool out_al4) {
   constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
-  if (kNarrowHelps && ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks)
+  // A wide slab of more than kMaxWideSlots slots per row holds too many loads
+  // in registers (D = 7168: 15 slots, 106 registers): narrow slabs at every size.
+  constexpr bool kAlwaysNarrow = kNarrowHelps && Layout<D, V, kKuWide>::kSlots > kMaxWideSlots;
+  if (kAlwaysNarrow ||
+      (kNarrowHelps && ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks))
     launch_sort_scales_ku<D, V, kKuNarrow>(a, total_tiles, stream, in_al8, in_al4, out_al4);
   else
     launch_sort_scales_ku<D, V, kKuWide>(a, total_tiles, stream, in_al8, in_al4, out_al4);
