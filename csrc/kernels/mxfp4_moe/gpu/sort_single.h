@@ -274,7 +274,10 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
 // Tiny variant (M*topk <= kLeanThreads, decode): one pair per thread (j = tid,
 // step = warp).  No atomics, no run descriptors: the leader of each run writes
 // its size into wc[e][warp] (uint8), and the rank of a pair is the sum of
-// wc[e][w' < warp] (two 16-byte reads and byte sums) plus its rank in the run.
+// wc[e][w' < warp] plus its rank in the run.  Expert e's thread turns its row
+// into those sums when e has 2..255 pairs (a lone pair's sum is 0) (one byte read per pair; every
+// expert of valid routing at M <= 255), else each pair sums the bytes itself
+// (two 16-byte reads and byte sums).
 // No bucket either: right after the scan barrier the thread of a real pair
 // writes its row r = off[e] + rank (and reverse_sorted[j]) itself when r is in
 // this block's slice of rows, while the row loop of the slice writes only the
@@ -312,6 +315,32 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
   return sum;
 }
 
+// The total of a kLeanWarps-byte row; when it is 2..255, the row is
+// rewritten in place as its exclusive prefix sums (byte w = the sum of bytes
+// [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
+// (With a total <= 255 no partial sum carries out of its byte: one multiply by
+// 0x01010101 gives a word's inclusive byte prefixes.)
+__device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
+  const int total = byte_prefix(row, kLeanWarps);
+  if (total > 1 && total <= 255) {  // (a lone pair's rank needs no row)
+    uint32_t run = 0;
+#pragma unroll
+    for (int v = 0; v < kLeanWarps / 16; ++v) {
+      uint4* p = reinterpret_cast<uint4*>(row) + v;
+      const uint4 x = *p;
+      uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t incl = xs[i] * 0x01010101u;
+        xs[i] = incl - xs[i] + run * 0x01010101u;
+        run += incl >> 24;
+      }
+      *p = make_uint4(xs[0], xs[1], xs[2], xs[3]);
+    }
+  }
+  return total;
+}
+
 template <int E, int K>
 __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
                                                 int num_g) {
@@ -341,7 +370,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
 
   uint32_t c = 0, padded = 0;
   if (tid < E) {
-    c = static_cast<uint32_t>(byte_prefix(sm.wc[tid], kLeanWarps));
+    c = static_cast<uint32_t>(byte_total_then_prefix(sm.wc[tid]));
     padded = ((c + bm - 1) >> lg) << lg;
   }
   int rows = 0;
@@ -361,7 +390,9 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   const int m = static_cast<int>(a.num_tokens);
   const int slice_stride = num_g * kLeanThreads;
   if (key < E) {
-    const int r = sm.off[key] + byte_prefix(sm.wc[key], warp) + rank;
+    const int ck = sm.cnt[key];
+    const int before = ck <= 1 ? 0 : (ck <= 255 ? sm.wc[key][warp] : byte_prefix(sm.wc[key], warp));
+    const int r = sm.off[key] + before + rank;
     if ((r / kLeanThreads) % num_g == g) {  // row r is in this block's slice
       const int t = j / K;
       const int k = j - t * K;

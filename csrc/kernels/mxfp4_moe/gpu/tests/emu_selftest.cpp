@@ -848,6 +848,11 @@ int main() {
   run_sort_case<8, 8>(128, 16, 3, 74, true);
   run_sort_case<385, 9>(100, 32, 4, 75, false);
   run_sort_case<896, 16>(64, 16, 1, 76, false);
+  // tiny path: one expert with 255 pairs (rank bytes rewritten as prefix sums) / 256 (summed
+  // per pair), and 1024
+  run_sort_case<8, 1>(255, 16, 3, 79, false);
+  run_sort_case<8, 1>(256, 32, 3, 80, false);
+  run_sort_case<8, 4>(256, 16, 3, 81, false);
   run_sort_case<1024, 8>(129, 16, 0, 57, false);  // just past the tiny path
   run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
   if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 7168-pair chunks
