@@ -1,6 +1,6 @@
 // moe_sort ranking helpers shared by the sort paths: key match / load_key,
 // warp ranges, the per-warp counting (pass 1) and placing (pass 2) passes, the
-// per-warp bases and the pad-row writer.  Part of sort.h, which includes it
+// per-warp bases, the pad-row writer and the tiny path's byte-row sums.  Part of sort.h, which includes it
 // after its constants (kSortWarps, kBatch, ...); not a standalone header.
 #pragma once
 
@@ -157,6 +157,56 @@ __device__ __forceinline__ void write_segment_tail(const AiterAuxSortArgs& a, in
   }
   const int first_block = off / bm;
   for (int b = lane; b < padded / bm; b += kWarpSize) a.sorted_expert_ids[first_block + b] = e;
+}
+
+// Sum of the bytes row[0, w) of a kLeanWarps-byte row (16-byte aligned).
+__device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
+  static_assert(kLeanWarps % 16 == 0, "row of whole 16-byte vectors");
+  int sum = 0;
+#pragma unroll
+  for (int v = 0; v < kLeanWarps / 16; ++v) {
+    const uint4 x = reinterpret_cast<const uint4*>(row)[v];
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int lo = 16 * v + 4 * i;
+      const uint32_t mask = w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
+      const uint32_t x4 = xs[i] & mask;
+      if constexpr (4 * kWarpSize <= 255) {
+        sum += static_cast<int>((x4 * 0x01010101u) >> 24);  // 4 bytes <= 4*32: no carry out
+      } else {  // 4 bytes of up to 64 can reach 256: sum byte pairs in 16-bit halves first
+        const uint32_t h = (x4 & 0x00FF00FFu) + ((x4 >> 8) & 0x00FF00FFu);
+        sum += static_cast<int>((h & 0xFFFFu) + (h >> 16));
+      }
+    }
+  }
+  return sum;
+}
+
+// The total of a kLeanWarps-byte row; when it is 2..255, the row is
+// rewritten in place as its exclusive prefix sums (byte w = the sum of bytes
+// [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
+// (With a total <= 255 no partial sum carries out of its byte: one multiply by
+// 0x01010101 gives a word's inclusive byte prefixes.)
+__device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
+  const int total = byte_prefix(row, kLeanWarps);
+  if (total > 1 && total <= 255) {  // (a lone pair's rank needs no row)
+    uint32_t run = 0;
+#pragma unroll
+    for (int v = 0; v < kLeanWarps / 16; ++v) {
+      uint4* p = reinterpret_cast<uint4*>(row) + v;
+      const uint4 x = *p;
+      uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t incl = xs[i] * 0x01010101u;
+        xs[i] = incl - xs[i] + run * 0x01010101u;
+        run += incl >> 24;
+      }
+      *p = make_uint4(xs[0], xs[1], xs[2], xs[3]);
+    }
+  }
+  return total;
 }
 
 }  // namespace sort_detail

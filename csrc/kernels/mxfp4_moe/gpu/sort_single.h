@@ -275,9 +275,10 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
 // step = warp).  No atomics, no run descriptors: the leader of each run writes
 // its size into wc[e][warp] (uint8), and the rank of a pair is the sum of
 // wc[e][w' < warp] plus its rank in the run.  Expert e's thread turns its row
-// into those sums when e has 2..255 pairs (a lone pair's sum is 0) (one byte read per pair; every
-// expert of valid routing at M <= 255), else each pair sums the bytes itself
-// (two 16-byte reads and byte sums).
+// into those sums when e has 2..255 pairs (byte_total_then_prefix: then one
+// byte read per pair; every expert of valid routing at M <= 255 qualifies; a
+// lone pair's sum is 0), else each pair sums the bytes itself (byte_prefix:
+// two 16-byte reads and byte sums).
 // No bucket either: right after the scan barrier the thread of a real pair
 // writes its row r = off[e] + rank (and reverse_sorted[j]) itself when r is in
 // this block's slice of rows, while the row loop of the slice writes only the
@@ -290,56 +291,6 @@ struct TinySmem {
   uint16_t blk2e[kLeanThreads / 16 + E];
   int warp_tot[kLeanWarps];
 };
-
-// Sum of the bytes row[0, w) of a kLeanWarps-byte row (16-byte aligned).
-__device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
-  static_assert(kLeanWarps % 16 == 0, "row of whole 16-byte vectors");
-  int sum = 0;
-#pragma unroll
-  for (int v = 0; v < kLeanWarps / 16; ++v) {
-    const uint4 x = reinterpret_cast<const uint4*>(row)[v];
-    const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int lo = 16 * v + 4 * i;
-      const uint32_t mask = w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
-      const uint32_t x4 = xs[i] & mask;
-      if constexpr (4 * kWarpSize <= 255) {
-        sum += static_cast<int>((x4 * 0x01010101u) >> 24);  // 4 bytes <= 4*32: no carry out
-      } else {  // 4 bytes of up to 64 can reach 256: sum byte pairs in 16-bit halves first
-        const uint32_t h = (x4 & 0x00FF00FFu) + ((x4 >> 8) & 0x00FF00FFu);
-        sum += static_cast<int>((h & 0xFFFFu) + (h >> 16));
-      }
-    }
-  }
-  return sum;
-}
-
-// The total of a kLeanWarps-byte row; when it is 2..255, the row is
-// rewritten in place as its exclusive prefix sums (byte w = the sum of bytes
-// [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
-// (With a total <= 255 no partial sum carries out of its byte: one multiply by
-// 0x01010101 gives a word's inclusive byte prefixes.)
-__device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
-  const int total = byte_prefix(row, kLeanWarps);
-  if (total > 1 && total <= 255) {  // (a lone pair's rank needs no row)
-    uint32_t run = 0;
-#pragma unroll
-    for (int v = 0; v < kLeanWarps / 16; ++v) {
-      uint4* p = reinterpret_cast<uint4*>(row) + v;
-      const uint4 x = *p;
-      uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t incl = xs[i] * 0x01010101u;
-        xs[i] = incl - xs[i] + run * 0x01010101u;
-        run += incl >> 24;
-      }
-      *p = make_uint4(xs[0], xs[1], xs[2], xs[3]);
-    }
-  }
-  return total;
-}
 
 template <int E, int K>
 __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
