@@ -117,6 +117,18 @@ __host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, u
 #endif
 }
 
+// Bitwise select: bits of b where m is set, of a elsewhere (one LOP3 on CUDA;
+// written out because nvcc splits the mask-and-merge into two).
+__host__ __device__ __forceinline__ uint32_t bit_select(uint32_t m, uint32_t a, uint32_t b) {
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xCA;" : "=r"(d) : "r"(m), "r"(b), "r"(a));
+  return d;
+#else
+  return (a & ~m) | (b & m);
+#endif
+}
+
 __device__ __forceinline__ uint32_t load_u8x4(const uint8_t* p, bool aligned4) {
   if (aligned4) return *reinterpret_cast<const uint32_t*>(p);
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |

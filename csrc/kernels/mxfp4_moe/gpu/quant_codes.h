@@ -172,18 +172,6 @@ __host__ __device__ __forceinline__ uint32_t pk_addmax_s16(uint32_t a, uint32_t 
 #endif
 }
 
-// Bitwise select: bits of b where m is set, of a elsewhere (one LOP3; written
-// out because the compiler splits the mask-and-merge into two).
-__host__ __device__ __forceinline__ uint32_t bit_select(uint32_t m, uint32_t a, uint32_t b) {
-#if AITER_AUX_QUANT_PK_HW
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xCA;" : "=r"(d) : "r"(m), "r"(b), "r"(a));
-  return d;
-#else
-  return (a & ~m) | (b & m);
-#endif
-}
-
 #if !AITER_AUX_QUANT_PK_HW
 // bf16 bits of the real number hi + lo (|lo| <= half an ulp of the double hi,
 // as TwoSum leaves it), rounded to nearest even; finite nonzero hi.

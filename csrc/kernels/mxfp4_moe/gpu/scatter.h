@@ -209,18 +209,6 @@ __host__ __device__ __forceinline__ uint32_t e2m1_as_f16(uint32_t nib) {
   return ((nib & 8u) << 12) | ((nib & 7u) << 9);
 }
 
-// (x & C) | (y & ~C): one LOP3 on CUDA (nvcc emits two for a constant C).
-template <uint32_t C>
-__host__ __device__ __forceinline__ uint32_t bit_select(uint32_t x, uint32_t y) {
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
-  uint32_t d;  // LUT 0xB8 of (a, b, c) = (y, C, x): b ? c : a
-  asm("lop3.b32 %0, %1, %2, %3, 0xB8;" : "=r"(d) : "r"(y), "n"(C), "r"(x));
-  return d;
-#else
-  return (x & C) | (y & ~C);
-#endif
-}
-
 // The 8 nibbles of x as 4 fp16x2 words: h[J] holds nibble J (low half) and
 // nibble J + 4 (high half), each as e2m1_as_f16.  12 bit operations: in a
 // nibble the sign is 1 bit above e1 e0 m, in the fp16 4 bits; z_even takes x's
@@ -233,7 +221,7 @@ __host__ __device__ __forceinline__ void e2m1x8_as_f16x2(uint32_t x, uint32_t h[
   constexpr uint32_t kF16 = 0x8E008E00u;  // sign and e1 e0 m of both halves
   constexpr uint32_t kEven = 0x07070707u, kOdd = 0x70707070u;
   const uint32_t x3 = x << 3;
-  const uint32_t z_even = bit_select<kEven>(x, x3);
+  const uint32_t z_even = bit_select(kEven, x3, x);
   const uint32_t z_odd = (x & kOdd) | (x3 & ~kOdd);
   h[0] = (z_even << 9) & kF16;
   h[1] = (z_odd << 5) & kF16;

@@ -12,6 +12,13 @@ namespace sort_detail {
 
 __host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
 
+// log2(block_m) for the valid block_m (16, 32, 64, 128): row -> block is r >> lg.
+__device__ __forceinline__ int log2_block_m(int bm) {
+  int lg = 4;
+  while ((1 << lg) < bm) ++lg;
+  return lg;
+}
+
 template <int E>
 struct ChunkSmem {
   uint16_t wcnt[kSortWarps][E];  // per-warp counts, then per-warp bases

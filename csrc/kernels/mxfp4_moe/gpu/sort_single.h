@@ -148,8 +148,7 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
   const int lane = lane_id();
   const int n = static_cast<int>(a.num_tokens) * K;
   const int bm = a.block_m;
-  int lg = 4;
-  while ((1 << lg) < bm) ++lg;
+  const int lg = log2_block_m(bm);
 
   for (int e = tid; e < E; e += kLeanThreads) sm.cnt[e] = 0u;
   int key[kLeanPer];
@@ -301,8 +300,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   const int warp = warp_id();
   const int n = static_cast<int>(a.num_tokens) * K;
   const int bm = a.block_m;
-  int lg = 4;
-  while ((1 << lg) < bm) ++lg;
+  const int lg = log2_block_m(bm);
 
   {  // zero wc
     uint4* z = reinterpret_cast<uint4*>(&sm.wc[0][0]);
