@@ -19,6 +19,9 @@ namespace gpu {
 namespace scatter_detail {
 
 constexpr int kThreads = 256;
+// MXFP4 kernel: 128-thread blocks, 6 per SM at 80 registers (as many warps as
+// 3 x 256, but a block's threads finish closer together: docs/perf.md log 31)
+constexpr int kThreadsQ = 128;
 
 template <int D>
 __host__ __device__ constexpr int vec_width() {
@@ -251,27 +254,27 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 
 // Idx: int32_t when num_tokens * D / 32 < 2^31 (cheaper index arithmetic), else int64_t.
 template <int D, int K, typename Idx>
-__global__ __launch_bounds__(kThreads, 3) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
+__global__ __launch_bounds__(kThreadsQ, 6) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
                                                                     int num_blocks, bool in_al16,
                                                                     bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
   // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
   constexpr int kBatches = (K + 3) / 4;
   constexpr int kKB = (K + kBatches - 1) / kBatches;
-  __shared__ float tab[16][kThreads];  // [nib][thread]: thread-private columns, no bank conflicts
+  __shared__ float tab[16][kThreadsQ];  // [nib][thread]: thread-private columns, no bank conflicts
   const int tid = thread_idx();
   const Idx units = static_cast<Idx>(a.num_tokens) * kBlocksPerRow;
-  const Idx stride = static_cast<Idx>(num_blocks) * kThreads;
+  const Idx stride = static_cast<Idx>(num_blocks) * kThreadsQ;
   const int rows = a.num_rows > 0x7FFFFFFF ? 0x7FFFFFFF : static_cast<int>(a.num_rows);
   if (rows == 0) {  // nothing is kept: zeros
-    for (Idx u = static_cast<Idx>(block_idx()) * kThreads + tid; u < units; u += stride) {
+    for (Idx u = static_cast<Idx>(block_idx()) * kThreadsQ + tid; u < units; u += stride) {
       const uint32_t z[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
       for (int g = 0; g < 4; ++g) store_bf16x8(a.out + static_cast<int64_t>(u) * 32 + 8 * g, out_al16, z);
     }
     return;
   }
-  for (Idx u = static_cast<Idx>(block_idx()) * kThreads + tid; u < units; u += stride) {
+  for (Idx u = static_cast<Idx>(block_idx()) * kThreadsQ + tid; u < units; u += stride) {
     const Idx t = u / kBlocksPerRow;
     const int blk = static_cast<int>(u - t * kBlocksPerRow);
     const uint8_t* q_col = a.expert_out_q + blk * 16;
@@ -369,13 +372,13 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   const bool out_al16 = is_aligned(a.out, 16);
   if constexpr (kQ) {
     const int64_t units = a.num_tokens * (D / 32);
-    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 65535));
+    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreadsQ), 1, 65535));
     const bool q_al16 = is_aligned(a.expert_out_q, 16);
-    if (units + static_cast<int64_t>(blocks) * kThreads <= 0x7FFFFFFF) {
-      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int32_t>), dim3(blocks), dim3(kThreads),
+    if (units + static_cast<int64_t>(blocks) * kThreadsQ <= 0x7FFFFFFF) {
+      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int32_t>), dim3(blocks), dim3(kThreadsQ),
                        static_cast<hipStream_t>(stream))(a, blocks, q_al16, out_al16);
     } else {
-      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int64_t>), dim3(blocks), dim3(kThreads),
+      AITER_AUX_LAUNCH((scatter_reduce_q_kernel<D, K, int64_t>), dim3(blocks), dim3(kThreadsQ),
                        static_cast<hipStream_t>(stream))(a, blocks, q_al16, out_al16);
     }
     return check_launch(op);

@@ -918,6 +918,7 @@ int main() {
   run_scatter_case<7168, 9, false>(3, 30, 43);
   run_scatter_case<64, 3, true>(17, 40, 44);
   run_scatter_case<2560, 16, true>(2, 40, 45);
+  run_scatter_case<2560, 11, true>(3, 40, 58);  // batches 4 + 4 + 3: a pad slot in the last
   run_scatter_case<256, 9, true>(40, 300, 48, true);  // fast and general decode mixed in a warp
   run_scatter_case<7168, 9, true>(5, 60, 49);
 
