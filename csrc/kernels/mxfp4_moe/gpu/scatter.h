@@ -19,9 +19,20 @@ namespace gpu {
 namespace scatter_detail {
 
 constexpr int kThreads = 256;
-// MXFP4 kernel: 128-thread blocks, 6 per SM at 80 registers (as many warps as
-// 3 x 256, but a block's threads finish closer together: docs/perf.md log 31)
-constexpr int kThreadsQ = 128;
+// MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
+// the SMs refill evenly; docs/perf.md log 31, 32).  Its pairs are loaded in
+// ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for
+// q_min_blocks<K>() resident blocks per SM: 14 (72 registers) when a batch
+// holds at most 3 pairs, else 12 (80 registers; at 72 those spill).
+constexpr int kThreadsQ = 64;
+template <int K>
+__host__ __device__ constexpr int q_batch_pairs() {
+  return (K + (K + 3) / 4 - 1) / ((K + 3) / 4);
+}
+template <int K>
+__host__ __device__ constexpr int q_min_blocks() {
+  return q_batch_pairs<K>() <= 3 ? 14 : 12;
+}
 
 template <int D>
 __host__ __device__ constexpr int vec_width() {
@@ -254,13 +265,11 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 
 // Idx: int32_t when num_tokens * D / 32 < 2^31 (cheaper index arithmetic), else int64_t.
 template <int D, int K, typename Idx>
-__global__ __launch_bounds__(kThreadsQ, 6) void scatter_reduce_q_kernel(AiterAuxScatterArgs a,
-                                                                    int num_blocks, bool in_al16,
-                                                                    bool out_al16) {
+__global__ __launch_bounds__(kThreadsQ, q_min_blocks<K>()) void scatter_reduce_q_kernel(
+    AiterAuxScatterArgs a, int num_blocks, bool in_al16, bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
   // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
-  constexpr int kBatches = (K + 3) / 4;
-  constexpr int kKB = (K + kBatches - 1) / kBatches;
+  constexpr int kKB = q_batch_pairs<K>();
   __shared__ float tab[16][kThreadsQ];  // [nib][thread]: thread-private columns, no bank conflicts
   const int tid = thread_idx();
   const Idx units = static_cast<Idx>(a.num_tokens) * kBlocksPerRow;
