@@ -1,7 +1,8 @@
 // moe_sort ranking helpers shared by the sort paths: key match / load_key,
 // warp ranges, the per-warp counting (pass 1) and placing (pass 2) passes, the
-// per-warp bases, the pad-row writer and the tiny path's byte-row sums.  Part of sort.h, which includes it
-// after its constants (kSortWarps, kBatch, ...); not a standalone header.
+// per-warp bases, the pad-row writer and the tiny path's byte-row sums.  Part
+// of sort.h, which includes it after its constants (kSortWarps, kBatch, ...);
+// not a standalone header.
 #pragma once
 
 #include "common.h"
@@ -195,9 +196,11 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
 // [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
 // (With a total <= 255 no partial sum carries out of its byte: one multiply by
 // 0x01010101 gives a word's inclusive byte prefixes.)
+__host__ __device__ constexpr bool row_as_prefix(int total) { return total > 1 && total <= 255; }
+
 __device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
   const int total = byte_prefix(row, kLeanWarps);
-  if (total > 1 && total <= 255) {  // (a lone pair's rank needs no row)
+  if (row_as_prefix(total)) {  // (a lone pair's rank needs no row)
     uint32_t run = 0;
 #pragma unroll
     for (int v = 0; v < kLeanWarps / 16; ++v) {
@@ -214,6 +217,12 @@ __device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
     }
   }
   return total;
+}
+
+// Sum of bytes [0, w) of a row that byte_total_then_prefix returned `total` for.
+__device__ __forceinline__ int byte_sum_before(const uint8_t* row, int total, int w) {
+  if (total <= 1) return 0;  // a lone pair (or none)
+  return total <= 255 ? row[w] : byte_prefix(row, w);  // i.e. row_as_prefix(total)
 }
 
 }  // namespace sort_detail

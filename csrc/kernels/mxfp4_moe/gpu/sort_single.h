@@ -339,9 +339,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   const int m = static_cast<int>(a.num_tokens);
   const int slice_stride = num_g * kLeanThreads;
   if (key < E) {
-    const int ck = sm.cnt[key];
-    const int before = ck <= 1 ? 0 : (ck <= 255 ? sm.wc[key][warp] : byte_prefix(sm.wc[key], warp));
-    const int r = sm.off[key] + before + rank;
+    const int r = sm.off[key] + byte_sum_before(sm.wc[key], sm.cnt[key], warp) + rank;
     if ((r / kLeanThreads) % num_g == g) {  // row r is in this block's slice
       const int t = j / K;
       const int k = j - t * K;
