@@ -10,12 +10,13 @@
 // c*C_M1 + mi) and owns the kCK1*256 = D contiguous output bytes at tile*D.
 // Each 32-lane sub-warp (a warp on NVIDIA, half a wave on CDNA) transposes
 // one tile at a time through its own shared-memory buffer, without block
-// barriers, in a grid-stride loop over units = (tile, column slab of at most
-// KuMax ku); the token ids of its next unit's tile are loaded while the current
+// barriers, over units = (tile, column slab of at most KuMax ku).  The grid
+// has one sub-warp per unit, up to kMaxBlocks blocks; beyond that a grid-stride
+// loop, with the token ids of a sub-warp's next unit loaded while the current
 // one is processed.  KuMax = 32 (one slab per tile up to D = 8192) when there
 // are enough tiles to fill the GPU, else KuMax = 8 (decode: ~4x the units, so
 // the few tiles' stores are spread over more sub-warps); KuMax = 8 at every
-// size when a wide slab would be more than kMaxWideSlots slots (D = 7168).
+// size when a wide slab would be more than kMaxWideSlots slots (D = 3584, 7168).
 // Per unit:
 //  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
 //     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
@@ -44,10 +45,16 @@ constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
 constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes of a row per slab
 constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
 constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
-constexpr int kMaxWideSlots = 8;    // above it, narrow slabs at every size
-// Grid cap: ~15 blocks per SM on a 132-SM H200 (about 3 waves of resident
-// blocks); larger problems loop over the tiles with the next ids prefetched.
-constexpr int kMaxBlocks = 2048;
+constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
+// Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
+// keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-7 %
+// slower at D = 7168, docs/perf.md log 36).  Past it (more than 2^22 units)
+// the grid-stride loop; the emulator self-test builds with a small cap so that
+// the loop runs there.
+#ifndef AITER_AUX_SORT_SCALES_MAX_BLOCKS
+#define AITER_AUX_SORT_SCALES_MAX_BLOCKS (1 << 20)
+#endif
+constexpr int kMaxBlocks = AITER_AUX_SORT_SCALES_MAX_BLOCKS;
 
 template <int D, int V, int KuMax>
 struct Layout {
@@ -215,8 +222,10 @@ template <int D, int V>
 void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
                         bool in_al8, bool in_al4, bool out_al4) {
   constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
-  // A wide slab of more than kMaxWideSlots slots per row holds too many loads
-  // in registers (D = 7168: 15 slots, 106 registers): narrow slabs at every size.
+  // Narrow slabs at every size when a wide slab has more than kMaxWideSlots
+  // slots per row: D = 7168 (14 slots, 96 registers; log 27) and D = 3584
+  // (7 slots: narrow was 3 % faster at M >= 16384 once the grid was uncapped,
+  // log 36); D = 2560 (5 slots) keeps wide slabs at prefill.
   constexpr bool kAlwaysNarrow = kNarrowHelps && Layout<D, V, kKuWide>::kSlots > kMaxWideSlots;
   if (kAlwaysNarrow ||
       (kNarrowHelps && ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks))

@@ -9,6 +9,10 @@
 //   AITER_AUX_EMU_LONG=1 adds a large sort with 7168-pair chunks (slow).
 #include "emu.h"  // must come first
 
+// A small sort_scales grid, so that most cases run its grid-stride loop (the
+// GPU build caps the grid only for huge inputs).
+#define AITER_AUX_SORT_SCALES_MAX_BLOCKS 16
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -903,7 +907,7 @@ int main() {
   run_scales_case<8448>(20, 32, 8, 3, 50, false);
   run_scales_case<8704>(20, 128, 8, 3, 51, true, 0, 4);
   run_scales_case<2560>(1, 16, 513, 11, 52, false);
-  // more tiles than the grid has sub-warps: grid-stride loop with the next ids prefetched
+  // many more tiles than the (emulator's small) grid has sub-warps: the grid-stride loop
   run_scales_case<256>(40000, 32, 8, 8, 53, false);
   // enough tiles for the wide-slab kernel (KuMax 32) with D >= 512; the cases above take the
   // narrow-slab (decode) kernel
