@@ -15,8 +15,9 @@
 // loop, with the token ids of a sub-warp's next unit loaded while the current
 // one is processed.  KuMax = 32 (one slab per tile up to D = 8192) when there
 // are enough tiles to fill the GPU, else KuMax = 8 (decode: ~4x the units, so
-// the few tiles' stores are spread over more sub-warps); KuMax = 8 at every
-// size when a wide slab would be more than kMaxWideSlots slots (D = 3584, 7168).
+// the few tiles' stores are spread over more sub-warps); when a wide slab would
+// be more than kMaxWideSlots slots (D = 3584, 7168), KuMax = 10 at prefill and
+// 8 at decode.
 // Per unit:
 //  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
 //     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
@@ -44,6 +45,10 @@ constexpr int kThreads = 128;
 constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
 constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes of a row per slab
 constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
+// KuMax at prefill when a wide slab would have more than kMaxWideSlots slots:
+// with 16-byte slots, 5 per slab, so step 1's 5 x 32 slot loads are 32 rows x 5
+// with no idle lane (D = 7168: slabs of 10, 10, 8 ku; docs/perf.md log 37)
+constexpr int kKuMid = 10;
 constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
 constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
 // Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
@@ -222,16 +227,24 @@ template <int D, int V>
 void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hipStream_t stream,
                         bool in_al8, bool in_al4, bool out_al4) {
   constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
-  // Narrow slabs at every size when a wide slab has more than kMaxWideSlots
-  // slots per row: D = 7168 (14 slots, 96 registers; log 27) and D = 3584
-  // (7 slots: narrow was 3 % faster at M >= 16384 once the grid was uncapped,
-  // log 36); D = 2560 (5 slots) keeps wide slabs at prefill.
+  // Narrower slabs at every size when a wide slab has more than kMaxWideSlots
+  // slots per row (kKuMid at prefill, kKuNarrow at decode): D = 7168 (14 slots,
+  // 96 registers; log 27) and D = 3584 (7 slots: narrow was 3 % faster at
+  // M >= 16384 once the grid was uncapped, log 36); D = 2560 (5 slots) keeps
+  // wide slabs at prefill.
   constexpr bool kAlwaysNarrow = kNarrowHelps && Layout<D, V, kKuWide>::kSlots > kMaxWideSlots;
-  if (kAlwaysNarrow ||
-      (kNarrowHelps && ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks))
+  const bool small =
+      ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks;
+  if constexpr (kAlwaysNarrow) {
+    if (small)
+      launch_sort_scales_ku<D, V, kKuNarrow>(a, total_tiles, stream, in_al8, in_al4, out_al4);
+    else
+      launch_sort_scales_ku<D, V, kKuMid>(a, total_tiles, stream, in_al8, in_al4, out_al4);
+  } else if (kNarrowHelps && small) {
     launch_sort_scales_ku<D, V, kKuNarrow>(a, total_tiles, stream, in_al8, in_al4, out_al4);
-  else
+  } else {
     launch_sort_scales_ku<D, V, kKuWide>(a, total_tiles, stream, in_al8, in_al4, out_al4);
+  }
 }
 
 }  // namespace scales_detail
