@@ -52,7 +52,7 @@ constexpr int kKuMid = 10;
 constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
 constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
 // Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
-// keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-7 %
+// keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-8 %
 // slower at D = 7168, docs/perf.md log 36).  Past it (more than 2^22 units)
 // the grid-stride loop; the emulator self-test builds with a small cap so that
 // the loop runs there.
