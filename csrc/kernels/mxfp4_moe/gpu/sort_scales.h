@@ -16,8 +16,8 @@
 // one is processed.  KuMax = 32 (one slab per tile up to D = 8192) when there
 // are enough tiles to fill the GPU, else KuMax = 8 (decode: ~4x the units, so
 // the few tiles' stores are spread over more sub-warps); when a wide slab would
-// be more than kMaxWideSlots slots (D = 3584, 7168), KuMax = 10 at prefill and
-// 8 at decode.
+// be more than kMaxWideSlots slots (D >= 3584 with 16-byte slots), KuMax = 10
+// at prefill and 8 at decode.
 // Per unit:
 //  1. Lane l holds token(tile*32 + l) (or -1 for a zero row).  The buffer has
 //     32 rows of kPitch V-byte slots (kSlots = slab bytes / V used, kPitch odd).
@@ -228,7 +228,7 @@ void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hi
                         bool in_al8, bool in_al4, bool out_al4) {
   constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
   // Narrower slabs at every size when a wide slab has more than kMaxWideSlots
-  // slots per row (kKuMid at prefill, kKuNarrow at decode): D = 7168 (14 slots,
+  // slots per row (kKuMid at prefill, kKuNarrow at decode), e.g. D = 7168 (14 slots,
   // 96 registers; log 27) and D = 3584 (7 slots: narrow was 3 % faster at
   // M >= 16384 once the grid was uncapped, log 36); D = 2560 (5 slots) keeps
   // wide slabs at prefill.

@@ -909,8 +909,9 @@ int main() {
   run_scales_case<2560>(1, 16, 513, 11, 52, false);
   // many more tiles than the (emulator's small) grid has sub-warps: the grid-stride loop
   run_scales_case<256>(40000, 32, 8, 8, 53, false);
-  // enough tiles for the prefill kernels: KuMax 32 (D = 2560, 16384), KuMax 10 (D = 7168:
-  // slabs of 10, 10, 8 ku; D = 3584: 8, 6); the cases above take the decode kernel (KuMax 8)
+  // enough tiles for the prefill kernels: KuMax 32 (D = 2560), KuMax 10 (D = 7168: slabs of
+  // 10, 10, 8 ku; D = 3584: 8, 6; D = 16384: 6 x 10 + 4); the cases above take the decode
+  // kernel (KuMax 8)
   run_scales_case<7168>(4000, 32, 257, 9, 54, true);
   run_scales_case<3584>(2200, 32, 896, 16, 57, false, 0, 4);
   run_scales_case<2560>(4000, 64, 513, 11, 55, false, 0, 4);
