@@ -1,7 +1,7 @@
 """Types shared by the reference (:mod:`aiter_aux.reference`) and the compiled ops.
 
-This module is deliberately tiny and free of torch-side logic so that both the reference and
-the backend ops can import it without pulling in each other.
+This module is deliberately tiny and imports nothing of the package, so that the reference,
+the validation and the ops can all import it without an import cycle.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["MoeSortOutput", "empty_moe_sort_output", "moe_sort_capacity"]
+__all__ = ["MoeSortOutput", "empty_moe_sort_output"]
 
 
 class MoeSortOutput(NamedTuple):
@@ -37,32 +37,6 @@ class MoeSortOutput(NamedTuple):
     sorted_expert_ids: torch.Tensor
     num_valid_ids: torch.Tensor
     reverse_sorted: torch.Tensor
-
-
-def moe_sort_capacity(num_tokens: int, topk: int, num_experts: int, block_m: int) -> int:
-    """Return ``max_rows``, the capacity of the sorted buffers of ``moe_sort``.
-
-    ``max_rows = round_up(num_tokens * topk + num_experts * (block_m - 1), block_m)``: every
-    local pair takes one row and each expert's segment wastes at most ``block_m - 1`` rows of
-    padding, so the rows actually used (``num_valid_ids[0]``) never exceed it.
-
-    Args:
-        num_tokens: M, ``0 <= M < 2**24``.
-        topk: pairs per token, ``1 <= topk <= 255``.
-        num_experts: ``1 <= num_experts <= 1024``.
-        block_m: one of 16, 32, 64, 128.
-
-    Returns:
-        The capacity in rows (a multiple of ``block_m``).
-
-    Raises:
-        TypeError: an argument is not an int.
-        ValueError: an argument is out of range, or the capacity does not fit in int32.
-    """
-    # Local import: aiter_aux.validation imports this module.
-    from aiter_aux.validation import validate_sort_sizes
-
-    return validate_sort_sizes(num_tokens, topk, num_experts, block_m)
 
 
 def empty_moe_sort_output(

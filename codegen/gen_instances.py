@@ -27,7 +27,7 @@ if __name__ == "__main__" and not __package__:  # run as a script: load our pack
 
 from .instances import BACKENDS, enumerate_instances, validate_catalog  # noqa: E402
 from .render import Renderer  # noqa: E402
-from .writer import GenerateResult, write_sources  # noqa: E402
+from .writer import GenerateResult, write_if_different, write_sources  # noqa: E402
 
 # (expert, model_dim, inter_rounded, topk)
 SHAPES = [
@@ -88,7 +88,8 @@ def generate(
     backend: str = "cpu",
     shapes: list[tuple[int, int, int, int]] | None = None,
 ) -> GenerateResult:
-    """Render every instance TU of ``shapes`` (default ``SHAPES``) plus the lookup into
+    """Render every instance TU of ``shapes`` (default ``SHAPES``), the lookup and the torch
+    binding (which depends on the op table only) into
     ``working_path``; files are written only when their bytes change and instance files of
     keys no longer listed are removed.  Raises ``ValueError`` for an invalid catalog."""
     shapes = SHAPES if shapes is None else shapes
@@ -99,7 +100,11 @@ def generate(
     renderer = Renderer(backend)
     files = {renderer.instance_filename(i): renderer.render_instance(i) for i in instances}
     lookup = {renderer.lookup_filename(): renderer.render_lookup(instances)}
-    return write_sources(Path(working_path), files, lookup, renderer.instance_glob())
+    result = write_sources(Path(working_path), files, lookup, renderer.instance_glob())
+    result.binding_file = Path(working_path) / renderer.binding_filename()
+    written = write_if_different(result.binding_file, renderer.render_binding())
+    (result.written if written else result.unchanged).append(result.binding_file)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ class GenerateResult:
     directory: Path
     instance_files: list[Path] = field(default_factory=list)
     lookup_file: Path | None = None
+    binding_file: Path | None = None
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)

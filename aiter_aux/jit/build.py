@@ -230,7 +230,9 @@ def build_module(
         _cleanup_temps(directory)
         result = gen.generate(directory / "src", tc.backend, shapes)
         digest = toolchain_mod.sources_digest(tc.backend)
-        ninja_text = render_build_ninja(tc, result.instance_files, result.lookup_file, digest)
+        ninja_text = render_build_ninja(
+            tc, result.instance_files, result.lookup_file, digest, result.binding_file
+        )
         codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
         if force:
             shutil.rmtree(directory / "obj", ignore_errors=True)

@@ -28,42 +28,33 @@ class InstanceMissingError(KeyError):
 
 
 class AuxModule:
-    """A loaded module: key -> instance function, plus error reporting."""
+    """A loaded module.  Loading it registers its torch binding: the ``aiter_aux`` ops' kernels
+    for the module's backend (dispatch key CPU, or CUDA for cuda/rocm), so at most one module
+    per backend is loaded in a process.  ``keys()`` / ``has()`` inspect its instances."""
 
     def __init__(self, path: Path):
+        import torch
+
+        from ..ops import _library  # the schemas the binding implements
+
+        _library.define()
         self.path = Path(path)
-        self.lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
+        torch.ops.load_library(str(self.path))
+        self.lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)  # the same handle
         abi.declare(self.lib)
         abi.check(self.lib, self.path)
         self.backend = self.lib.aiter_aux_backend().decode()
-        self._fns: dict[str, tuple[int, object]] = {}
+        self._keys = frozenset(abi.keys(self.lib))
 
     def keys(self) -> list[str]:
-        n = self.lib.aiter_aux_num_instances()
-        return [self.lib.aiter_aux_instance(i).contents.key.decode() for i in range(n)]
+        return sorted(self._keys)
 
     def has(self, key: str) -> bool:
-        return bool(self.lib.aiter_aux_find(key.encode()))
+        return key in self._keys
 
-    def function(self, key: str):
-        """(op kind, callable(args_ptr, stream)) of ``key``; KeyError if absent."""
-        hit = self._fns.get(key)
-        if hit is None:
-            ptr = self.lib.aiter_aux_find(key.encode())
-            if not ptr:
-                raise KeyError(key)
-            hit = (ptr.contents.op, ptr.contents.fn)
-            self._fns[key] = hit
-        return hit
-
-    def call(self, key: str, args: ctypes.Structure, stream: int | None = None) -> None:
-        """Run instance ``key`` on ``args``; raise RuntimeError with the module's message
-        if it reports an error."""
-        _op, fn = self.function(key)
-        status = fn(ctypes.addressof(args), stream)
-        if status != abi.OK:
-            msg = self.lib.aiter_aux_last_error().decode() or f"status {status}"
-            raise RuntimeError(f"{key}: {msg}")
+    def kernel_calls(self) -> int:
+        """Instance calls made through this module so far (tests: "no kernel ran")."""
+        return self.lib.aiter_aux_kernel_calls()
 
 
 _LOCK = threading.Lock()
@@ -79,7 +70,7 @@ def _prebuilt(backend: str, key: str | None) -> AuxModule | None:
                 pb, _reason = prebuilt_mod.find(backend)
                 _PREBUILT[backend] = AuxModule(pb.module_path) if pb is not None else None
     mod = _PREBUILT[backend]
-    if mod is not None and (key is None or key in mod._fns or mod.has(key)):
+    if mod is not None and (key is None or mod.has(key)):
         return mod
     return None
 
@@ -104,7 +95,7 @@ def load_module(backend: str, key: str | None = None) -> AuxModule:
     if pre is not None:
         return pre
     mod = _LOADED.get(backend)
-    if mod is not None and (key is None or key in mod._fns or mod.has(key)):
+    if mod is not None and (key is None or mod.has(key)):
         return mod
     with _LOCK:
         mod = _LOADED.get(backend)

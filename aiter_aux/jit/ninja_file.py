@@ -3,6 +3,7 @@
 Layout of a build directory::
 
     src/inst_<key>.<ext>, src/lookup.cpp   generated sources (codegen)
+    src/binding.cpp                         the torch binding (the only TU with torch headers)
     obj/*.o                                objects
     obj/module_moe_mxfp4_aux.so            link output (published by build.py)
     build.ninja
@@ -30,7 +31,11 @@ def _q(args) -> str:
 
 
 def render_build_ninja(
-    tc: Toolchain, instance_sources: list[Path], lookup_source: Path, digest: str
+    tc: Toolchain,
+    instance_sources: list[Path],
+    lookup_source: Path,
+    digest: str,
+    binding_source: Path | None = None,
 ) -> str:
     """The text of build.ninja (paths relative to the build directory)."""
     buf = io.StringIO()
@@ -43,6 +48,8 @@ def render_build_ninja(
     w.variable("device_flags", _q(tc.device_flags))
     w.variable("host_flags", _q(tc.host_flags))
     w.variable("link_flags", _q(tc.link_flags))
+    w.variable("torch_flags", _q(tc.torch_flags))
+    w.variable("torch_libs", _q(tc.torch_libs))
     w.newline()
     w.rule(
         "compile_device",
@@ -58,7 +65,14 @@ def render_build_ninja(
         depfile="$out.d",
         deps="gcc",
     )
-    w.rule("link", "$cxx $in $link_flags -o $out", description="LINK $out")
+    w.rule(
+        "compile_binding",
+        "$cxx $host_flags $torch_flags $digest -MD -MF $out.d -c $in -o $out",
+        description="CXX $in",
+        depfile="$out.d",
+        deps="gcc",
+    )
+    w.rule("link", "$cxx $in $link_flags $torch_libs -o $out", description="LINK $out")
     w.newline()
     objects = []
     for src in instance_sources:
@@ -69,6 +83,9 @@ def render_build_ninja(
     common = kernels_dir() / "module_common.cpp"
     w.build("obj/module_common.o", "compile_host", str(common))
     objects += ["obj/lookup.o", "obj/module_common.o"]
+    if binding_source is not None:
+        w.build("obj/binding.o", "compile_binding", f"src/{binding_source.name}")
+        objects.append("obj/binding.o")
     w.newline()
     w.build(f"obj/{MODULE_NAME}.so", "link", objects)
     w.default(f"obj/{MODULE_NAME}.so")

@@ -2,27 +2,34 @@
 
 The identity (:attr:`Toolchain.fingerprint`) hashes everything that changes the compiled
 bytes but not the shape list: backend, target arch(s), the compiler's resolved path and
-version banner, every flag, the package version and the C ABI version.  It names the
-build directory, so a different compiler, flag or arch never reuses a stale build, while
-reaching the same compiler through a symlink does.  The module links no torch library, so
-the torch version is deliberately not part of it.
+version banner, every flag, the package version, the C ABI version and the torch build
+the binding translation unit compiles and links against (its version string, e.g.
+``2.13.0+cpu``; the binding targets torch's stable ABI of :data:`TORCH_TARGET`).  It names
+the build directory, so a different compiler, flag, arch or torch never reuses a stale
+build, while reaching the same compiler through a symlink does.  Torch is located without
+importing it (that costs seconds).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from .. import __version__
-from . import abi
 from .paths import kernels_dir
 
 BACKENDS = ("cpu", "cuda", "rocm")
 PACKAGE_VERSION = __version__
+#: The stable-ABI version the binding targets (TORCH_TARGET_VERSION): torch 2.11, the oldest
+#: torch this project is tested with (pyproject's floor).
+TORCH_TARGET = (2, 11)
 
 
 class ToolchainError(RuntimeError):
@@ -40,6 +47,9 @@ class Toolchain:
     link_flags: tuple[str, ...]
     source_ext: str  # instance TU extension
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    torch_flags: tuple[str, ...] = ()  # for the binding TU (torch includes, target version)
+    torch_libs: tuple[str, ...] = ()  # link flags of the torch libraries the binding needs
+    torch_version: str = ""
 
     @property
     def fingerprint(self) -> str:
@@ -53,7 +63,9 @@ class Toolchain:
             " ".join(self.host_flags),
             " ".join(self.link_flags),
             PACKAGE_VERSION,
-            str(abi.ABI_VERSION),
+            " ".join(self.torch_flags),
+            " ".join(self.torch_libs),
+            self.torch_version,
         ):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
@@ -143,16 +155,47 @@ def _rocm_arch() -> tuple[str, ...]:
     return (name.split(":")[0],)
 
 
+@cache
+def _torch_build() -> tuple[str, Path]:
+    """(version string, package directory) of the installed torch, without importing it."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ToolchainError("torch is not installed: the module's binding compiles against it")
+    return importlib.metadata.version("torch"), Path(spec.origin).parent
+
+
+def _torch_parts(backend: str) -> dict:
+    """The binding's torch flags: includes and the stable-ABI target, and the libraries
+    holding the C shim (libtorch_cpu, plus libtorch_cuda / libtorch_hip for GPU streams)."""
+    version, root = _torch_build()
+    major, minor = TORCH_TARGET
+    target = f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000ULL"
+    flags = (f"-I{root / 'include'}", target)
+    libs = ["-L" + str(root / "lib"), "-ltorch_cpu"]
+    if backend != "cpu":
+        gpu_lib = "torch_hip" if backend == "rocm" else "torch_cuda"
+        if not (root / "lib" / f"lib{gpu_lib}.so").exists():
+            raise ToolchainError(
+                f"{backend} backend: the installed torch {version} has no lib{gpu_lib}.so "
+                f"(a CPU-only torch build?); install a {backend} build of torch"
+            )
+        libs.append("-l" + gpu_lib)
+    return {"torch_flags": flags, "torch_libs": tuple(libs), "torch_version": version}
+
+
 def select(backend: str | None = None) -> Toolchain:
     """The toolchain of ``backend`` (default: :func:`default_backend`)."""
     backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ToolchainError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    torch_parts = _torch_parts(backend)
     inc = f"-I{kernels_dir()}"
     if backend == "cpu":
         compiler, version = _compiler_identity(_find("CXX", ("c++", "g++", "clang++"), backend))
         common = ("-std=c++17", "-O3", "-fPIC", "-fopenmp", "-ffp-contract=off", "-fno-fast-math")
         return Toolchain(
             backend, (), compiler, version, common + (inc,), common + (inc,),
-            ("-shared", "-fopenmp"), ".cpp",
+            ("-shared", "-fopenmp"), ".cpp", **torch_parts,
         )  # fmt: skip
     if backend == "cuda":
         compiler, version = _compiler_identity(_find("AITER_AUX_NVCC", ("nvcc",), backend))
@@ -161,7 +204,7 @@ def select(backend: str | None = None) -> Toolchain:
         common = ("-std=c++17", "-O3", "-Xcompiler", "-fPIC", inc)
         return Toolchain(
             backend, arch, compiler, version, common + gencode + ("-x", "cu"), common,
-            ("-shared",) + gencode, ".cu",
+            ("-shared",) + gencode, ".cu", **torch_parts,
         )  # fmt: skip
     if backend == "rocm":
         compiler, version = _compiler_identity(
@@ -172,21 +215,22 @@ def select(backend: str | None = None) -> Toolchain:
         common = ("-std=c++17", "-O3", "-fPIC", "-ffp-contract=off", inc)
         return Toolchain(
             backend, arch, compiler, version, common + offload + ("-x", "hip"), common,
-            ("-shared", "-fPIC") + offload, ".hip",
+            ("-shared", "-fPIC") + offload, ".hip", **torch_parts,
         )  # fmt: skip
     raise ToolchainError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
 def sources_digest(backend: str) -> str:
     """sha256 over the bytes of every hand-written kernel source the backend compiles
-    (the ABI header, module_common.cpp and the backend's kernel headers).  It is passed
+    (the ABI header, module_common.cpp, the backend's kernel headers and the binding's).
+    It is passed
     to the compiler as a -D flag, so any byte change rebuilds every object even when the
     file's mtime went backwards."""
     root = kernels_dir()
-    sub = "cpu" if backend == "cpu" else "gpu"
     files = sorted(p for p in root.iterdir() if p.is_file())
-    if (root / sub).is_dir():
-        files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
+    for sub in ("cpu" if backend == "cpu" else "gpu", "binding"):
+        if (root / sub).is_dir():
+            files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")

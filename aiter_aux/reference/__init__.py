@@ -33,7 +33,8 @@ One op family per module:
 
 from __future__ import annotations
 
-from aiter_aux.types import MoeSortOutput, moe_sort_capacity
+from aiter_aux.types import MoeSortOutput
+from aiter_aux.validation import moe_sort_capacity
 
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
 from .mxfp4 import E2M1_VALUES

@@ -55,8 +55,7 @@ def mxfp4_quant_out(
         ValueError: wrong shapes, non-contiguous, mixed devices, model_dim % 32 != 0,
             buffers too small.
     """
-    m, d = V.validate_mxfp4_quant(x)
-    V.validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    V.check_mxfp4_quant_call(x, a_q, a_scale)
     _quant_into(x, a_q, a_scale)
     return a_q, a_scale
 
@@ -109,12 +108,9 @@ def moe_sort_quant_out(
     Raises:
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
     """
-    m, topk, max_rows, d = V.validate_moe_sort_quant(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+    *_, out = V.check_moe_sort_quant_call(
+        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf
     )
-    dev = topk_ids.device
-    out = V.validate_moe_sort_out(out, m, topk, max_rows, block_m, dev)
-    V.validate_mxfp4_quant_out(a_q, a_scale, m, d, dev)
     _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
     _quant_into(x, a_q, a_scale)
     return out, a_q, a_scale

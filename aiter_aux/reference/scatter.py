@@ -69,8 +69,9 @@ def moe_scatter_reduce_out(
         TypeError, ValueError: wrong types/dtypes/shapes, topk out of range, mixed devices,
             output too small, or some ``p >= rows`` (ValueError).
     """
-    m, rows, d = V.validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights, topk)
-    V.validate_moe_scatter_reduce_out(out, m, d, expert_out.device)
+    m, rows, d = V.check_moe_scatter_reduce_call(
+        expert_out, reverse_sorted, sorted_weights, topk, out
+    )
     V.validate_reverse_sorted_range(reverse_sorted, rows)
     _scatter_into(
         lambda p: torch.index_select(expert_out, 0, p).to(torch.float32),
@@ -131,10 +132,9 @@ def moe_scatter_reduce_q_out(
     Raises:
         TypeError, ValueError: as :func:`moe_scatter_reduce_out`.
     """
-    m, rows, d = V.validate_moe_scatter_reduce_q(
-        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
+    m, rows, d = V.check_moe_scatter_reduce_q_call(
+        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
     )
-    V.validate_moe_scatter_reduce_out(out, m, d, expert_out_q.device)
     V.validate_reverse_sorted_range(reverse_sorted, rows)
     _scatter_into(
         lambda p: _decode_mxfp4_rows(

@@ -112,8 +112,7 @@ def moe_sort_out(
         ValueError: wrong shape, non-contiguous, mixed devices, ints out of range, buffers too
             small.
     """
-    m, topk, max_rows = V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
-    out = V.validate_moe_sort_out(out, m, topk, max_rows, block_m, topk_ids.device)
+    *_, out = V.check_moe_sort_call(topk_ids, topk_weights, num_experts, block_m, out, zero_buf)
     _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
     return out
 

@@ -40,10 +40,9 @@ def moe_sort_scales_out(
         TypeError, ValueError: wrong types/dtypes/shapes, model_dim % 256 != 0, bad block_m,
             max_rows % block_m != 0, output too small.
     """
-    m, d, max_rows, out_rows = V.validate_moe_sort_scales(
-        a_scale, sorted_token_ids, num_valid_ids, block_m
+    m, d, max_rows, out_rows = V.check_moe_sort_scales_call(
+        a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales
     )
-    V.validate_moe_sort_scales_out(sorted_scales, out_rows, d, a_scale.device)
     with torch.no_grad():
         dev = a_scale.device
         cols = d // 32

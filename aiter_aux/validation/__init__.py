@@ -43,7 +43,14 @@ from .ints import (
     validate_sort_sizes,
     validate_topk,
 )
+from .ints import validate_sort_sizes as moe_sort_capacity
 from .ops import (
+    check_moe_scatter_reduce_call,
+    check_moe_scatter_reduce_q_call,
+    check_moe_sort_call,
+    check_moe_sort_quant_call,
+    check_moe_sort_scales_call,
+    check_mxfp4_quant_call,
     validate_moe_scatter_reduce,
     validate_moe_scatter_reduce_out,
     validate_moe_scatter_reduce_q,
@@ -56,7 +63,7 @@ from .ops import (
     validate_mxfp4_quant_out,
     validate_reverse_sorted_range,
 )
-from .tensors import check_buffer, check_same_device, check_tensor, check_zero_buf
+from .tensors import check_buffer, check_no_overlap, check_same_device, check_tensor, check_zero_buf
 
 __all__ = [
     "BLOCK_M_VALUES",
@@ -68,6 +75,14 @@ __all__ = [
     "check_same_device",
     "check_buffer",
     "check_zero_buf",
+    "check_no_overlap",
+    "check_moe_sort_call",
+    "check_mxfp4_quant_call",
+    "check_moe_sort_quant_call",
+    "check_moe_sort_scales_call",
+    "check_moe_scatter_reduce_call",
+    "check_moe_scatter_reduce_q_call",
+    "moe_sort_capacity",
     "validate_int",
     "validate_num_experts",
     "validate_block_m",

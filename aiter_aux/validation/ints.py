@@ -79,9 +79,12 @@ def validate_model_dim(model_dim: object, multiple: int) -> int:
 def validate_sort_sizes(
     num_tokens: object, topk: object, num_experts: object, block_m: object
 ) -> int:
-    """Check the sizes of a sort and return its capacity ``max_rows``.
+    """Check the sizes of a sort and return its capacity ``max_rows`` (public as
+    ``moe_sort_capacity``; the binding's ``sort_capacity`` is the C++ twin).
 
-    ``max_rows = round_up(M * topk + num_experts * (block_m - 1), block_m)``.
+    ``max_rows = round_up(M * topk + num_experts * (block_m - 1), block_m)``: every local
+    pair takes one row and each expert's segment wastes at most ``block_m - 1`` rows of
+    padding, so the rows actually used (``num_valid_ids[0]``) never exceed it.
 
     Raises:
         TypeError: an argument is not an int.

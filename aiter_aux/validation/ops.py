@@ -13,7 +13,14 @@ import torch
 from aiter_aux.types import MoeSortOutput
 
 from .ints import validate_block_m, validate_model_dim, validate_sort_sizes, validate_topk
-from .tensors import _shape_str, check_buffer, check_same_device, check_tensor, check_zero_buf
+from .tensors import (
+    _shape_str,
+    check_buffer,
+    check_no_overlap,
+    check_same_device,
+    check_tensor,
+    check_zero_buf,
+)
 
 
 def _check_routing(topk_ids: object, topk_weights: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,3 +339,91 @@ def validate_reverse_sorted_range(reverse_sorted: torch.Tensor, rows: int) -> No
             f"reverse_sorted holds row index {p}, but expert_out has only {rows} rows "
             "(every p must be < rows)"
         )
+
+
+# ------------------------------------------------------------------------- whole calls
+# Every check of one ``<op>_out`` call, in the order the compiled binding makes them
+# (csrc/kernels/mxfp4_moe/binding/torch_binding.h): inputs, output buffers, then overlap of
+# written and read memory.  The reference and the fake implementations call these.
+
+
+def check_moe_sort_call(
+    topk_ids, topk_weights, num_experts, block_m, out, zero_buf=None
+) -> tuple[int, int, int, MoeSortOutput]:
+    """All checks of ``moe_sort_out``; returns ``(M, topk, max_rows, out)``."""
+    m, k, max_rows = validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+    out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
+    check_no_overlap(
+        {**out._asdict(), "zero_buf": zero_buf},
+        {"topk_ids": topk_ids, "topk_weights": topk_weights},
+    )
+    return m, k, max_rows, out
+
+
+def check_mxfp4_quant_call(x, a_q, a_scale) -> tuple[int, int]:
+    """All checks of ``mxfp4_quant_out``; returns ``(M, model_dim)``."""
+    m, d = validate_mxfp4_quant(x)
+    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    check_no_overlap({"a_q": a_q, "a_scale": a_scale}, {"x": x})
+    return m, d
+
+
+def check_moe_sort_quant_call(
+    topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=None
+) -> tuple[int, int, int, int, MoeSortOutput]:
+    """All checks of ``moe_sort_quant_out``; returns ``(M, topk, max_rows, model_dim, out)``."""
+    m, k, max_rows, d = validate_moe_sort_quant(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+    )
+    out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
+    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    check_no_overlap(
+        {**out._asdict(), "a_q": a_q, "a_scale": a_scale, "zero_buf": zero_buf},
+        {"topk_ids": topk_ids, "topk_weights": topk_weights, "x": x},
+    )
+    return m, k, max_rows, d, out
+
+
+def check_moe_sort_scales_call(
+    a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales
+) -> tuple[int, int, int, int]:
+    """All checks of ``moe_sort_scales_out``; returns ``(M, model_dim, max_rows, out_rows)``."""
+    sizes = validate_moe_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m)
+    validate_moe_sort_scales_out(sorted_scales, sizes[3], sizes[1], a_scale.device)
+    check_no_overlap(
+        {"sorted_scales": sorted_scales},
+        {"a_scale": a_scale, "sorted_token_ids": sorted_token_ids, "num_valid_ids": num_valid_ids},
+    )
+    return sizes
+
+
+def check_moe_scatter_reduce_call(
+    expert_out, reverse_sorted, sorted_weights, topk, out
+) -> tuple[int, int, int]:
+    """All checks of ``moe_scatter_reduce_out`` but the row-index range; returns
+    ``(M, rows, model_dim)``."""
+    m, rows, d = validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights, topk)
+    validate_moe_scatter_reduce_out(out, m, d, expert_out.device)
+    check_no_overlap(
+        {"out": out},
+        {"expert_out": expert_out, "reverse_sorted": reverse_sorted,
+         "sorted_weights": sorted_weights},
+    )  # fmt: skip
+    return m, rows, d
+
+
+def check_moe_scatter_reduce_q_call(
+    expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
+) -> tuple[int, int, int]:
+    """All checks of ``moe_scatter_reduce_q_out`` but the row-index range; returns
+    ``(M, rows, model_dim)``."""
+    m, rows, d = validate_moe_scatter_reduce_q(
+        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
+    )
+    validate_moe_scatter_reduce_out(out, m, d, expert_out_q.device)
+    check_no_overlap(
+        {"out": out},
+        {"expert_out_q": expert_out_q, "expert_out_scale": expert_out_scale,
+         "reverse_sorted": reverse_sorted, "sorted_weights": sorted_weights},
+    )  # fmt: skip
+    return m, rows, d

@@ -140,3 +140,45 @@ def check_zero_buf(zero_buf: object, device: torch.device) -> torch.Tensor | Non
             f"inputs on {device}"
         )
     return zero_buf
+
+
+def _span(t: torch.Tensor | None) -> tuple[torch.device, int, int] | None:
+    """(device, first byte, end byte) of a contiguous tensor's memory; None when it has no
+    bytes or no real storage (meta and fake tensors of a trace)."""
+    if t is None or t.numel() == 0 or t.device.type == "meta" or _is_fake(t):
+        return None
+    start = t.data_ptr()
+    return t.device, start, start + t.numel() * t.element_size()
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """A FakeTensor (or functional wrapper of one) of a trace: no memory to compare."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
+def check_no_overlap(
+    written: dict[str, torch.Tensor | None], read: dict[str, torch.Tensor]
+) -> None:
+    """Check that no written tensor (outputs, then ``zero_buf``) shares a byte with an input
+    or with an earlier written tensor: an op would read what it already overwrote, or write
+    one result over another.  Pairs are checked in order: each written tensor against every
+    input, then against the written ones before it.
+
+    Raises:
+        ValueError: ``"<written> overlaps <other> in memory: ..."``.
+    """
+    spans: list[tuple[str, tuple]] = []
+    inputs = [(n, sp) for n, t in read.items() if (sp := _span(t)) is not None]
+    for name, t in written.items():
+        mine = _span(t)
+        if mine is None:
+            continue
+        for other, sp in inputs + spans:
+            if sp[0] == mine[0] and mine[1] < sp[2] and sp[1] < mine[2]:
+                raise ValueError(
+                    f"{name} overlaps {other} in memory: an output (or zero_buf) must not "
+                    "share memory with an input or another output"
+                )
+        spans.append((name, mine))

@@ -1,20 +1,19 @@
-// The C ABI between the Python ops (aiter_aux/jit/module.py, via ctypes) and
-// the compiled module `module_moe_mxfp4_aux`.
+// The C ABI between the kernels and the torch binding of `module_moe_mxfp4_aux`.
 //
-// The module is a plain shared library: no torch header is included anywhere,
-// so an instance translation unit compiles in well under a second and the
-// module does not depend on the torch version.  Every instance exports one
-// function with the uniform signature `AiterAuxFn`; the generated lookup maps
-// an instance key (e.g. "moe_sort_e257_k9") to it.
-//
-// Keep in sync with aiter_aux/jit/abi.py (ctypes mirror); the module reports
-// AITER_AUX_ABI_VERSION and the struct sizes so that a mismatch is caught at
-// load time rather than silently misread.
+// Instance translation units include no torch header, so each compiles in about a
+// second.  Every instance exports one function with the uniform signature
+// `AiterAuxFn`; the generated lookup maps an instance key (e.g. "moe_sort_e257_k9")
+// and its compile-time parameter values to it.  The one translation unit that
+// includes torch's stable-ABI headers is the binding (binding/torch_binding.h,
+// rendered by templates/binding.j2): it validates the torch ops' arguments, fills
+// these structs and calls the instance.  Every consumer of the structs is compiled
+// into the same module from this one header, so there is no second definition to
+// keep in sync; the op table (codegen/instances.py OPS) names the struct of each op.
 #pragma once
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 1
+#define AITER_AUX_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,9 +104,12 @@ typedef struct AiterAuxScatterArgs {
 // `stream` is the backend's stream (cudaStream_t / hipStream_t), NULL on CPU.
 typedef int (*AiterAuxFn)(const void* args, void* stream);
 
+#define AITER_AUX_MAX_PARAMS 3  // compile-time parameters of any op (codegen MAX_PARAMS)
+
 typedef struct AiterAuxInstance {
-  const char* key;  // e.g. "moe_sort_e257_k9"
-  int32_t op;       // AiterAuxOp
+  const char* key;                         // e.g. "moe_sort_e257_k9"
+  int32_t op;                              // AiterAuxOp
+  int32_t params[AITER_AUX_MAX_PARAMS];    // compile-time values, template order (rest 0)
   AiterAuxFn fn;
 } AiterAuxInstance;
 
@@ -116,9 +118,11 @@ int aiter_aux_abi_version(void);
 const char* aiter_aux_backend(void);             // "cpu", "cuda" or "rocm"
 int aiter_aux_num_instances(void);
 const AiterAuxInstance* aiter_aux_instance(int index);
+const char* aiter_aux_instance_key(int index);   // key of instance `index` (NULL if out of range)
 const AiterAuxInstance* aiter_aux_find(const char* key);  // NULL if absent
-int64_t aiter_aux_struct_size(int op);          // sizeof the args struct of op kind
 const char* aiter_aux_last_error(void);          // message of the last failing call
+int64_t aiter_aux_kernel_calls(void);            // instance calls so far (tests: "no kernel ran")
+void aiter_aux_count_kernel_call(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,0 +1,261 @@
+// Argument checks of the torch binding, through torch's stable C ABI (shim) only.
+//
+// Every message is the text of aiter_aux/validation (the reference's checks) for the
+// same rule, so the compiled ops and the reference reject an input the same way.  An
+// error leaves as std::runtime_error whose what() is "<PythonType>: <message>"
+// (ValueError, TypeError, UnsupportedShapeError, RuntimeError); aiter_aux/ops/_errors.py
+// turns the prefix back into that exception type.
+#pragma once
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace aiter_aux {
+namespace binding {
+
+using torch::stable::Tensor;
+
+template <class... A>
+std::string cat(const A&... a) {
+  std::ostringstream o;
+  (o << ... << a);
+  return o.str();
+}
+
+[[noreturn]] inline void fail(const char* type, const std::string& msg) {
+  throw std::runtime_error(std::string(type) + ": " + msg);
+}
+
+inline void shim(AOTITorchError err, const char* what) {
+  if (err != AOTI_TORCH_SUCCESS) fail("RuntimeError", cat("torch C shim call failed: ", what));
+}
+
+// Python's str(torch.<dtype>) of a c10::ScalarType code (the shim's dtype int).
+inline const char* dtype_name(int32_t d) {
+  static const char* const kNames[] = {
+      "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+      "complex32", "complex64", "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16",
+      "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16",
+      "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "uint16", "uint32",
+      "uint64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "int1", "int2",
+      "int3", "int4", "int5", "int6", "int7", "float8_e8m0fnu", "float4_e2m1fn_x2"};
+  constexpr int32_t n = sizeof(kNames) / sizeof(kNames[0]);
+  return (d >= 0 && d < n) ? kNames[d] : "unknown";
+}
+
+// The dtypes the ops take, as shim codes.
+struct DType {
+  int32_t code;
+  const char* name;  // without "torch."
+};
+inline DType kInt32() { return {aoti_torch_dtype_int32(), "int32"}; }
+inline DType kFloat32() { return {aoti_torch_dtype_float32(), "float32"}; }
+inline DType kBFloat16() { return {aoti_torch_dtype_bfloat16(), "bfloat16"}; }
+inline DType kUInt8() { return {aoti_torch_dtype_uint8(), "uint8"}; }
+
+// One tensor's metadata, read once through the shim.
+struct Meta {
+  const char* name;
+  AtenTensorHandle h;
+  int32_t dtype, device_type, device_index;
+  int64_t dim, numel;
+  const int64_t* sizes;
+  const int64_t* strides;
+
+  Meta(const Tensor& t, const char* n) : name(n), h(t.get()) {
+    shim(aoti_torch_get_dtype(h, &dtype), "get_dtype");
+    shim(aoti_torch_get_dim(h, &dim), "get_dim");
+    shim(aoti_torch_get_sizes(h, const_cast<int64_t**>(&sizes)), "get_sizes");
+    shim(aoti_torch_get_strides(h, const_cast<int64_t**>(&strides)), "get_strides");
+    shim(aoti_torch_get_device_type(h, &device_type), "get_device_type");
+    shim(aoti_torch_get_device_index(h, &device_index), "get_device_index");
+    numel = 1;
+    for (int64_t i = 0; i < dim; ++i) numel *= sizes[i];
+  }
+
+  int64_t size(int64_t i) const { return sizes[i]; }
+  void* data() const {
+    void* p = nullptr;
+    shim(aoti_torch_get_data_ptr(h, &p), "get_data_ptr");
+    return p;
+  }
+  int64_t element_size() const {
+    static const int32_t b1[] = {aoti_torch_dtype_uint8(), aoti_torch_dtype_int8(),
+                                 aoti_torch_dtype_bool()};
+    if (dtype == aoti_torch_dtype_bfloat16() || dtype == aoti_torch_dtype_float16() ||
+        dtype == aoti_torch_dtype_int16() || dtype == aoti_torch_dtype_uint16())
+      return 2;
+    if (dtype == aoti_torch_dtype_int32() || dtype == aoti_torch_dtype_float32() ||
+        dtype == aoti_torch_dtype_uint32())
+      return 4;
+    for (int32_t c : b1)
+      if (dtype == c) return 1;
+    return 8;
+  }
+  bool same_device(const Meta& o) const {
+    return device_type == o.device_type && device_index == o.device_index;
+  }
+  std::string device() const {
+    if (device_type == aoti_torch_device_type_cpu()) return "cpu";
+    if (device_type == aoti_torch_device_type_cuda()) return cat("cuda:", device_index);
+    return cat("device_type_", device_type, ":", device_index);
+  }
+  std::string shape() const {  // _shape_str
+    std::string s = "[";
+    for (int64_t i = 0; i < dim; ++i) s += cat(i ? ", " : "", sizes[i]);
+    return s + "]";
+  }
+  std::string stride_tuple() const {  // Python's tuple repr
+    std::string s = "(";
+    for (int64_t i = 0; i < dim; ++i) s += cat(i ? ", " : "", strides[i]);
+    return s + (dim == 1 ? ",)" : ")");
+  }
+  bool contiguous() const {
+    bool c = false;
+    shim(aoti_torch_is_contiguous(h, &c), "is_contiguous");
+    return c;
+  }
+};
+
+// validation.tensors.check_tensor
+inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
+                         const char* layout = nullptr) {
+  if (t.dtype != dtype.code)
+    fail("TypeError", cat(t.name, " must have dtype torch.", dtype.name, ", got torch.",
+                          dtype_name(t.dtype)));
+  if (ndim >= 0 && t.dim != ndim)
+    fail("ValueError", cat(t.name, " must be a ", ndim, "-D tensor", layout ? " " : "",
+                           layout ? layout : "", ", got ", t.dim, "-D shape ", t.shape()));
+  if (!t.contiguous())
+    fail("ValueError", cat(t.name, " must be contiguous (shape ", t.shape(), ", strides ",
+                           t.stride_tuple(), ")"));
+}
+
+// validation.tensors.check_same_device
+inline void check_same_device(std::initializer_list<const Meta*> ts) {
+  const Meta* first = nullptr;
+  for (const Meta* t : ts) {
+    if (!t) continue;
+    if (!first) {
+      first = t;
+    } else if (!t->same_device(*first)) {
+      std::string where;
+      for (const Meta* u : ts)
+        if (u) where += cat(where.empty() ? "" : ", ", u->name, " on ", u->device());
+      fail("ValueError", cat("all tensors must be on one device, got ", where));
+    }
+  }
+}
+
+// validation.tensors.check_buffer (cols < 0: no column rule)
+inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta& on,
+                         int64_t ndim, int64_t cols = -1) {
+  check_tensor(b, dtype, ndim);
+  if (!b.same_device(on))
+    fail("ValueError", cat("all tensors must be on one device: ", b.name, " is on ", b.device(),
+                           ", inputs on ", on.device()));
+  if (cols >= 0 && b.size(b.dim - 1) != cols)
+    fail("ValueError", cat(b.name, " must have ", cols, " columns (shape [rows, ", cols,
+                           "]), got shape ", b.shape()));
+  if (b.numel < needed)
+    fail("ValueError", cat("buffer too small: ", b.name, " needs >= ", needed,
+                           " elements, got ", b.numel));
+}
+
+// validation.tensors.check_zero_buf
+inline void check_zero_buf(const Meta* z, const Meta& on) {
+  if (!z) return;
+  check_tensor(*z, kBFloat16());
+  if (!z->same_device(on))
+    fail("ValueError", cat("all tensors must be on one device: zero_buf is on ", z->device(),
+                           ", inputs on ", on.device()));
+}
+
+// validation.tensors.check_no_overlap: every written tensor (outputs, then zero_buf) against
+// every input and every earlier written tensor.
+inline void check_no_overlap(std::initializer_list<const Meta*> written,
+                             std::initializer_list<const Meta*> read) {
+  auto overlap = [](const Meta* a, const Meta* b) {
+    if (!a || !b || !a->same_device(*b) || a->numel == 0 || b->numel == 0) return false;
+    auto pa = reinterpret_cast<uintptr_t>(a->data()), pb = reinterpret_cast<uintptr_t>(b->data());
+    return pa < pb + uintptr_t(b->numel * b->element_size()) &&
+           pb < pa + uintptr_t(a->numel * a->element_size());
+  };
+  auto raise = [](const Meta* a, const Meta* b) {
+    fail("ValueError", cat(a->name, " overlaps ", b->name, " in memory: an output (or zero_buf)",
+                           " must not share memory with an input or another output"));
+  };
+  int i = 0;
+  for (const Meta* w : written) {
+    for (const Meta* r : read)
+      if (overlap(w, r)) raise(w, r);
+    int j = 0;
+    for (const Meta* w2 : written) {
+      if (j++ >= i) break;
+      if (overlap(w, w2)) raise(w, w2);
+    }
+    ++i;
+  }
+}
+
+// validation.ints
+constexpr int64_t kMaxNumExperts = 1024;
+constexpr int64_t kMaxTopk = 255;
+constexpr int64_t kMaxNumTokens = int64_t(1) << 24;
+constexpr int64_t kMaxRowsLimit = (int64_t(1) << 31) - 1;
+
+inline int64_t check_block_m(int64_t b) {
+  if (b != 16 && b != 32 && b != 64 && b != 128)
+    fail("ValueError", cat("block_m must be one of (16, 32, 64, 128), got ", b));
+  return b;
+}
+
+inline int64_t check_topk(int64_t k) {
+  if (k < 1 || k > kMaxTopk) fail("ValueError", cat("topk must be in [1, ", kMaxTopk, "], got ", k));
+  return k;
+}
+
+inline void check_model_dim(int64_t d, int64_t multiple) {
+  if (d <= 0 || d % multiple != 0)
+    fail("ValueError", cat("model_dim must be a positive multiple of ", multiple, ", got ", d));
+}
+
+// validation.ints.validate_sort_sizes: the capacity max_rows of a sort.
+inline int64_t sort_capacity(int64_t m, int64_t k, int64_t e, int64_t b) {
+  if (m < 0 || m >= kMaxNumTokens) fail("ValueError", cat("num_tokens (M) must be in [0, 2**24), got ", m));
+  check_topk(k);
+  if (e < 1 || e > kMaxNumExperts)
+    fail("ValueError", cat("num_experts must be in [1, ", kMaxNumExperts, "], got ", e));
+  check_block_m(b);
+  const int64_t need = m * k + e * (b - 1);
+  const int64_t max_rows = (need + b - 1) / b * b;
+  if (max_rows > kMaxRowsLimit)
+    fail("ValueError", cat("max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = ",
+                           max_rows, " must fit in int32 (<= ", kMaxRowsLimit, "); M=", m,
+                           ", topk=", k));
+  return max_rows;
+}
+
+// A new contiguous tensor on the device of `like`.
+inline Tensor empty(const Meta& like, std::initializer_list<int64_t> sizes, DType dtype) {
+  int64_t sz[2] = {0, 0}, st[2] = {1, 1};
+  int64_t n = 0;
+  for (int64_t s : sizes) sz[n++] = s;
+  if (n == 2) st[0] = sz[1];
+  AtenTensorHandle h = nullptr;
+  shim(aoti_torch_empty_strided(n, sz, st, dtype.code, like.device_type, like.device_index, &h),
+       "empty_strided");
+  return Tensor(h);
+}
+
+}  // namespace binding
+}  // namespace aiter_aux
