@@ -3,12 +3,17 @@
 ``build_py`` also ships the JIT's sources (codegen/, templates/, csrc/) as
 ``aiter_aux/_src`` in every wheel and, with ``AITER_AUX_PREBUILD=1``, compiles the module
 into ``aiter_aux/_prebuilt/<backend>-<arch>/`` (see aiter_aux/jit/aot.py for the
-environment variables); such a wheel is tagged for this platform (``py3-none-<platform>``:
-the module is a plain C library, independent of the Python version).
+environment variables); such a wheel is tagged ``py3-none-manylinux_2_<N>_<arch>``: the
+module does not depend on the Python version (its binding uses torch's stable C ABI), and N
+is the newest glibc symbol version the prebuilt module actually requires (read from its
+dynamic symbol table), so the tag states what the build really satisfies.
 """
 
 import logging
 import os
+import platform
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,10 +56,30 @@ class BinaryDistribution(Distribution):
         return _prebuild() or super().has_ext_modules()
 
 
+def _glibc_needed(build_lib: Path) -> tuple[int, int] | None:
+    """The newest GLIBC_x.y symbol version any prebuilt module needs (objdump -T), or None."""
+    needed = []
+    for so in build_lib.glob("aiter_aux/_prebuilt/*/*.so"):
+        try:
+            out = subprocess.run(["objdump", "-T", str(so)], capture_output=True, text=True).stdout
+        except OSError:
+            return None
+        needed += [(int(a), int(b)) for a, b in re.findall(r"GLIBC_(\d+)\.(\d+)", out)]
+    return max(needed) if needed else None
+
+
 class BdistWheel(bdist_wheel):
     def get_tag(self):
         python, abi, plat = super().get_tag()
-        return ("py3", "none", plat) if _prebuild() else (python, abi, plat)
+        if not _prebuild():
+            return python, abi, plat
+        glibc = None
+        if plat.startswith("linux_"):
+            build_lib = Path(self.get_finalized_command("build").build_lib)
+            glibc = _glibc_needed(build_lib)
+        if glibc is not None:
+            plat = f"manylinux_{glibc[0]}_{max(glibc[1], 17)}_{platform.machine()}"
+        return "py3", "none", plat
 
 
 cmdclass["bdist_wheel"] = BdistWheel

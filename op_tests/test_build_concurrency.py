@@ -39,13 +39,13 @@ QUANT_KEY = f"mxfp4_quant_d{D}"
 PHASES = ("codegen", "compile", "link", "publish")
 
 # The child: optional phase markers (stdout) for the killer, a build, then a load and one
-# op call through ctypes whose output digest is compared with the reference's.
+# op call through its torch binding whose output digest is compared with the reference's.
 CHILD = r"""
-import ctypes, hashlib, json, os, sys, time
+import hashlib, json, os, sys, time
 from pathlib import Path
 shapes = [tuple(s) for s in json.loads(sys.argv[1])]
 xfile = sys.argv[2] if len(sys.argv) > 2 else ""
-from aiter_aux.jit import abi, build
+from aiter_aux.jit import build
 from aiter_aux.jit.paths import codegen_module
 
 def mark(phase):
@@ -81,15 +81,12 @@ out = {"compiled": r.compiled, "linked": r.linked, "waited": r.waited_s, "keys":
        "module": str(r.module_path), "dir": str(r.build_dir),
        "sha": hashlib.sha256(Path(r.module_path).read_bytes()).hexdigest()}
 if xfile:
-    x = Path(xfile).read_bytes()
-    m = len(x) // (2 * @D@)
-    xb = ctypes.create_string_buffer(x, len(x))
-    aq = ctypes.create_string_buffer(m * @D@ // 2)
-    sc = ctypes.create_string_buffer(m * @D@ // 32)
-    args = abi.QuantArgs(ctypes.addressof(xb), m, @D@, 0, ctypes.addressof(aq),
-                         ctypes.addressof(sc))
-    mod.call("@KEY@", args)
-    out["quant"] = hashlib.sha256(aq.raw + sc.raw).hexdigest()
+    import torch
+    x = torch.frombuffer(bytearray(Path(xfile).read_bytes()), dtype=torch.bfloat16).view(-1, @D@)
+    aq = torch.empty(x.shape[0], @D@ // 2, dtype=torch.uint8)
+    sc = torch.empty(x.shape[0], @D@ // 32, dtype=torch.uint8)
+    torch.ops.aiter_aux.mxfp4_quant_out(x, aq, sc)  # the binding this module registered
+    out["quant"] = hashlib.sha256(aq.numpy().tobytes() + sc.numpy().tobytes()).hexdigest()
 print("RESULT " + json.dumps(out), flush=True)
 """.replace("@D@", str(D)).replace("@KEY@", QUANT_KEY)
 

@@ -12,7 +12,7 @@ stamp="$VENV/.aiter_aux_setup"
 want="$(sha256sum pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  # torch first and pinned, so the dependency "torch>=2.4" below never pulls another build.
+  # torch first and pinned, so the dependency "torch>=2.11" below never pulls another build.
   # On this project's machines pip finds the 2.13.0 CPU wheel on local disk; elsewhere set
   # AITER_AUX_TORCH (e.g. "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu").
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then

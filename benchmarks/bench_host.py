@@ -1,0 +1,154 @@
+"""Host cost per call of every aux op, next to ``torch.add`` on the same tensors.
+
+A serving engine pays the CPU time of each call (argument parsing, dispatch, validation,
+launch) on top of the kernel.  This benchmark times a host-bound loop of back-to-back calls
+(no synchronisation inside the loop) at M = 1, for every op in both forms (allocating and
+``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and ``aiter_aux.ops.<op>``),
+on the CPU (where the time includes the tiny M = 1 kernel) and, when present, on the GPU.
+Each row is the median of ``--repeats`` loops of ``--calls`` calls (spread: min to max of
+the loops), in µs per call, and its ratio to ``torch.add(a, b)`` of the same run.
+
+    python benchmarks/bench_host.py [--device cpu,cuda] [--shape 257,7168,256,9]
+                                    [--calls 2000] [--repeats 7] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.ops import aux_ops  # noqa: E402
+
+
+def _inputs(shape, device):
+    """Valid M = 1 arguments of every op, with preallocated outputs."""
+    e, d, _inter, k = shape
+    m, bm = 1, 32
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randperm(e, generator=g)[:k].to(torch.int32).view(1, k)
+    w = torch.rand(m, k, generator=g)
+    x = torch.randn(m, d, generator=g).to(torch.bfloat16)
+    s = ref.moe_sort(ids, w, e, bm)
+    q, sc = ref.mxfp4_quant(x)
+    rows = s.sorted_token_ids.numel()
+    eo = torch.randn(rows, d, generator=g).to(torch.bfloat16)
+    eo_q = torch.randint(0, 256, (rows, d // 2), generator=g, dtype=torch.uint8)
+    eo_s = torch.randint(100, 140, (rows, d // 32), generator=g, dtype=torch.uint8)
+    to = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
+    ids, w, x, q, sc, eo, eo_q, eo_s = to(ids, w, x, q, sc, eo, eo_q, eo_s)
+    sort = ref.MoeSortOutput(*to(*s))
+    sort_buf = ref.MoeSortOutput(*[torch.empty_like(t) for t in sort])
+    q_buf, sc_buf = torch.empty_like(q), torch.empty_like(sc)
+    scales = aux_ops.moe_sort_scales(sc, sort.sorted_token_ids, sort.num_valid_ids, bm)
+    out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
+    rev, sw = sort.reverse_sorted, sort.sorted_weights
+    sti, nv = sort.sorted_token_ids, sort.num_valid_ids
+    return {
+        # op: (positional args of the allocating form, extra args of the _out form)
+        "moe_sort": ((ids, w, e, bm), tuple(sort_buf)),
+        "mxfp4_quant": ((x,), (q_buf, sc_buf)),
+        "moe_sort_quant": ((ids, w, x, e, bm), (*sort_buf, q_buf, sc_buf)),
+        "moe_sort_scales": ((sc, sti, nv, bm), (torch.empty_like(scales),)),
+        "moe_scatter_reduce": ((eo, rev, sw, k), (out,)),
+        "moe_scatter_reduce_q": ((eo_q, eo_s, rev, sw, k), (out,)),
+    }, (w, w)
+
+
+def _python_call(op: str, alloc_args, out_args, out_form: bool):
+    """The aiter_aux.ops call of ``op`` (its _out form takes a MoeSortOutput for sorts)."""
+    fn = getattr(aux_ops, op + ("_out" if out_form else ""))
+    if not out_form:
+        return lambda: fn(*alloc_args)
+    if op == "moe_sort":
+        return lambda: fn(*alloc_args, ref.MoeSortOutput(*out_args))
+    if op == "moe_sort_quant":
+        sort = ref.MoeSortOutput(*out_args[:6])
+        return lambda: fn(*alloc_args, sort, *out_args[6:])
+    return lambda: fn(*alloc_args, *out_args)
+
+
+def _per_call_us(fn, calls: int, repeats: int, sync) -> list[float]:
+    for _ in range(max(10, calls // 20)):  # warm-up (the first call may load the module)
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        sync()
+        times.append((t1 - t0) / calls * 1e6)
+    return times
+
+
+def run(device: torch.device, shape, calls: int, repeats: int) -> list[dict]:
+    cases, (a, b) = _inputs(shape, device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    rows = []
+    base = _per_call_us(lambda: torch.add(a, b), calls, repeats, sync)
+    base_med = statistics.median(base)
+    rows.append(dict(op="torch.add", form="alloc", api="torch", times=base))
+    for op, (args, outs) in cases.items():
+        for out_form in (False, True):
+            name = op + ("_out" if out_form else "")
+            torch_op = getattr(torch.ops.aiter_aux, name).default
+            torch_args = (*args, *outs) if out_form else args
+            for api, fn in (
+                ("torch.ops", lambda f=torch_op, t=torch_args: f(*t)),
+                ("aiter_aux.ops", _python_call(op, args, outs, out_form)),
+            ):
+                times = _per_call_us(fn, calls, repeats, sync)
+                rows.append(dict(op=name, form="out" if out_form else "alloc", api=api,
+                                 times=times))  # fmt: skip
+    for r in rows:
+        r.update(device=str(device), shape=",".join(map(str, shape)), M=1)
+        r["median_us"] = statistics.median(r["times"])
+        r["min_us"], r["max_us"] = min(r["times"]), max(r["times"])
+        r["x_add"] = r["median_us"] / base_med
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default=None, help="comma list (default: cpu, and cuda if any)")
+    p.add_argument("--shape", default="257,7168,256,9", help="E,MODEL_DIM,INTER,TOPK")
+    p.add_argument("--calls", type=int, default=2000, help="calls per timed loop")
+    p.add_argument("--repeats", type=int, default=7, help="timed loops per row")
+    p.add_argument("--csv", type=Path, help="write the rows to this CSV file")
+    args = p.parse_args(argv)
+    shape = tuple(int(v) for v in args.shape.split(","))
+    devices = args.device.split(",") if args.device else ["cpu"] + (
+        ["cuda"] if torch.cuda.is_available() else [])  # fmt: skip
+    rows = []
+    for dev in devices:
+        rows += run(torch.device(dev), shape, args.calls, args.repeats)
+    print(f"host cost per call, M = 1, shape {args.shape}, torch {torch.__version__}; "
+          f"median of {args.repeats} loops x {args.calls} calls (min-max)")  # fmt: skip
+    print(f"{'device':<7} {'op':<24} {'api':<14} {'us/call':>8} {'min-max':>13} {'x add':>6}")
+    for r in rows:
+        spread = f"{r['min_us']:.1f}-{r['max_us']:.1f}"
+        print(f"{r['device']:<7} {r['op']:<24} {r['api']:<14} {r['median_us']:>8.2f} "
+              f"{spread:>13} {r['x_add']:>6.2f}")  # fmt: skip
+    if args.csv:
+        fields = ["device", "shape", "M", "op", "form", "api", "median_us", "min_us", "max_us",
+                  "x_add"]  # fmt: skip
+        with args.csv.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

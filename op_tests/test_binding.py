@@ -1,0 +1,147 @@
+"""The torch binding of the module (csrc/kernels/mxfp4_moe/binding/, templates/binding.j2):
+the op table is the one definition of every op, overlapping buffers are refused (issue 15
+D9) by the reference and by the binding alike, and the GPU variant of the binding compiles
+here against the installed torch's headers."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.jit import abi  # noqa: E402
+from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
+from aiter_aux.ops import _library  # noqa: E402
+from aiter_aux.ops import aux_ops as ops  # noqa: E402
+
+E, D, K, BM = 257, 7168, 9, 32  # a catalog shape (DeepSeek-R1)
+
+
+@pytest.fixture(autouse=True)
+def _module(cpu_module):
+    return cpu_module
+
+
+def test_abi_version_is_the_headers():
+    header = (kernels_dir() / "mxfp4_moe_aux_abi.h").read_text()
+    assert int(re.search(r"#define AITER_AUX_ABI_VERSION (\d+)", header).group(1)) == (
+        abi.ABI_VERSION
+    )
+
+
+def test_torch_schemas_are_the_op_tables():
+    """Every op of the op table, both forms, is defined with the table's schema."""
+    inst = codegen_module("instances")
+    for spec in inst.OPS.values():
+        for schema in inst.schemas(spec):
+            name = schema.split("(")[0]
+            got = str(getattr(torch.ops.aiter_aux, name).default._schema)
+            assert got == f"aiter_aux::{schema}"
+    assert set(_library.op_schemas()) == set(_library.FAKES)
+
+
+def test_cpp_signatures_follow_the_schemas():
+    inst = codegen_module("instances")
+    _alloc, out = inst.schemas(inst.OPS["moe_sort"])
+    assert inst.cpp_signature(out) == (
+        "void(const Tensor&, const Tensor&, int64_t, int64_t, " + "const Tensor&, " * 6
+        + "const std::optional<Tensor>&)"
+    )  # fmt: skip
+
+
+def _sort_case(m=4):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, E, (m, K), generator=g, dtype=torch.int32)
+    w = torch.rand(m, K, generator=g)
+    x = torch.randn(m, D, generator=g).to(torch.bfloat16)
+    return ids, w, x
+
+
+def _aliased_calls():
+    """The five aliasing cases of issue 15 D9, each as (label, op name, kwargs)."""
+    ids, w, x = _sort_case()
+    m = ids.shape[0]
+    rows = ref.moe_sort_capacity(m, K, E, BM)
+    sort = ref.MoeSortOutput(*(torch.empty(n, dtype=dt) for n, dt in (
+        (rows, torch.int32), (rows, torch.float32), (rows, torch.int32),
+        (rows // BM, torch.int32), (2, torch.int32), (m * K, torch.int32))))  # fmt: skip
+    q = torch.empty(m, D // 2, dtype=torch.uint8)
+    s = torch.empty(m, D // 32, dtype=torch.uint8)
+    shared = sort._replace(m_indices=sort.sorted_token_ids)
+    a_q_over_x = x.view(-1).view(torch.uint8)[: m * D // 2].view(m, D // 2)
+    s_in_q = q.view(-1)[: m * D // 32].view(m, D // 32)
+    s_ref = ref.moe_sort(ids, w, E, BM)
+    eo = torch.randn(s_ref.sorted_token_ids.numel(), D).to(torch.bfloat16)
+    return [
+        ("m_indices is sorted_token_ids", "moe_sort_out",
+         dict(topk_ids=ids, topk_weights=w, num_experts=E, block_m=BM, out=shared)),
+        ("a_scale is a view of a_q", "mxfp4_quant_out", dict(x=x, a_q=q, a_scale=s_in_q)),
+        ("a_q is a view of x", "mxfp4_quant_out", dict(x=x, a_q=a_q_over_x, a_scale=s)),
+        ("zero_buf=x in the fused op", "moe_sort_quant",
+         dict(topk_ids=ids, topk_weights=w, x=x, num_experts=E, block_m=BM, zero_buf=x)),
+        ("scatter out=expert_out[:M]", "moe_scatter_reduce_out",
+         dict(expert_out=eo, reverse_sorted=s_ref.reverse_sorted,
+              sorted_weights=s_ref.sorted_weights, topk=K, out=eo[:m])),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(5), ids=[c[0] for c in _aliased_calls()])
+def test_overlapping_buffers_are_refused_before_any_kernel(case, cpu_module):
+    label, op, kw = _aliased_calls()[case]
+    before = {k: v.clone() for k, v in kw.items() if isinstance(v, torch.Tensor)}
+    calls = cpu_module.kernel_calls()
+    with pytest.raises(ValueError, match="overlaps .* in memory") as mine:
+        getattr(ops, op)(**kw)
+    assert cpu_module.kernel_calls() == calls, f"{label}: a kernel ran"
+    for k, v in before.items():
+        assert torch.equal(kw[k].view(torch.uint8), v.view(torch.uint8)), f"{label}: {k} written"
+    with pytest.raises(ValueError) as theirs:
+        getattr(ref, op)(**kw)
+    assert str(theirs.value) == str(mine.value)
+
+
+def test_disjoint_views_of_one_buffer_are_fine():
+    """Outputs may live in one allocation as long as their bytes do not overlap."""
+    _ids, _w, x = _sort_case()
+    m = x.shape[0]
+    buf = torch.empty(m * D // 2 + m * D // 32, dtype=torch.uint8)
+    q = buf[: m * D // 2].view(m, D // 2)
+    s = buf[m * D // 2 :].view(m, D // 32)
+    ops.mxfp4_quant_out(x, q, s)
+    want_q, want_s = ref.mxfp4_quant(x)
+    assert torch.equal(q, want_q) and torch.equal(s, want_s)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_gpu_binding_compiles_against_installed_torch(backend, tmp_path):
+    """The GPU variant of the binding TU (USE_CUDA shim calls, device guard, stream) compiles
+    with the host compiler against this torch's headers (syntax only; no GPU needed)."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    gen = codegen_module("render").Renderer(backend)
+    src = tmp_path / "binding.cpp"
+    src.write_text(gen.render_binding())
+    from aiter_aux.jit.toolchain import TORCH_TARGET, _torch_build
+
+    _version, root = _torch_build()
+    major, minor = TORCH_TARGET
+    cmd = [cxx, "-std=c++17", "-fsyntax-only", f"-I{kernels_dir()}", f"-I{root / 'include'}",
+           f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000ULL", str(src)]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_api_md_is_current():
+    """docs/api.md is generated from the public signatures and docstrings."""
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gen_api_md.py"
+    p = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the H200: build the CUDA module of this tree (and of a reference tree in .before/, if
+# present), run the GPU tests, compute-sanitizer, the host-cost benchmark and
+# bench_aux --quick for both trees in the same call.  Everything lands in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} AITER_AUX_BACKEND=cuda
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
+python3 -c "import torch; print(torch.__version__)" >> "$OUT/gpu.txt"
+echo "== build (cuda, full catalog): this tree"
+AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD /usr/bin/time -f "%e s wall" \
+  python3 -m aiter_aux.cli build 2>&1 | tee "$OUT/build_after.log" | tail -4
+if [ -d .before ]; then
+  echo "== build: reference tree"
+  (cd .before && AITER_AUX_CACHE_DIR=/tmp/c_before PYTHONPATH=$PWD/.before \
+    python3 -m aiter_aux.cli build 2>&1 | tail -2)
+fi
+echo "== tests"
+AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  ${PYTEST_TARGETS:-op_tests/test_backends.py op_tests/test_torch_ops.py op_tests/test_binding.py op_tests/test_fuzz_ops.py} \
+  2>&1 | tee "$OUT/tests.log" | tail -6
+echo "== compute-sanitizer"
+for tool in ${SANITIZERS:-memcheck}; do
+  AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD compute-sanitizer --tool $tool --error-exitcode 9 \
+    python3 scripts/gpu_sanitize.py > "$OUT/sanitizer_$tool.log" 2>&1
+  echo "$tool: exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)"
+done
+echo "== host cost"
+AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_host.py --csv "$OUT/host.csv" \
+  2>&1 | tee "$OUT/host.txt" | tail -28
+if [ "${BENCH:-1}" = 1 ]; then
+  echo "== bench_aux --quick: this tree, then the reference tree"
+  AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_aux.py --quick \
+    --no-compile-peer --out "$OUT/after" > "$OUT/bench_after.txt" 2>&1; echo "after: $?"
+  if [ -d .before ]; then
+    (cd .before && AITER_AUX_CACHE_DIR=/tmp/c_before PYTHONPATH=$PWD python3 benchmarks/bench_aux.py \
+      --quick --no-compile-peer --out "$OUT/before" > "$OUT/bench_before.txt" 2>&1; echo "before: $?")
+  fi
+fi
