@@ -21,6 +21,10 @@
 
 namespace aiter_aux {
 namespace binding {
+// Internal linkage for everything: a process may load a CPU and a CUDA module, and the
+// static locals of inline functions would otherwise be one (STB_GNU_UNIQUE) object shared
+// by both, e.g. find_instance's cache handing the CUDA binding a CPU kernel.
+namespace {
 
 using torch::stable::Tensor;
 
@@ -257,5 +261,6 @@ inline Tensor empty(const Meta& like, std::initializer_list<int64_t> sizes, DTyp
   return Tensor(h);
 }
 
+}  // namespace
 }  // namespace binding
 }  // namespace aiter_aux

@@ -20,6 +20,10 @@
 
 namespace aiter_aux {
 namespace binding {
+// Internal linkage for everything: a process may load a CPU and a CUDA module, and the
+// static locals of inline functions would otherwise be one (STB_GNU_UNIQUE) object shared
+// by both, e.g. find_instance's cache handing the CUDA binding a CPU kernel.
+namespace {
 
 // One op's names, for messages (generated from the op table in binding.j2).
 struct OpInfo {
@@ -487,5 +491,6 @@ inline Tensor moe_scatter_reduce_q(const Tensor& expert_out_q, const Tensor& exp
   return t;
 }
 
+}  // namespace
 }  // namespace binding
 }  // namespace aiter_aux
