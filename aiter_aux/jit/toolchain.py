@@ -195,7 +195,7 @@ def select(backend: str | None = None) -> Toolchain:
         common = ("-std=c++17", "-O3", "-fPIC", "-fopenmp", "-ffp-contract=off", "-fno-fast-math")
         return Toolchain(
             backend, (), compiler, version, common + (inc,), common + (inc,),
-            ("-shared", "-fopenmp", "-Wl,-Bsymbolic"), ".cpp", **torch_parts,
+            ("-shared", "-fopenmp"), ".cpp", **torch_parts,
         )  # fmt: skip
     if backend == "cuda":
         compiler, version = _compiler_identity(_find("AITER_AUX_NVCC", ("nvcc",), backend))
@@ -204,7 +204,7 @@ def select(backend: str | None = None) -> Toolchain:
         common = ("-std=c++17", "-O3", "-Xcompiler", "-fPIC", inc)
         return Toolchain(
             backend, arch, compiler, version, common + gencode + ("-x", "cu"), common,
-            ("-shared", "-Xlinker", "-Bsymbolic") + gencode, ".cu", **torch_parts,
+            ("-shared",) + gencode, ".cu", **torch_parts,
         )  # fmt: skip
     if backend == "rocm":
         compiler, version = _compiler_identity(
@@ -215,7 +215,7 @@ def select(backend: str | None = None) -> Toolchain:
         common = ("-std=c++17", "-O3", "-fPIC", "-ffp-contract=off", inc)
         return Toolchain(
             backend, arch, compiler, version, common + offload + ("-x", "hip"), common,
-            ("-shared", "-fPIC", "-Wl,-Bsymbolic") + offload, ".hip", **torch_parts,
+            ("-shared", "-fPIC") + offload, ".hip", **torch_parts,
         )  # fmt: skip
     raise ToolchainError(f"backend must be one of {BACKENDS}, got {backend!r}")
 

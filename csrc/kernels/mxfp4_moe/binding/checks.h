@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace aiter_aux {
@@ -28,11 +28,21 @@ namespace {
 
 using torch::stable::Tensor;
 
+// Message text from strings and integers.  No iostream: its locale machinery is shared
+// with the process's libstdc++ in ways a module built by another compiler may not match
+// (an ostream << int crashed in the module on the H200: g++ 13 module, torch 2.11).
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+void append(std::string& s, I v) {
+  s += std::to_string(v);
+}
+
 template <class... A>
 std::string cat(const A&... a) {
-  std::ostringstream o;
-  (o << ... << a);
-  return o.str();
+  std::string s;
+  (append(s, a), ...);
+  return s;
 }
 
 [[noreturn]] inline void fail(const char* type, const std::string& msg) {
