@@ -1,0 +1,182 @@
+"""Compiler resolution (the name invoked, launchers, bad CXX), ninja path escaping and the
+environment module.  Builds run in a subprocess and load the module with ctypes (they need
+torch, which the binding links); the other tests are torch-free.  Tests that need clang or
+ccache skip when it is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiter_aux import env
+from aiter_aux.jit import toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = (256, 3072, 256, 8)
+BUILD = r"""
+import ctypes, json, sys
+import torch  # the module's binding links libtorch_cpu
+from aiter_aux.jit.build import build_module
+from aiter_aux.jit.toolchain import select
+r = build_module(shapes=[tuple(json.loads(sys.argv[1]))], backend="cpu")
+ctypes.CDLL(str(r.module_path))  # RTLD_NOW: an unresolved symbol fails here
+tc = select("cpu")
+print(json.dumps({"compiled": r.compiled, "dir": str(r.build_dir), "module": str(r.module_path),
+                  "fingerprint": tc.fingerprint, "launcher": list(getattr(tc, "launcher", ()))}))
+"""
+
+
+def clean_env(**extra) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in env.VARS}
+    return {**base, **extra}
+
+
+def run_build(cache: Path, **extra) -> dict:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (the module's binding compiles against it)")
+    e = clean_env(AITER_AUX_CACHE_DIR=str(cache), **extra)
+    p = subprocess.run(
+        [sys.executable, "-c", BUILD, json.dumps(SHAPE)], capture_output=True, text=True, env=e
+    )
+    if p.returncode:
+        raise AssertionError(p.stderr[-4000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    for name in env.VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+# ---- D4: a compiler the user names must exist and run -------------------------------------
+
+
+@pytest.mark.parametrize("cxx", ["/nonexistent/clang++", "clang++-99", "g++ -m64", "'g++"])
+def test_bad_cxx_is_an_error_naming_it(no_env, cxx):
+    no_env.setenv("CXX", cxx)
+    with pytest.raises(toolchain.ToolchainError, match=re.escape(f"CXX={cxx!r}")):
+        toolchain.select("cpu")
+
+
+def test_cxx_that_cannot_run(no_env, tmp_path):
+    broken = tmp_path / "broken-c++"
+    broken.write_text("#!/bin/sh\necho 'broken' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    no_env.setenv("CXX", str(broken))
+    with pytest.raises(toolchain.ToolchainError, match="cannot run the compiler CXX=.*exited"):
+        toolchain.select("cpu")
+
+
+def test_launcher_in_cxx_is_split_or_refused(no_env):
+    no_env.setenv("CXX", "ccache g++")
+    if not shutil.which("ccache"):
+        with pytest.raises(toolchain.ToolchainError, match="AITER_AUX_CXX_LAUNCHER"):
+            toolchain.select("cpu")
+        return
+    tc = toolchain.select("cpu")
+    assert os.path.basename(tc.launcher[0]) == "ccache" and tc.compiler == shutil.which("g++")
+    no_env.setenv("AITER_AUX_CXX_LAUNCHER", "ccache")
+    with pytest.raises(toolchain.ToolchainError, match="AITER_AUX_CXX_LAUNCHER is set too"):
+        toolchain.select("cpu")
+
+
+def test_missing_launcher_is_an_error(no_env):
+    no_env.setenv("AITER_AUX_CXX_LAUNCHER", "no-such-launcher-xyz")
+    with pytest.raises(toolchain.ToolchainError, match="no-such-launcher-xyz"):
+        toolchain.select("cpu")
+
+
+# ---- D2: the compiler is invoked under the name the user gave ----------------------------
+
+
+def _clang_cxx_driver() -> str | None:
+    """A clang++ whose resolved path is the C driver ``clang`` (the D2 setup)."""
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        for p in sorted(Path(d).glob("clang++*")) if os.path.isdir(d) else ():
+            real = os.path.basename(os.path.realpath(p))
+            if os.access(p, os.X_OK) and "++" not in real and real.startswith("clang"):
+                return p.name
+    return None
+
+
+def test_cxx_symlink_to_c_driver_builds_a_loadable_module(tmp_path):
+    name = _clang_cxx_driver()
+    if not name:
+        pytest.skip("no clang++ on PATH that links to the clang C driver")
+    probe = tmp_path / "probe.cpp"
+    probe.write_text("int f() { return 0; }\n")
+    cmd = [name, "-fopenmp", "-shared", "-fPIC", str(probe), "-o", str(tmp_path / "p.so")]
+    if subprocess.run(cmd, capture_output=True).returncode:
+        pytest.skip(f"{name} cannot link with -fopenmp (libomp missing)")
+    got = run_build(tmp_path / "cache", CXX=name)
+    assert got["compiled"] == 6  # and the module loaded (ctypes.CDLL in the subprocess)
+    ninja = (Path(got["dir"]) / "build.ninja").read_text()
+    assert f"cxx = {shutil.which(name)}\n" in ninja
+
+
+def test_c_and_cxx_driver_of_one_binary_have_different_keys(no_env, tmp_path):
+    name = _clang_cxx_driver()
+    if not name:
+        pytest.skip("no clang++ on PATH that links to the clang C driver")
+    link = tmp_path / "clang"  # the C driver name of the same binary
+    link.symlink_to(os.path.realpath(shutil.which(name)))
+    no_env.setenv("CXX", str(link))
+    as_c = toolchain.select("cpu")
+    no_env.setenv("CXX", name)
+    as_cxx = toolchain.select("cpu")
+    assert as_c.compiler == str(link) and as_c.fingerprint != as_cxx.fingerprint
+    cxx_link = tmp_path / "clang++"  # another path to the same C++ driver: same key
+    cxx_link.symlink_to(os.path.realpath(shutil.which(name)))
+    no_env.setenv("CXX", str(cxx_link))
+    assert toolchain.select("cpu").fingerprint == as_cxx.fingerprint
+
+
+# ---- the environment module ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("MAX_JOBS", "abc"), ("MAX_JOBS", "-1"), ("MAX_JOBS", "0"), ("AITER_AUX_LOCK_TIMEOUT", "abc"),
+     ("AITER_AUX_LOCK_TIMEOUT", "nan"), ("AITER_AUX_VERBOSE", "maybe")],
+)  # fmt: skip
+def test_bad_values_raise_env_error(no_env, name, value):
+    no_env.setenv(name, value)
+    with pytest.raises(env.EnvError, match=re.escape(f"{name}={value!r}: expected")) as e:
+        env.get(name)
+    assert isinstance(e.value, ValueError) and e.value.name == name
+
+
+def test_values_and_defaults(no_env):
+    assert env.get("MAX_JOBS") is None and env.get("AITER_AUX_LOCK_TIMEOUT") == 900.0
+    assert env.get("AITER_AUX_REBUILD") is False
+    no_env.setenv("MAX_JOBS", " 3 ")
+    no_env.setenv("AITER_AUX_REBUILD", "true")
+    no_env.setenv("AITER_AUX_LOCK_TIMEOUT", "")
+    assert env.get("MAX_JOBS") == 3 and env.get("AITER_AUX_REBUILD") is True
+    assert env.get("AITER_AUX_LOCK_TIMEOUT") == 900.0 and not env.is_set("AITER_AUX_LOCK_TIMEOUT")
+    with pytest.raises(KeyError):
+        env.get("AITER_AUX_NOT_A_VARIABLE")
+
+
+def test_bad_backend_is_a_toolchain_error(no_env):
+    no_env.setenv("AITER_AUX_BACKEND", "tpu")
+    with pytest.raises(toolchain.ToolchainError, match="AITER_AUX_BACKEND='tpu'.*cpu, cuda, rocm"):
+        toolchain.default_backend()
+
+
+def test_env_cli_renders_markdown():
+    p = subprocess.run(
+        [sys.executable, "-m", "aiter_aux.env", "--markdown"], capture_output=True, text=True
+    )
+    assert p.returncode == 0 and p.stdout == env.render_markdown()
+    assert {m for m in re.findall(r"^- `(\w+)`", p.stdout, re.M)} == set(env.VARS)
