@@ -141,6 +141,61 @@ def test_c_and_cxx_driver_of_one_binary_have_different_keys(no_env, tmp_path):
     assert toolchain.select("cpu").fingerprint == as_cxx.fingerprint
 
 
+# ---- D3: compiler launchers --------------------------------------------------------------
+
+
+def test_launcher_prefixes_compiles_not_the_key(tmp_path):
+    log = tmp_path / "launched.log"
+    launcher = tmp_path / "my launcher"
+    launcher.write_text(f'#!/bin/sh\necho "$*" >> \'{log}\'\nexec "$@"\n')
+    launcher.chmod(0o755)
+    plain = run_build(tmp_path / "a")
+    launched = run_build(tmp_path / "b", AITER_AUX_CXX_LAUNCHER=f"'{launcher}'")
+    assert launched["fingerprint"] == plain["fingerprint"]
+    assert launched["launcher"] == [str(launcher)] and plain["launcher"] == []
+    lines = log.read_text().splitlines()
+    assert len(lines) == 9 and all(" -c " in ln for ln in lines)  # 6 instances + 3, no link
+
+
+def test_ccache_masquerade_first_on_path(tmp_path):
+    ccache = shutil.which("ccache")
+    if not ccache:
+        pytest.skip("ccache is not installed")
+    masq = tmp_path / "ccache-bin"
+    masq.mkdir()
+    for name in ("c++", "g++", "clang++"):
+        (masq / name).symlink_to(ccache)
+    plain = run_build(tmp_path / "a")
+    path = f"{masq}{os.pathsep}{os.environ['PATH']}"
+    got = run_build(tmp_path / "b", PATH=path, CCACHE_DIR=str(tmp_path / "ccache"))
+    assert got["compiled"] == 6 and got["fingerprint"] == plain["fingerprint"]
+    assert got["launcher"] == [os.path.realpath(ccache)]
+
+
+# ---- D12: '$', ':' and spaces in the source and cache paths ------------------------------
+
+
+def test_dollar_colon_space_in_source_and_cache_paths(tmp_path):
+    weird = tmp_path / "a $b:c d"
+    for sub in ("codegen", "templates", "csrc"):
+        shutil.copytree(ROOT / sub, weird / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache $x:y z"
+    cold = run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))
+    assert cold["compiled"] == 6
+    noop = run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))
+    assert noop["compiled"] == 0 and noop["module"] == cold["module"]
+    header = weird / "csrc" / "kernels" / "mxfp4_moe" / "mxfp4_moe_aux_abi.h"
+    header.write_text(header.read_text() + "\n// edited\n")
+    assert run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))["compiled"] == 6
+
+
+def test_ninja_path_escaping():
+    from aiter_aux.jit.ninja_file import command, path
+
+    assert path("/a $b:c d/x.cpp") == "/a$ $$b$:c$ d/x.cpp"
+    assert command(["-I/a $b"]) == "'-I/a $$b'"
+
+
 # ---- the environment module ---------------------------------------------------------------
 
 
