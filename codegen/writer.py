@@ -1,7 +1,9 @@
 """Write generated sources: only when their bytes change, atomically, removing stale ones.
 
 A file is written to a temporary name in the same directory and moved into place with
-``os.replace``, so a crash mid-generation never leaves a truncated source behind.
+``os.replace``, so a crash mid-generation never leaves a truncated source behind.  This is
+the project's one atomic-write helper (:func:`stage`, :func:`atomic_write`): the builder's
+publish and the catalog edit use it too (stdlib only, so the generator can).
 Instance files (matching the backend's instance glob and carrying the generated stamp)
 whose key is no longer in the catalog are removed; other files are left alone.
 """
@@ -31,6 +33,34 @@ class GenerateResult:
         return len(self.instance_files)
 
 
+def stage(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> Path:
+    """Write ``data`` to a new temporary file next to ``path`` (``.<name>.*.tmp``, which
+    a cleanup may glob for) with permissions ``mode``; returns its path.  The caller moves
+    it into place with ``os.replace`` (or removes it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            if fsync:
+                os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> None:
+    """Replace ``path`` by ``data`` atomically: a reader sees the old or the new bytes."""
+    tmp = stage(path, data, mode, fsync=fsync)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_if_different(path: Path, text: str) -> bool:
     """Atomically write ``text`` to ``path`` unless it already holds exactly that.
     Returns True when the file was written."""
@@ -41,14 +71,7 @@ def write_if_different(path: Path, text: str) -> bool:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, fsync=False)  # regenerated from the catalog if ever lost
     return True
 
 

@@ -229,6 +229,16 @@ def test_bad_backend_is_a_toolchain_error(no_env):
         toolchain.default_backend()
 
 
+def test_atomic_write_helpers(tmp_path):
+    writer = toolchain.codegen_module("writer")
+    target = tmp_path / "f.bin"
+    writer.atomic_write(target, b"one", 0o640)
+    assert target.read_bytes() == b"one" and (target.stat().st_mode & 0o777) == 0o640
+    assert writer.write_if_different(target, "one") is False
+    assert writer.write_if_different(target, "two") is True and target.read_text() == "two"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_env_cli_renders_markdown():
     p = subprocess.run(
         [sys.executable, "-m", "aiter_aux.env", "--markdown"], capture_output=True, text=True
