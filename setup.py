@@ -10,7 +10,6 @@ dynamic symbol table), so the tag states what the build really satisfies.
 """
 
 import logging
-import os
 import platform
 import re
 import subprocess
@@ -21,10 +20,13 @@ from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from aiter_aux import env  # noqa: E402  (stdlib only; every variable is read through it)
 
 
 def _prebuild() -> bool:
-    return os.environ.get("AITER_AUX_PREBUILD", "").strip() not in ("", "0", "false", "False")
+    return env.get("AITER_AUX_PREBUILD")
 
 
 class BuildPy(build_py):
@@ -32,7 +34,6 @@ class BuildPy(build_py):
         super().run()
         if self.editable_mode or self.dry_run:
             return  # an editable install reads the checkout's sources directly
-        sys.path.insert(0, str(HERE))
         from aiter_aux.jit.aot import build_into
 
         build_temp = Path(self.get_finalized_command("build").build_temp).resolve()

@@ -37,7 +37,6 @@ import importlib.util
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,16 +211,13 @@ def _remove(text: str, path: Path, name: str, shape: Shape) -> tuple[str, int]:
 def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
     """Stage every new text next to its file, then move them into place; on a failure,
     restore the files already moved (with ``os.rename``) and re-raise."""
-    staged: list[tuple[Path, str]] = []
+    from aiter_aux.jit.paths import codegen_module
+
+    stage = codegen_module("writer").stage  # the project's one atomic-write helper
+    staged: list[tuple[Path, Path]] = []
     try:
         for path, text in new_texts.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            staged.append((path, tmp))
-            with os.fdopen(fd, "wb") as f:
-                f.write(text.encode())
-                f.flush()
-                os.fchmod(f.fileno(), path.stat().st_mode & 0o7777)
-                os.fsync(f.fileno())
+            staged.append((path, stage(path, text.encode(), path.stat().st_mode & 0o7777)))
         done: list[Path] = []
         try:
             for path, tmp in staged:
@@ -229,15 +225,12 @@ def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
                 done.append(path)
         except BaseException:
             for path in done:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(old_texts[path].encode())
-                    os.fchmod(f.fileno(), path.stat().st_mode & 0o7777)
-                os.rename(tmp, path)
+                mode = path.stat().st_mode & 0o7777
+                os.rename(stage(path, old_texts[path].encode(), mode, fsync=False), path)
             raise
     finally:
         for _path, tmp in staged:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
 
 
 def _files(gen_file, ops_file) -> dict[Path, str]:

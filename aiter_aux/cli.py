@@ -12,9 +12,10 @@ aiter-aux remove-shape E,MODEL_DIM,INTER,TOPK [--no-build]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
+
+from . import env
 
 
 def _shape(text: str) -> tuple[int, int, int, int]:
@@ -133,12 +134,15 @@ def cmd_doctor(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .jit.paths import codegen_module
+
+    backends = codegen_module("instances").BACKENDS  # the one list (stdlib-only module)
     parser = argparse.ArgumentParser(prog="aiter-aux", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("build", help="generate and compile the module for the whole catalog")
     p.add_argument(
         "--backend",
-        choices=("cpu", "cuda", "rocm"),
+        choices=backends,
         default=None,
         help="default: $AITER_AUX_BACKEND, else the visible GPU's, else cpu",
     )
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("clean", help="remove the build cache ($AITER_AUX_CACHE_DIR)")
     p.set_defaults(func=cmd_clean)
     p = sub.add_parser("doctor", help="backend, compilers, cache state, what would be rebuilt")
-    p.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default=None)
+    p.add_argument("--backend", choices=backends, default=None)
     p.add_argument("--no-dry-run", action="store_true", help="skip `ninja -n` on a temp copy")
     p.set_defaults(func=cmd_doctor)
     for name, what in (
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "add-shape":
             p.add_argument("--note", default=None, help="the comment of the new line (model name)")
         p.add_argument("--no-build", action="store_true", help="edit only, do not rebuild")
-        p.add_argument("--backend", choices=("cpu", "cuda", "rocm"), default=None)
+        p.add_argument("--backend", choices=backends, default=None)
         p.set_defaults(func=cmd_edit_shape)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if os.environ.get("AITER_AUX_TIMING"):
+        if env.get("AITER_AUX_TIMING"):
             print(f"[{time.perf_counter() - t0:.2f} s]", file=sys.stderr)
 
 

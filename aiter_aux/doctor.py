@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from . import __version__
+from . import env as aux_env
 
 _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] (CXX|LINK) (.*)$")
 
@@ -124,7 +125,7 @@ def _environment(r: _Report) -> None:
     try:
         root = source_root()
         kind = "shipped in the install" if root == pkg / "_src" else "source checkout"
-        if os.environ.get("AITER_AUX_SOURCE_DIR"):
+        if aux_env.is_set("AITER_AUX_SOURCE_DIR"):
             kind = "AITER_AUX_SOURCE_DIR"
         r.line("sources", f"{root} ({kind})")
     except FileNotFoundError as e:
@@ -154,7 +155,7 @@ def _toolchain(r: _Report, backend: str | None):
 
     try:
         chosen = backend or toolchain.default_backend()
-        why = ("--backend" if backend else "AITER_AUX_BACKEND" if os.environ.get(
+        why = ("--backend" if backend else "AITER_AUX_BACKEND" if aux_env.is_set(
             "AITER_AUX_BACKEND") else "detected (GPU device nodes)" if chosen != "cpu"
             else "default (no GPU device node)")  # fmt: skip
         r.line("backend", f"{chosen} ({why})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,15 +74,15 @@ VARS: dict[str, Var] = {
         Var("AITER_AUX_BACKEND", _str, "a backend", None,
             "the visible GPU's, else `cpu`", "`cpu`, `cuda` or `rocm`"),
         Var("AITER_AUX_ARCH", _str, "a target arch list", None,
-            "the visible GPU's (`TORCH_CUDA_ARCH_LIST` for cuda)",
+            "the visible GPU's; for cuda `TORCH_CUDA_ARCH_LIST` first",
             "target arch(s), comma-separated, e.g. `sm_90`, `gfx950`"),
         Var("TORCH_CUDA_ARCH_LIST", _str, "a CUDA arch list", None, "",
             "cuda: target archs when `AITER_AUX_ARCH` is unset, e.g. `9.0;10.0`"),
         Var("CXX", _str, "a C++ compiler", None, "`c++`, `g++` or `clang++` on PATH",
-            "cpu: the C++ compiler, invoked under this name; `\"ccache g++\"` is read as "
-            "launcher + compiler"),
+            "cpu: the C++ compiler, invoked under this name; `\"ccache g++\"` is split into "
+            "launcher and compiler"),
         Var("AITER_AUX_NVCC", _str, "a compiler", None, "`nvcc` on PATH",
-            "cuda: the compiler (also scripts/compile_check.py's)"),
+            "cuda: the compiler, also of scripts/compile_check.py"),
         Var("AITER_AUX_HIPCC", _str, "a compiler", None, "`hipcc` or `amdclang++` on PATH",
             "rocm: the compiler"),
         Var("AITER_AUX_CXX_LAUNCHER", _str, "a launcher command", None, "",
@@ -129,12 +130,14 @@ def is_set(name: str) -> bool:
 
 
 def render_markdown() -> str:
-    """The README's environment list: one line per variable, in table order."""
-    lines = []
+    """The README's environment list: one item per variable, in table order."""
+    items = []
     for v in VARS.values():
         default = f" (default: {v.default_doc})" if v.default_doc else ""
-        lines.append(f"- `{v.name}`: {v.doc}{default}.")
-    return "\n".join(lines) + "\n"
+        item = f"- `{v.name}`: {v.doc}{default}."
+        items.append(textwrap.fill(item, 92, subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False))  # fmt: skip
+    return "\n".join(items) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

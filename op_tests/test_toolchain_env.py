@@ -229,6 +229,52 @@ def test_bad_backend_is_a_toolchain_error(no_env):
         toolchain.default_backend()
 
 
+def test_readme_lists_every_variable():
+    readme = (ROOT / "README.md").read_text()
+    assert env.render_markdown() in readme, (
+        "README's environment list differs from aiter_aux/env.py: paste the output of "
+        "`python -m aiter_aux.env --markdown` into README's 'Environment:' paragraph"
+    )
+
+
+# os.environ.get("NAME") / os.environ["NAME"] / os.getenv("NAME"), or NAME a constant
+_DIRECT_READ = re.compile(
+    r"""(?:os\.environ(?:\.get)?|os\.getenv)\s*[\[(]\s*(?:["'](\w+)["']|([A-Z][A-Z0-9_]*)\b)"""
+)
+
+
+def _project_variable(match: re.Match) -> bool:
+    literal, constant = match.groups()
+    return bool(constant) or literal.startswith("AITER_AUX_") or literal in env.VARS
+
+
+def test_variables_are_read_only_through_env_module():
+    files = [ROOT / "setup.py"]
+    for sub in ("aiter_aux", "codegen", "benchmarks", "scripts"):
+        files += sorted((ROOT / sub).rglob("*.py"))
+    offenders = [
+        f"{p.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for p in files
+        if p.name != "env.py" and "_src" not in p.parts
+        for text in [p.read_text()]
+        for m in _DIRECT_READ.finditer(text)
+        if _project_variable(m)
+    ]
+    assert not offenders, "read these through aiter_aux.env.get:\n" + "\n".join(offenders)
+
+
+def test_backend_list_is_defined_once():
+    assert toolchain.backends() == ("cpu", "cuda", "rocm")
+    literal = re.compile(r"""\(\s*["']cpu["'],\s*["']cuda["'],\s*["']rocm["']\s*\)""")
+    hits = [
+        str(p.relative_to(ROOT))
+        for sub in ("aiter_aux", "codegen")
+        for p in sorted((ROOT / sub).rglob("*.py"))
+        if "_src" not in p.parts and literal.search(p.read_text())
+    ]
+    assert hits == ["codegen/instances.py"]
+
+
 def test_atomic_write_helpers(tmp_path):
     writer = toolchain.codegen_module("writer")
     target = tmp_path / "f.bin"

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from aiter_aux import env  # noqa: E402
 from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
 
 HW_FP4 = "v_cvt_scalef32_pk_fp4_bf16"
@@ -38,15 +39,19 @@ QUANTISING_OPS = ("mxfp4_quant", "moe_sort_quant")
 
 def amd_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
-        os.environ.get("HIP_CLANG", "clang++-22"), "-x", "hip", f"--offload-arch={arch}",
+        env.get("HIP_CLANG"), "-x", "hip", f"--offload-arch={arch}",
         "--rocm-path=/usr", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-std=c++17", "-O3",
         "--cuda-device-only", "-S", "-Wall", f"-I{kernels_dir()}", str(src), "-o", str(out),
     ]  # fmt: skip
 
 
+def _nvcc() -> str:
+    return env.get("AITER_AUX_NVCC") or "nvcc"
+
+
 def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
-        os.environ.get("NVCC", "nvcc"), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
+        _nvcc(), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
         f"-gencode=arch=compute_{arch[3:]},code={arch}", "-x", "cu", f"-I{kernels_dir()}",
         "-c", str(src), "-o", str(out),
     ]  # fmt: skip
@@ -97,8 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    need = {("clang++-22" if t.startswith("gfx") else "nvcc") for t in targets}
-    missing = [c for c in need if not shutil.which(os.environ.get("HIP_CLANG", c))]
+    need = {env.get("HIP_CLANG") if t.startswith("gfx") else _nvcc() for t in targets}
+    missing = [c for c in need if not shutil.which(c)]
     if missing:
         print(f"compile_check: missing compilers {missing}", file=sys.stderr)
         return 1

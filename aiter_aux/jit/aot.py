@@ -28,6 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from .. import env as aux_env
 from . import prebuilt as pb_mod
 
 ENV_FLAG = "AITER_AUX_PREBUILD"
@@ -35,7 +36,7 @@ ENV_SHAPES = "AITER_AUX_PREBUILD_SHAPES"
 
 
 def prebuild_requested() -> bool:
-    return os.environ.get(ENV_FLAG, "").strip() not in ("", "0", "false", "False")
+    return aux_env.get(ENV_FLAG)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
@@ -92,8 +93,8 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
     from .build import _sha256, build_module
     from .progress import Reporter
 
-    backend = os.environ.get("AITER_AUX_BACKEND") or "cpu"
-    shapes = parse_shapes(os.environ[ENV_SHAPES]) if os.environ.get(ENV_SHAPES) else None
+    backend = aux_env.get("AITER_AUX_BACKEND") or "cpu"
+    shapes = parse_shapes(aux_env.get(ENV_SHAPES)) if aux_env.get(ENV_SHAPES) else None
     env = dict(
         AITER_AUX_SOURCE_DIR=str(src),
         AITER_AUX_CACHE_DIR=str(work_dir),

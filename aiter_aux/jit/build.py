@@ -27,13 +27,13 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ninja import BIN_DIR
 
+from .. import env as aux_env
 from . import toolchain as toolchain_mod
 from .lock import BuildLock, LockTimeoutError  # noqa: F401 (re-exported)
 from .ninja_file import render_build_ninja
@@ -69,10 +69,6 @@ class BuildResult:
     waited_s: float = 0.0  # time spent waiting for the build lock
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip() not in ("", "0", "false", "False")
-
-
 def check_safe(path: Path) -> None:
     """Refuse a path that another user could write (group/world-writable or foreign owner).
     Raises :class:`CacheSafetyError` naming the path, the reason and the fix."""
@@ -103,17 +99,7 @@ def _ensure_dir(path: Path) -> None:
 
 
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    codegen_module("writer").atomic_write(path, data, mode)
 
 
 def _sha256(path: Path) -> str:
@@ -164,8 +150,8 @@ _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool]:
     cmd = [str(Path(BIN_DIR) / "ninja"), "-C", str(directory)]
-    if os.environ.get("MAX_JOBS"):
-        cmd += ["-j", str(int(os.environ["MAX_JOBS"]))]
+    if aux_env.get("MAX_JOBS"):
+        cmd += ["-j", str(aux_env.get("MAX_JOBS"))]
     if verbose:
         cmd.append("-v")
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
@@ -216,12 +202,12 @@ def build_module(
     :class:`JitDisabledError`, :class:`CacheSafetyError` or ``ValueError`` (bad catalog)."""
     t0 = time.perf_counter()
     tc = toolchain_mod.select(backend)
-    verbose = _env_flag("AITER_AUX_VERBOSE") if verbose is None else verbose
-    force = _env_flag("AITER_AUX_REBUILD") if force is None else force
+    verbose = aux_env.get("AITER_AUX_VERBOSE") if verbose is None else verbose
+    force = aux_env.get("AITER_AUX_REBUILD") if force is None else force
     gen = codegen_module("gen_instances")
     shapes = list(gen.SHAPES if shapes is None else shapes)
     directory = build_dir(tc)
-    if _env_flag("AITER_AUX_DISABLE_JIT"):
+    if aux_env.get("AITER_AUX_DISABLE_JIT"):
         return _cached_or_raise(tc, gen, shapes, t0)
     _ensure_dir(cache_root())
     _ensure_dir(directory)

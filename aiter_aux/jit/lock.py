@@ -27,6 +27,8 @@ from pathlib import Path
 
 import filelock
 
+from .. import env
+
 try:
     import fcntl
 except ImportError:  # Windows: builders are serialised by .lock only
@@ -101,7 +103,7 @@ class BuildLock:
     def __enter__(self) -> BuildLock:
         _THREAD_LOCK.acquire()
         start = time.monotonic()
-        limit = float(os.environ.get("AITER_AUX_LOCK_TIMEOUT", "900"))
+        limit = env.get("AITER_AUX_LOCK_TIMEOUT")
         try:
             wait_for(self._try_filelock, self.path, self.what, start, limit)
             try:

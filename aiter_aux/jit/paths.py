@@ -9,10 +9,11 @@ directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from functools import cache
 from pathlib import Path
+
+from .. import env
 
 MODULE_NAME = "module_moe_mxfp4_aux"
 _PKG_DIR = Path(__file__).resolve().parents[1]
@@ -22,8 +23,8 @@ _PKG_DIR = Path(__file__).resolve().parents[1]
 def source_root() -> Path:
     """The directory holding codegen/, templates/ and csrc/: ``$AITER_AUX_SOURCE_DIR``, else
     ``aiter_aux/_src`` of an installed wheel, else the source checkout."""
-    env = os.environ.get("AITER_AUX_SOURCE_DIR")
-    candidates = [Path(env)] if env else [_PKG_DIR / "_src", _PKG_DIR.parent]
+    given = env.get("AITER_AUX_SOURCE_DIR")
+    candidates = [Path(given)] if given else [_PKG_DIR / "_src", _PKG_DIR.parent]
     for candidate in candidates:
         if (candidate / "codegen" / "gen_instances.py").is_file():
             return candidate
@@ -37,8 +38,8 @@ def kernels_dir() -> Path:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("AITER_AUX_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "aiter_aux"
+    given = env.get("AITER_AUX_CACHE_DIR")
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "aiter_aux"
 
 
 @cache
