@@ -38,7 +38,7 @@ class DryRun:
 
     compile: list[str] = field(default_factory=list)
     link: bool = False
-    total: int = 0  # translation units of the build (instances, lookup, module_common)
+    total: int = 0  # translation units of the build (instances, lookup, module_common, binding)
 
 
 def dry_run(tc, shapes) -> DryRun:
@@ -59,7 +59,7 @@ def dry_run(tc, shapes) -> DryRun:
             shutil.copytree(directory, work, symlinks=True, ignore=skip)
         gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
         text = render_build_ninja(
-            tc, gen.instance_files, gen.lookup_file, sources_digest(tc.backend)
+            tc, gen.instance_files, gen.lookup_file, sources_digest(tc.backend), gen.binding_file
         )
         codegen_module("writer").write_if_different(work / "build.ninja", text)
         p = subprocess.run(
@@ -71,7 +71,7 @@ def dry_run(tc, shapes) -> DryRun:
         )
     if p.returncode:
         raise RuntimeError(f"ninja -n failed: {(p.stdout + p.stderr).strip()[-500:]}")
-    result = DryRun(total=len(gen.instance_files) + 2)
+    result = DryRun(total=len(gen.instance_files) + 3)
     for line in p.stdout.splitlines():
         m = _STATUS_RE.match(line)
         if m:
