@@ -2,9 +2,10 @@
 
 A serving engine pays the CPU time of each call (argument parsing, dispatch, validation,
 launch) on top of the kernel.  This benchmark times a host-bound loop of back-to-back calls
-(no synchronisation inside the loop) at M = 1, for every op in both forms (allocating and
-``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and ``aiter_aux.ops.<op>``),
-on the CPU (where the time includes the tiny M = 1 kernel) and, when present, on the GPU.
+(no synchronisation inside the loop) at M = 1 (``--tokens``), for every op in both forms
+(allocating and ``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and
+``aiter_aux.ops.<op>``), on the CPU (where the time includes the kernel: M = 0 leaves only
+the call) and, when present, on the GPU.
 Each row is the median of ``--repeats`` loops of ``--calls`` calls (spread: min to max of
 the loops), in µs per call, and its ratio to ``torch.add(a, b)`` of the same run.
 
@@ -29,17 +30,19 @@ from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.ops import aux_ops  # noqa: E402
 
 
-def _inputs(shape, device):
-    """Valid M = 1 arguments of every op, with preallocated outputs."""
+def _inputs(shape, device, m: int):
+    """Valid arguments of every op for M tokens, with preallocated outputs."""
     e, d, _inter, k = shape
-    m, bm = 1, 32
+    bm = 32
     g = torch.Generator().manual_seed(0)
-    ids = torch.randperm(e, generator=g)[:k].to(torch.int32).view(1, k)
+    ids = torch.empty(m, k, dtype=torch.int32)
+    for t in range(m):  # k distinct experts per token
+        ids[t] = torch.randperm(e, generator=g)[:k]
     w = torch.rand(m, k, generator=g)
     x = torch.randn(m, d, generator=g).to(torch.bfloat16)
     s = ref.moe_sort(ids, w, e, bm)
     q, sc = ref.mxfp4_quant(x)
-    rows = s.sorted_token_ids.numel()
+    rows = max(1, s.sorted_token_ids.numel())
     eo = torch.randn(rows, d, generator=g).to(torch.bfloat16)
     eo_q = torch.randint(0, 256, (rows, d // 2), generator=g, dtype=torch.uint8)
     eo_s = torch.randint(100, 140, (rows, d // 32), generator=g, dtype=torch.uint8)
@@ -91,8 +94,8 @@ def _per_call_us(fn, calls: int, repeats: int, sync) -> list[float]:
     return times
 
 
-def run(device: torch.device, shape, calls: int, repeats: int) -> list[dict]:
-    cases, (a, b) = _inputs(shape, device)
+def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1) -> list[dict]:
+    cases, (a, b) = _inputs(shape, device, m)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     rows = []
     base = _per_call_us(lambda: torch.add(a, b), calls, repeats, sync)
@@ -111,7 +114,7 @@ def run(device: torch.device, shape, calls: int, repeats: int) -> list[dict]:
                 rows.append(dict(op=name, form="out" if out_form else "alloc", api=api,
                                  times=times))  # fmt: skip
     for r in rows:
-        r.update(device=str(device), shape=",".join(map(str, shape)), M=1)
+        r.update(device=str(device), shape=",".join(map(str, shape)), M=m)
         r["median_us"] = statistics.median(r["times"])
         r["min_us"], r["max_us"] = min(r["times"]), max(r["times"])
         r["x_add"] = r["median_us"] / base_med
@@ -123,6 +126,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None, help="comma list (default: cpu, and cuda if any)")
     p.add_argument("--shape", default="257,7168,256,9", help="E,MODEL_DIM,INTER,TOPK")
     p.add_argument("--calls", type=int, default=2000, help="calls per timed loop")
+    p.add_argument("--tokens", default="1", help="comma list of M (M = 0 on the CPU: the cost "
+                   "of the call without the kernel's work)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=7, help="timed loops per row")
     p.add_argument("--csv", type=Path, help="write the rows to this CSV file")
     args = p.parse_args(argv)
@@ -131,13 +136,15 @@ def main(argv=None) -> int:
         ["cuda"] if torch.cuda.is_available() else [])  # fmt: skip
     rows = []
     for dev in devices:
-        rows += run(torch.device(dev), shape, args.calls, args.repeats)
-    print(f"host cost per call, M = 1, shape {args.shape}, torch {torch.__version__}; "
+        for m in (int(t) for t in args.tokens.split(",")):
+            rows += run(torch.device(dev), shape, args.calls, args.repeats, m)
+    print(f"host cost per call, shape {args.shape}, torch {torch.__version__}; "
           f"median of {args.repeats} loops x {args.calls} calls (min-max)")  # fmt: skip
-    print(f"{'device':<7} {'op':<24} {'api':<14} {'us/call':>8} {'min-max':>13} {'x add':>6}")
+    print(f"{'device':<7} {'M':>2} {'op':<24} {'api':<14} {'us/call':>8} {'min-max':>13} "
+          f"{'x add':>6}")  # fmt: skip
     for r in rows:
         spread = f"{r['min_us']:.1f}-{r['max_us']:.1f}"
-        print(f"{r['device']:<7} {r['op']:<24} {r['api']:<14} {r['median_us']:>8.2f} "
+        print(f"{r['device']:<7} {r['M']:>2} {r['op']:<24} {r['api']:<14} {r['median_us']:>8.2f} "
               f"{spread:>13} {r['x_add']:>6.2f}")  # fmt: skip
     if args.csv:
         fields = ["device", "shape", "M", "op", "form", "api", "median_us", "min_us", "max_us",
