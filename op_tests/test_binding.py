@@ -160,3 +160,30 @@ def test_module_shares_no_symbol_with_another_module(cpu_module):
                          text=True, check=True).stdout  # fmt: skip
     unique = [ln for ln in out.splitlines() if " u " in ln and "aiter_aux::binding" in ln]
     assert not unique, unique
+
+
+def test_public_api_is_annotated():
+    """Every public function (ops, reference, predicates) annotates each parameter and its
+    return type; the package ships py.typed."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    import aiter_aux
+
+    assert (Path(aiter_aux.__file__).parent / "py.typed").is_file()
+    modules = ["aiter_aux.ops.aux_ops", "aiter_aux.reference", "aiter_aux.ops.moe_mxfp4_aux"]
+    missing = []
+    for name in modules:
+        mod = importlib.import_module(name)
+        names = getattr(mod, "__all__", None) or [n for n in vars(mod) if n.startswith("is_")]
+        for attr in names:
+            fn = getattr(mod, attr)
+            if not inspect.isfunction(fn):
+                continue
+            sig = inspect.signature(fn)
+            if sig.return_annotation is inspect.Signature.empty:
+                missing.append(f"{name}.{attr} -> ?")
+            missing += [f"{name}.{attr}({p})" for p, v in sig.parameters.items()
+                        if v.annotation is inspect.Parameter.empty]  # fmt: skip
+    assert not missing, missing
