@@ -51,7 +51,8 @@ class OpSpec:
 _SORT_OUTPUTS = ("sorted_token_ids", "sorted_weights", "m_indices", "sorted_expert_ids",
                  "num_valid_ids", "reverse_sorted")  # fmt: skip
 _SORT_INPUTS = "Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m"
-_ZERO_BUF = "Tensor(z!)? zero_buf=None"
+_ZERO_BUF = "Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None"
+_SCALE = "float routed_scaling_factor=1.0"
 
 OPS: dict[str, OpSpec] = {
     spec.name: spec
@@ -71,12 +72,12 @@ OPS: dict[str, OpSpec] = {
         OpSpec("moe_scatter_reduce", ("model_dim", "topk"), "AiterAuxScatterArgs",
                "AITER_AUX_OP_MOE_SCATTER_REDUCE", ("d", "k"),
                "Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights, int topk",
-               ("out",)),
+               ("out",), _SCALE),
         OpSpec("moe_scatter_reduce_q", ("model_dim", "topk"), "AiterAuxScatterArgs",
                "AITER_AUX_OP_MOE_SCATTER_REDUCE_Q", ("d", "k"),
                "Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, "
                "Tensor sorted_weights, int topk",
-               ("out",)),
+               ("out",), _SCALE),
     )
 }  # fmt: skip
 
@@ -109,7 +110,7 @@ def schema_args(schema: str) -> list[tuple[str, str]]:
         if part == "*":
             continue
         typ, name = part.split("=")[0].split()
-        base = typ.split("(")[0] + ("?" if typ.endswith("?") else "")
+        base = typ.split("(")[0].rstrip("?") + ("?" if typ.endswith("?") else "")
         out.append((base, name))
     return out
 

@@ -67,12 +67,13 @@ def _static(*tensors: T | None) -> bool:
     return all(isinstance(s, int) for t in tensors if t is not None for s in t.shape)
 
 
-def _sort_shapes(ids: T, w: T, num_experts: int, block_m: int, zero_buf, x=None):
-    """(M, topk, max_rows) with the reference's checks when sizes are static."""
-    if _static(ids, w, zero_buf, x):
+def _sort_shapes(ids: T, w: T, num_experts: int, block_m: int, zero_buf, x=None, opts=(None, None)):
+    """(M, topk, max_rows) with the reference's checks when sizes are static; ``opts`` is
+    (expert_map, zero_buf_init)."""
+    if _static(ids, w, zero_buf, x, *opts):
         if x is None:
-            return V.validate_moe_sort(ids, w, num_experts, block_m, zero_buf)
-        return V.validate_moe_sort_quant(ids, w, x, num_experts, block_m, zero_buf)[:3]
+            return V.validate_moe_sort(ids, w, num_experts, block_m, zero_buf, *opts)
+        return V.validate_moe_sort_quant(ids, w, x, num_experts, block_m, zero_buf, *opts)[:3]
     V.check_tensor(ids, "topk_ids", torch.int32, 2, "[M, topk]")
     V.check_tensor(w, "topk_weights", torch.float32, 2, "[M, topk]")
     m, k = ids.shape
@@ -80,8 +81,11 @@ def _sort_shapes(ids: T, w: T, num_experts: int, block_m: int, zero_buf, x=None)
     return m, k, (m * k + V.validate_num_experts(num_experts) * (b - 1) + b - 1) // b * b
 
 
-def _fake_sort(topk_ids, topk_weights, num_experts, block_m, *, zero_buf=None):
-    m, k, max_rows = _sort_shapes(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+def _fake_sort(topk_ids, topk_weights, num_experts, block_m, *, zero_buf=None, expert_map=None,
+               zero_buf_init=None):  # fmt: skip
+    m, k, max_rows = _sort_shapes(
+        topk_ids, topk_weights, num_experts, block_m, zero_buf, None, (expert_map, zero_buf_init)
+    )
     i32 = topk_ids.new_empty
     return (i32(max_rows), topk_weights.new_empty(max_rows), i32(max_rows),
             i32(max_rows // block_m), i32(2), i32(m * k))  # fmt: skip
@@ -96,8 +100,11 @@ def _fake_quant(x):
     return x.new_empty(m, d // 2, dtype=torch.uint8), x.new_empty(m, d // 32, dtype=torch.uint8)
 
 
-def _fake_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None):
-    _sort_shapes(topk_ids, topk_weights, num_experts, block_m, zero_buf, x)
+def _fake_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None,
+                     expert_map=None, zero_buf_init=None):  # fmt: skip
+    _sort_shapes(
+        topk_ids, topk_weights, num_experts, block_m, zero_buf, x, (expert_map, zero_buf_init)
+    )
     return (*_fake_sort(topk_ids, topk_weights, num_experts, block_m), *_fake_quant(x))
 
 
@@ -109,14 +116,15 @@ def _fake_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m):
     return a_scale.new_empty(out_rows, a_scale.shape[1])
 
 
-def _fake_scatter(expert_out, reverse_sorted, sorted_weights, topk):
+def _fake_scatter(expert_out, reverse_sorted, sorted_weights, topk, *, routed_scaling_factor=1.0):
     if _static(expert_out, reverse_sorted, sorted_weights):
         V.validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights, topk)
     m = reverse_sorted.shape[0] // V.validate_topk(topk)
     return expert_out.new_empty(m, expert_out.shape[1])
 
 
-def _fake_scatter_q(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk):
+def _fake_scatter_q(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, *,
+                    routed_scaling_factor=1.0):  # fmt: skip
     if _static(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights):
         V.validate_moe_scatter_reduce_q(
             expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
@@ -127,9 +135,11 @@ def _fake_scatter_q(expert_out_q, expert_out_scale, reverse_sorted, sorted_weigh
 
 # The _out fakes: the reference's checks of inputs, buffers and overlap (static sizes only:
 # a symbolic size would turn every check into a guard), then nothing to compute.
-def _fake_sort_out(topk_ids, topk_weights, num_experts, block_m, *outs, zero_buf=None):
-    if _static(topk_ids, topk_weights, zero_buf, *outs):
-        V.check_moe_sort_call(topk_ids, topk_weights, num_experts, block_m, outs, zero_buf)
+def _fake_sort_out(topk_ids, topk_weights, num_experts, block_m, *outs, zero_buf=None,
+                   expert_map=None, zero_buf_init=None):  # fmt: skip
+    if _static(topk_ids, topk_weights, zero_buf, expert_map, zero_buf_init, *outs):
+        V.check_moe_sort_call(topk_ids, topk_weights, num_experts, block_m, outs, zero_buf,
+                              expert_map, zero_buf_init)  # fmt: skip
 
 
 def _fake_quant_out(x, a_q, a_scale):
@@ -137,11 +147,13 @@ def _fake_quant_out(x, a_q, a_scale):
         V.check_mxfp4_quant_call(x, a_q, a_scale)
 
 
-def _fake_sort_quant_out(topk_ids, topk_weights, x, num_experts, block_m, *outs, zero_buf=None):
-    if _static(topk_ids, topk_weights, x, zero_buf, *outs):
+def _fake_sort_quant_out(topk_ids, topk_weights, x, num_experts, block_m, *outs, zero_buf=None,
+                         expert_map=None, zero_buf_init=None):  # fmt: skip
+    if _static(topk_ids, topk_weights, x, zero_buf, expert_map, zero_buf_init, *outs):
         V.check_moe_sort_quant_call(
-            topk_ids, topk_weights, x, num_experts, block_m, outs[:6], outs[6], outs[7], zero_buf
-        )
+            topk_ids, topk_weights, x, num_experts, block_m, outs[:6], outs[6], outs[7], zero_buf,
+            expert_map, zero_buf_init,
+        )  # fmt: skip
 
 
 def _fake_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales):
@@ -151,16 +163,20 @@ def _fake_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sor
         )
 
 
-def _fake_scatter_out(expert_out, reverse_sorted, sorted_weights, topk, out):
+def _fake_scatter_out(expert_out, reverse_sorted, sorted_weights, topk, out, *,
+                      routed_scaling_factor=1.0):  # fmt: skip
     if _static(expert_out, reverse_sorted, sorted_weights, out):
-        V.check_moe_scatter_reduce_call(expert_out, reverse_sorted, sorted_weights, topk, out)
+        V.check_moe_scatter_reduce_call(expert_out, reverse_sorted, sorted_weights, topk, out,
+                                        routed_scaling_factor)  # fmt: skip
 
 
-def _fake_scatter_q_out(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out):
+def _fake_scatter_q_out(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
+                        *, routed_scaling_factor=1.0):  # fmt: skip
     if _static(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, out):
         V.check_moe_scatter_reduce_q_call(
-            expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
-        )
+            expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
+            routed_scaling_factor,
+        )  # fmt: skip
 
 
 FAKES = {

@@ -101,16 +101,19 @@ def moe_sort_out(
     out: Sequence[Tensor],
     *,
     zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
 ) -> MoeSortOutput:
     """Sort token->expert pairs into ``out`` (a :class:`MoeSortOutput` of preallocated
     buffers); semantics, shapes and errors as :func:`aiter_aux.reference.moe_sort_out`.
     Rows past ``num_valid_ids[0]`` are not written.  Returns ``out``."""
     try:
-        _moe_sort_out(topk_ids, topk_weights, num_experts, block_m, *out, zero_buf=zero_buf)
+        _moe_sort_out(topk_ids, topk_weights, num_experts, block_m, *out, zero_buf=zero_buf,
+                      expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.check_moe_sort_call(topk_ids, topk_weights, num_experts, block_m, out,
-                                             zero_buf)  # fmt: skip
+                                             zero_buf, expert_map, zero_buf_init)  # fmt: skip
         ) from None
     return out
 
@@ -122,16 +125,23 @@ def moe_sort(
     block_m: int,
     *,
     zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
 ) -> MoeSortOutput:
     """Sort token->expert pairs by expert, padded to ``block_m`` (see
     :func:`aiter_aux.reference.moe_sort`: topk_ids int32 [M, topk], topk_weights float32
     [M, topk] -> :class:`MoeSortOutput` of capacity ``moe_sort_capacity(M, topk,
-    num_experts, block_m)``).  ``zero_buf`` (bf16, any shape) is zeroed in the same call."""
+    num_experts, block_m)``).  ``zero_buf`` (bf16, any shape) is zeroed in the same call, or
+    set to ``zero_buf_init`` (e.g. the shared expert's output); with ``expert_map`` (int32
+    ``[num_global_experts]``, expert parallelism) ``topk_ids`` hold global ids and a pair's
+    expert is ``expert_map[id]`` (not local when < 0 or >= num_experts)."""
     try:
-        r = _moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf=zero_buf)
+        r = _moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf=zero_buf,
+                      expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
-            e, lambda: V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+            e, lambda: V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf,
+                                           expert_map, zero_buf_init)  # fmt: skip
         ) from None
     return MoeSortOutput(*r)
 
@@ -168,17 +178,21 @@ def moe_sort_quant_out(
     a_scale: Tensor,
     *,
     zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU);
     outputs identical to the separate ops.  Returns ``(out, a_q, a_scale)``."""
     try:
         _moe_sort_quant_out(
-            topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale, zero_buf=zero_buf
-        )
+            topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale, zero_buf=zero_buf,
+            expert_map=expert_map, zero_buf_init=zero_buf_init,
+        )  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.check_moe_sort_quant_call(topk_ids, topk_weights, x, num_experts,
-                                                   block_m, out, a_q, a_scale, zero_buf)
+                                                   block_m, out, a_q, a_scale, zero_buf,
+                                                   expert_map, zero_buf_init)
         ) from None  # fmt: skip
     return out, a_q, a_scale
 
@@ -191,14 +205,17 @@ def moe_sort_quant(
     block_m: int,
     *,
     zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``."""
     try:
-        r = _moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf)
+        r = _moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf,
+                            expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.validate_moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m,
-                                                 zero_buf)
+                                                 zero_buf, expert_map, zero_buf_init)
         ) from None  # fmt: skip
     return MoeSortOutput(*r[:6]), r[6], r[7]
 
@@ -238,32 +255,47 @@ def moe_sort_scales(
 
 
 def moe_scatter_reduce_out(
-    expert_out: Tensor, reverse_sorted: Tensor, sorted_weights: Tensor, topk: int, out: Tensor
+    expert_out: Tensor,
+    reverse_sorted: Tensor,
+    sorted_weights: Tensor,
+    topk: int,
+    out: Tensor,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Weighted top-k reduce of ``expert_out`` bf16 [rows, model_dim] (sorted order) back to
     tokens: ``out`` bf16 [M, model_dim], M = reverse_sorted.numel() // topk (see
     :func:`aiter_aux.reference.moe_scatter_reduce`).  On CPU, row indices >= rows raise
-    ``ValueError``; on GPU they are not read (checking would synchronise)."""
+    ``ValueError``; on GPU they are not read (checking would synchronise).  The fp32 sum is
+    multiplied by ``routed_scaling_factor`` (fp32) before the bf16 rounding."""
     try:
-        _scatter_out(expert_out, reverse_sorted, sorted_weights, topk, out)
+        _scatter_out(expert_out, reverse_sorted, sorted_weights, topk, out,
+                     routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.check_moe_scatter_reduce_call(expert_out, reverse_sorted,
-                                                       sorted_weights, topk, out)
+                                                       sorted_weights, topk, out,
+                                                       routed_scaling_factor)
         ) from None  # fmt: skip
     return out
 
 
 def moe_scatter_reduce(
-    expert_out: Tensor, reverse_sorted: Tensor, sorted_weights: Tensor, topk: int
+    expert_out: Tensor,
+    reverse_sorted: Tensor,
+    sorted_weights: Tensor,
+    topk: int,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Allocating :func:`moe_scatter_reduce_out`."""
     try:
-        return _scatter(expert_out, reverse_sorted, sorted_weights, topk)
+        return _scatter(expert_out, reverse_sorted, sorted_weights, topk,
+                        routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights,
-                                                     topk)
+                                                     topk, routed_scaling_factor)
         ) from None  # fmt: skip
 
 
@@ -274,17 +306,20 @@ def moe_scatter_reduce_q_out(
     sorted_weights: Tensor,
     topk: int,
     out: Tensor,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """:func:`moe_scatter_reduce_out` with MXFP4 ``expert_out``: e2m1 ``expert_out_q`` uint8
     [rows, model_dim/2] and e8m0 ``expert_out_scale`` uint8 [rows, model_dim/32]
     (scale 255 decodes to NaN)."""
     try:
-        _scatter_q_out(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out)
+        _scatter_q_out(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
+                       routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.check_moe_scatter_reduce_q_call(expert_out_q, expert_out_scale,
                                                          reverse_sorted, sorted_weights, topk,
-                                                         out)
+                                                         out, routed_scaling_factor)
         ) from None  # fmt: skip
     return out
 
@@ -295,12 +330,16 @@ def moe_scatter_reduce_q(
     reverse_sorted: Tensor,
     sorted_weights: Tensor,
     topk: int,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Allocating :func:`moe_scatter_reduce_q_out`."""
     try:
-        return _scatter_q(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk)
+        return _scatter_q(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk,
+                          routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.validate_moe_scatter_reduce_q(expert_out_q, expert_out_scale,
-                                                       reverse_sorted, sorted_weights, topk)
+                                                       reverse_sorted, sorted_weights, topk,
+                                                       routed_scaling_factor)
         ) from None  # fmt: skip

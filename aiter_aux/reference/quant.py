@@ -95,6 +95,8 @@ def moe_sort_quant_out(
     a_scale: torch.Tensor,
     *,
     zero_buf: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    zero_buf_init: torch.Tensor | None = None,
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
     """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU).
 
@@ -109,9 +111,13 @@ def moe_sort_quant_out(
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
     """
     *_, out = V.check_moe_sort_quant_call(
-        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf
-    )
-    _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
+        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf,
+        expert_map, zero_buf_init,
+    )  # fmt: skip
+    _sort_into(
+        topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
+        zero_buf_init,
+    )  # fmt: skip
     _quant_into(x, a_q, a_scale)
     return out, a_q, a_scale
 
@@ -124,6 +130,8 @@ def moe_sort_quant(
     block_m: int,
     *,
     zero_buf: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    zero_buf_init: torch.Tensor | None = None,
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
     """Allocating form of :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``
     shaped as by :func:`moe_sort` and :func:`mxfp4_quant`.
@@ -132,12 +140,13 @@ def moe_sort_quant(
         TypeError, ValueError: as :func:`moe_sort_quant_out`.
     """
     m, topk, max_rows, d = V.validate_moe_sort_quant(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
     )
     dev = topk_ids.device
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), dev)
     a_q = torch.empty(m, d // 2, dtype=torch.uint8, device=dev)
     a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=dev)
     return moe_sort_quant_out(
-        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf
-    )
+        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf,
+        expert_map=expert_map, zero_buf_init=zero_buf_init,
+    )  # fmt: skip

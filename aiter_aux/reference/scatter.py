@@ -12,7 +12,7 @@ from .mxfp4 import _bf16_rne, _decode_mxfp4_rows
 
 
 @torch.no_grad()
-def _scatter_into(rows_fn, reverse_sorted, sorted_weights, topk, m, d, out) -> None:
+def _scatter_into(rows_fn, reverse_sorted, sorted_weights, topk, m, d, out, scale=1.0) -> None:
     """out[t] = bf16(sum_k fp32(rows(p)) * w[p]) with separately rounded fp32 mul and add.
 
     ``rows_fn(p)`` returns the rows ``p`` of expert_out as a new float32 tensor (modified in
@@ -37,6 +37,8 @@ def _scatter_into(rows_fn, reverse_sorted, sorted_weights, topk, m, d, out) -> N
             if n_valid < p.numel():
                 prod.index_fill_(0, torch.nonzero(~valid).squeeze(1), 0.0)
             acc.add_(prod)  # fp32 sum: a separate op, no fused multiply-add
+        if scale != 1.0:  # acc * 1.0f == acc bit for bit, NaN payloads aside (rounded away)
+            acc.mul_(torch.tensor(scale, dtype=torch.float32, device=acc.device))
         out[t0:t1].copy_(_bf16_rne(acc))
 
 
@@ -46,6 +48,8 @@ def moe_scatter_reduce_out(
     sorted_weights: torch.Tensor,
     topk: int,
     out: torch.Tensor,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> torch.Tensor:
     """Weighted sum of each token's expert rows back in token order, into ``out``.
 
@@ -53,7 +57,9 @@ def moe_scatter_reduce_out(
     sorted_weights[p])`` with ``p = reverse_sorted[t*topk + k]``, skipping ``p < 0``; each
     product and each sum is rounded to fp32 separately (no fused multiply-add), starting from
     +0.0.  A token with no local pairs gets +0.0.  ``bf16_rne(NaN)`` is 0x7FC0 for every NaN
-    (whatever its sign and payload).
+    (whatever its sign and payload).  With ``routed_scaling_factor`` (DeepSeek-style models
+    scale the routed sum, e.g. by 2.5), ``out[t] = bf16_rne(fp32(acc) * fp32(factor))``, one
+    more fp32 multiply of the fp32 sum; 1.0 gives the same bytes as no factor.
 
     Args:
         expert_out: bf16 ``[rows, model_dim]`` in sorted order.
@@ -70,7 +76,7 @@ def moe_scatter_reduce_out(
             output too small, or some ``p >= rows`` (ValueError).
     """
     m, rows, d = V.check_moe_scatter_reduce_call(
-        expert_out, reverse_sorted, sorted_weights, topk, out
+        expert_out, reverse_sorted, sorted_weights, topk, out, routed_scaling_factor
     )
     V.validate_reverse_sorted_range(reverse_sorted, rows)
     _scatter_into(
@@ -81,6 +87,7 @@ def moe_scatter_reduce_out(
         m,
         d,
         out,
+        float(routed_scaling_factor),
     )
     return out
 
@@ -90,6 +97,8 @@ def moe_scatter_reduce(
     reverse_sorted: torch.Tensor,
     sorted_weights: torch.Tensor,
     topk: int,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> torch.Tensor:
     """Allocating form of :func:`moe_scatter_reduce_out`.
 
@@ -99,9 +108,14 @@ def moe_scatter_reduce(
     Raises:
         TypeError, ValueError: as :func:`moe_scatter_reduce_out`.
     """
-    m, _, d = V.validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights, topk)
+    m, _, d = V.validate_moe_scatter_reduce(
+        expert_out, reverse_sorted, sorted_weights, topk, routed_scaling_factor
+    )
     out = torch.empty(m, d, dtype=torch.bfloat16, device=expert_out.device)
-    return moe_scatter_reduce_out(expert_out, reverse_sorted, sorted_weights, topk, out)
+    return moe_scatter_reduce_out(
+        expert_out, reverse_sorted, sorted_weights, topk, out,
+        routed_scaling_factor=routed_scaling_factor,
+    )  # fmt: skip
 
 
 def moe_scatter_reduce_q_out(
@@ -111,6 +125,8 @@ def moe_scatter_reduce_q_out(
     sorted_weights: torch.Tensor,
     topk: int,
     out: torch.Tensor,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> torch.Tensor:
     """:func:`moe_scatter_reduce_out` with ``expert_out`` in MXFP4.
 
@@ -133,8 +149,9 @@ def moe_scatter_reduce_q_out(
         TypeError, ValueError: as :func:`moe_scatter_reduce_out`.
     """
     m, rows, d = V.check_moe_scatter_reduce_q_call(
-        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
-    )
+        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
+        routed_scaling_factor,
+    )  # fmt: skip
     V.validate_reverse_sorted_range(reverse_sorted, rows)
     _scatter_into(
         lambda p: _decode_mxfp4_rows(
@@ -146,6 +163,7 @@ def moe_scatter_reduce_q_out(
         m,
         d,
         out,
+        float(routed_scaling_factor),
     )
     return out
 
@@ -156,6 +174,8 @@ def moe_scatter_reduce_q(
     reverse_sorted: torch.Tensor,
     sorted_weights: torch.Tensor,
     topk: int,
+    *,
+    routed_scaling_factor: float = 1.0,
 ) -> torch.Tensor:
     """Allocating form of :func:`moe_scatter_reduce_q_out`.
 
@@ -166,9 +186,11 @@ def moe_scatter_reduce_q(
         TypeError, ValueError: as :func:`moe_scatter_reduce_q_out`.
     """
     m, _, d = V.validate_moe_scatter_reduce_q(
-        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
-    )
+        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk,
+        routed_scaling_factor,
+    )  # fmt: skip
     out = torch.empty(m, d, dtype=torch.bfloat16, device=expert_out_q.device)
     return moe_scatter_reduce_q_out(
-        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
-    )
+        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
+        routed_scaling_factor=routed_scaling_factor,
+    )  # fmt: skip

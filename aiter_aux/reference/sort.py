@@ -23,6 +23,8 @@ def _sort_into(
     block_m: int,
     out: MoeSortOutput,
     zero_buf: torch.Tensor | None,
+    expert_map: torch.Tensor | None = None,
+    zero_buf_init: torch.Tensor | None = None,
 ) -> None:
     dev = topk_ids.device
     m, topk = topk_ids.shape
@@ -30,7 +32,7 @@ def _sort_into(
     e = num_experts
     i64 = dict(dtype=torch.int64, device=dev)
 
-    ids = topk_ids.reshape(-1).to(torch.int64)
+    ids = local_expert_ids(topk_ids.reshape(-1), expert_map)
     local = (ids >= 0) & (ids < e)
     # Unique key: expert-major, pair index (t * topk + k) minor; non-local pairs sort last.
     key = torch.where(local, ids, e) * max(n, 1) + torch.arange(n, **i64)
@@ -64,8 +66,25 @@ def _sort_into(
     out.sorted_expert_ids[: total // block_m].copy_(seid.to(torch.int32))
     out.num_valid_ids[:2].copy_(torch.tensor([total, m], dtype=torch.int32))
     out.reverse_sorted[:n].copy_(rev.to(torch.int32))
-    if zero_buf is not None:
+    if zero_buf_init is not None:
+        zero_buf.view(-1).view(torch.int16).copy_(zero_buf_init.reshape(-1).view(torch.int16))
+    elif zero_buf is not None:
         zero_buf.zero_()
+
+
+def local_expert_ids(ids: torch.Tensor, expert_map: torch.Tensor | None) -> torch.Tensor:
+    """The local expert of each id as int64: the id itself without a map; with one,
+    ``expert_map[id]`` for ids in ``[0, len(expert_map))`` and -1 for any other id.  The
+    caller treats values outside ``[0, num_experts)`` as not local."""
+    ids = ids.to(torch.int64)
+    if expert_map is None:
+        return ids
+    g = expert_map.numel()
+    inside = (ids >= 0) & (ids < g)
+    if g == 0:
+        return torch.full_like(ids, -1)
+    mapped = expert_map.to(torch.int64)[ids.clamp(0, g - 1)]
+    return torch.where(inside, mapped, -1)
 
 
 _alloc_sort_out = empty_moe_sort_output
@@ -79,12 +98,18 @@ def moe_sort_out(
     out: MoeSortOutput,
     *,
     zero_buf: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    zero_buf_init: torch.Tensor | None = None,
 ) -> MoeSortOutput:
     """Sort the (token, k) routing pairs by expert into block_m-padded segments, into ``out``.
 
     A pair ``(t, k)`` with ``0 <= topk_ids[t, k] < num_experts`` is *local* and goes to that
-    expert; any other id (-1 from an expert-parallel map, or out of range) is not placed and
-    gets ``reverse_sorted[t * topk + k] = -1``.  Experts appear in ascending order; each
+    expert; any other id (-1, or out of range) is not placed and gets
+    ``reverse_sorted[t * topk + k] = -1``.  With an ``expert_map`` (expert parallelism:
+    ``topk_ids`` hold global ids), the pair's expert is ``expert_map[id]`` for ids in
+    ``[0, len(expert_map))``; it is local when that value is in ``[0, num_experts)`` (a map
+    value < 0 marks an expert of another rank; one >= num_experts is a caller error, treated
+    as not local on every backend, unchecked).  Experts appear in ascending order; each
     expert's pairs are contiguous in ascending ``(t, k)`` order, and its segment is padded up to
     a multiple of ``block_m`` rows; an expert with no pairs takes no rows.
 
@@ -102,7 +127,10 @@ def moe_sort_out(
             ``< num_valid_ids[0] / block_m``; ``num_valid_ids[:2] = [rows incl. padding, M]``;
             ``reverse_sorted[:M * topk]``.  Everything past that is left untouched.
         zero_buf: optional contiguous bf16 tensor (typically ``[M, model_dim]``), all of whose
-            elements are set to +0.0.
+            elements are set to +0.0 (or copied from ``zero_buf_init``).
+        expert_map: optional int32 ``[num_global_experts]``: global id -> local expert.
+        zero_buf_init: optional bf16 tensor with ``zero_buf``'s element count (e.g. the shared
+            expert's output), copied bit for bit into ``zero_buf`` instead of zeros.
 
     Returns:
         ``out`` as a :class:`MoeSortOutput`.
@@ -112,8 +140,13 @@ def moe_sort_out(
         ValueError: wrong shape, non-contiguous, mixed devices, ints out of range, buffers too
             small.
     """
-    *_, out = V.check_moe_sort_call(topk_ids, topk_weights, num_experts, block_m, out, zero_buf)
-    _sort_into(topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf)
+    *_, out = V.check_moe_sort_call(
+        topk_ids, topk_weights, num_experts, block_m, out, zero_buf, expert_map, zero_buf_init
+    )
+    _sort_into(
+        topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
+        zero_buf_init,
+    )  # fmt: skip
     return out
 
 
@@ -124,6 +157,8 @@ def moe_sort(
     block_m: int,
     *,
     zero_buf: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    zero_buf_init: torch.Tensor | None = None,
 ) -> MoeSortOutput:
     """Allocating form of :func:`moe_sort_out` (buffers from :func:`torch.empty`).
 
@@ -137,6 +172,11 @@ def moe_sort(
     Raises:
         TypeError, ValueError: as :func:`moe_sort_out`.
     """
-    m, topk, max_rows = V.validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+    m, topk, max_rows = V.validate_moe_sort(
+        topk_ids, topk_weights, num_experts, block_m, zero_buf, expert_map, zero_buf_init
+    )
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), topk_ids.device)
-    return moe_sort_out(topk_ids, topk_weights, num_experts, block_m, out, zero_buf=zero_buf)
+    return moe_sort_out(
+        topk_ids, topk_weights, num_experts, block_m, out, zero_buf=zero_buf,
+        expert_map=expert_map, zero_buf_init=zero_buf_init,
+    )  # fmt: skip

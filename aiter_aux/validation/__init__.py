@@ -40,6 +40,7 @@ from .ints import (
     validate_model_dim,
     validate_num_experts,
     validate_num_tokens,
+    validate_scale,
     validate_sort_sizes,
     validate_topk,
 )
@@ -63,7 +64,15 @@ from .ops import (
     validate_mxfp4_quant_out,
     validate_reverse_sorted_range,
 )
-from .tensors import check_buffer, check_no_overlap, check_same_device, check_tensor, check_zero_buf
+from .tensors import (
+    check_buffer,
+    check_expert_map,
+    check_no_overlap,
+    check_same_device,
+    check_tensor,
+    check_zero_buf,
+    check_zero_buf_init,
+)
 
 __all__ = [
     "BLOCK_M_VALUES",
@@ -76,6 +85,9 @@ __all__ = [
     "check_buffer",
     "check_zero_buf",
     "check_no_overlap",
+    "check_expert_map",
+    "check_zero_buf_init",
+    "validate_scale",
     "check_moe_sort_call",
     "check_mxfp4_quant_call",
     "check_moe_sort_quant_call",

@@ -104,3 +104,10 @@ def validate_sort_sizes(
             f"must fit in int32 (<= {MAX_ROWS_LIMIT}); M={m}, topk={k}"
         )
     return max_rows
+
+
+def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
+    """Return ``value`` as a float (any int or float; bool and other types raise TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    return float(value)

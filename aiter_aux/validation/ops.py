@@ -12,14 +12,22 @@ import torch
 
 from aiter_aux.types import MoeSortOutput
 
-from .ints import validate_block_m, validate_model_dim, validate_sort_sizes, validate_topk
+from .ints import (
+    validate_block_m,
+    validate_model_dim,
+    validate_scale,
+    validate_sort_sizes,
+    validate_topk,
+)
 from .tensors import (
     _shape_str,
     check_buffer,
+    check_expert_map,
     check_no_overlap,
     check_same_device,
     check_tensor,
     check_zero_buf,
+    check_zero_buf_init,
 )
 
 
@@ -40,6 +48,8 @@ def validate_moe_sort(
     num_experts: object,
     block_m: object,
     zero_buf: object = None,
+    expert_map: object = None,
+    zero_buf_init: object = None,
 ) -> tuple[int, int, int]:
     """Check the inputs of ``moe_sort``.
 
@@ -49,6 +59,8 @@ def validate_moe_sort(
         num_experts: ``1 <= num_experts <= 1024``.
         block_m: one of 16, 32, 64, 128.
         zero_buf: None, or a contiguous bf16 tensor of any shape on the same device.
+        expert_map: None, or int32 ``[num_global_experts]`` on the same device.
+        zero_buf_init: None, or bf16 with ``zero_buf``'s element count (zero_buf required).
 
     Returns:
         ``(M, topk, max_rows)``.
@@ -59,6 +71,8 @@ def validate_moe_sort(
     ids, w = _check_routing(topk_ids, topk_weights)
     check_same_device(topk_ids=ids, topk_weights=w)
     check_zero_buf(zero_buf, ids.device)
+    check_expert_map(expert_map, ids.device)
+    check_zero_buf_init(zero_buf_init, zero_buf, ids.device)
     m, k = ids.shape
     max_rows = validate_sort_sizes(m, k, num_experts, block_m)
     return m, k, max_rows
@@ -149,6 +163,8 @@ def validate_moe_sort_quant(
     num_experts: object,
     block_m: object,
     zero_buf: object = None,
+    expert_map: object = None,
+    zero_buf_init: object = None,
 ) -> tuple[int, int, int, int]:
     """Check the inputs of ``moe_sort_quant``: those of ``moe_sort`` and ``mxfp4_quant``, with
     ``x.shape[0] == topk_ids.shape[0]`` and all tensors on one device.
@@ -163,6 +179,8 @@ def validate_moe_sort_quant(
     mx, d = validate_mxfp4_quant(x)
     check_same_device(topk_ids=ids, topk_weights=w, x=x)
     check_zero_buf(zero_buf, ids.device)
+    check_expert_map(expert_map, ids.device)
+    check_zero_buf_init(zero_buf_init, zero_buf, ids.device)
     m, k = ids.shape
     if mx != m:
         raise ValueError(f"x must have M = topk_ids.shape[0] = {m} rows, got {mx}")
@@ -245,7 +263,11 @@ def _check_scatter_routing(
 
 
 def validate_moe_scatter_reduce(
-    expert_out: object, reverse_sorted: object, sorted_weights: object, topk: object
+    expert_out: object,
+    reverse_sorted: object,
+    sorted_weights: object,
+    topk: object,
+    routed_scaling_factor: object = 1.0,
 ) -> tuple[int, int, int]:
     """Check the inputs of ``moe_scatter_reduce``.
 
@@ -254,6 +276,7 @@ def validate_moe_scatter_reduce(
         reverse_sorted: int32 1-D ``[M * topk]``.
         sorted_weights: float32 1-D with at least ``rows`` elements.
         topk: ``1 <= topk <= 255``.
+        routed_scaling_factor: a float (int accepted) scaling each token's sum.
 
     Returns:
         ``(M, rows, model_dim)``.
@@ -268,6 +291,7 @@ def validate_moe_scatter_reduce(
         raise ValueError("expert_out must have model_dim >= 1 columns, got 0")
     m, rev, sw = _check_scatter_routing(reverse_sorted, sorted_weights, topk, rows)
     check_same_device(expert_out=eo, reverse_sorted=rev, sorted_weights=sw)
+    validate_scale(routed_scaling_factor)
     return m, rows, d
 
 
@@ -277,6 +301,7 @@ def validate_moe_scatter_reduce_q(
     reverse_sorted: object,
     sorted_weights: object,
     topk: object,
+    routed_scaling_factor: object = 1.0,
 ) -> tuple[int, int, int]:
     """Check the inputs of ``moe_scatter_reduce_q``.
 
@@ -306,6 +331,7 @@ def validate_moe_scatter_reduce_q(
         )
     m, rev, sw = _check_scatter_routing(reverse_sorted, sorted_weights, topk, rows)
     check_same_device(expert_out_q=q, expert_out_scale=s, reverse_sorted=rev, sorted_weights=sw)
+    validate_scale(routed_scaling_factor)
     return m, rows, 32 * cs
 
 
@@ -347,15 +373,31 @@ def validate_reverse_sorted_range(reverse_sorted: torch.Tensor, rows: int) -> No
 # written and read memory.  The reference and the fake implementations call these.
 
 
+def _sort_reads(topk_ids, topk_weights, x, expert_map, zero_buf_init) -> dict:
+    reads = {"topk_ids": topk_ids, "topk_weights": topk_weights}
+    if x is not None:
+        reads["x"] = x
+    return {**reads, "expert_map": expert_map, "zero_buf_init": zero_buf_init}
+
+
 def check_moe_sort_call(
-    topk_ids, topk_weights, num_experts, block_m, out, zero_buf=None
+    topk_ids,
+    topk_weights,
+    num_experts,
+    block_m,
+    out,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
 ) -> tuple[int, int, int, MoeSortOutput]:
     """All checks of ``moe_sort_out``; returns ``(M, topk, max_rows, out)``."""
-    m, k, max_rows = validate_moe_sort(topk_ids, topk_weights, num_experts, block_m, zero_buf)
+    m, k, max_rows = validate_moe_sort(
+        topk_ids, topk_weights, num_experts, block_m, zero_buf, expert_map, zero_buf_init
+    )
     out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
     check_no_overlap(
         {**out._asdict(), "zero_buf": zero_buf},
-        {"topk_ids": topk_ids, "topk_weights": topk_weights},
+        _sort_reads(topk_ids, topk_weights, None, expert_map, zero_buf_init),
     )
     return m, k, max_rows, out
 
@@ -369,17 +411,27 @@ def check_mxfp4_quant_call(x, a_q, a_scale) -> tuple[int, int]:
 
 
 def check_moe_sort_quant_call(
-    topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=None
+    topk_ids,
+    topk_weights,
+    x,
+    num_experts,
+    block_m,
+    out,
+    a_q,
+    a_scale,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
 ) -> tuple[int, int, int, int, MoeSortOutput]:
     """All checks of ``moe_sort_quant_out``; returns ``(M, topk, max_rows, model_dim, out)``."""
     m, k, max_rows, d = validate_moe_sort_quant(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
     )
     out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
     validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
     check_no_overlap(
         {**out._asdict(), "a_q": a_q, "a_scale": a_scale, "zero_buf": zero_buf},
-        {"topk_ids": topk_ids, "topk_weights": topk_weights, "x": x},
+        _sort_reads(topk_ids, topk_weights, x, expert_map, zero_buf_init),
     )
     return m, k, max_rows, d, out
 
@@ -398,11 +450,13 @@ def check_moe_sort_scales_call(
 
 
 def check_moe_scatter_reduce_call(
-    expert_out, reverse_sorted, sorted_weights, topk, out
+    expert_out, reverse_sorted, sorted_weights, topk, out, routed_scaling_factor=1.0
 ) -> tuple[int, int, int]:
     """All checks of ``moe_scatter_reduce_out`` but the row-index range; returns
     ``(M, rows, model_dim)``."""
-    m, rows, d = validate_moe_scatter_reduce(expert_out, reverse_sorted, sorted_weights, topk)
+    m, rows, d = validate_moe_scatter_reduce(
+        expert_out, reverse_sorted, sorted_weights, topk, routed_scaling_factor
+    )
     validate_moe_scatter_reduce_out(out, m, d, expert_out.device)
     check_no_overlap(
         {"out": out},
@@ -413,12 +467,23 @@ def check_moe_scatter_reduce_call(
 
 
 def check_moe_scatter_reduce_q_call(
-    expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
+    expert_out_q,
+    expert_out_scale,
+    reverse_sorted,
+    sorted_weights,
+    topk,
+    out,
+    routed_scaling_factor=1.0,
 ) -> tuple[int, int, int]:
     """All checks of ``moe_scatter_reduce_q_out`` but the row-index range; returns
     ``(M, rows, model_dim)``."""
     m, rows, d = validate_moe_scatter_reduce_q(
-        expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
+        expert_out_q,
+        expert_out_scale,
+        reverse_sorted,
+        sorted_weights,
+        topk,
+        routed_scaling_factor,
     )
     validate_moe_scatter_reduce_out(out, m, d, expert_out_q.device)
     check_no_overlap(

@@ -142,6 +142,55 @@ def check_zero_buf(zero_buf: object, device: torch.device) -> torch.Tensor | Non
     return zero_buf
 
 
+def check_expert_map(expert_map: object, device: torch.device) -> torch.Tensor | None:
+    """Check the optional ``expert_map`` of the sort ops: int32 1-D
+    ``[num_global_experts]``, contiguous, on ``device``.  Its values are not read here: a
+    value < 0 or >= num_experts makes the pair not local.
+
+    Raises:
+        TypeError: not a tensor or not int32.
+        ValueError: not 1-D, not contiguous, or on another device than the inputs.
+    """
+    if expert_map is None:
+        return None
+    expert_map = check_tensor(expert_map, "expert_map", torch.int32, 1, "[num_global_experts]")
+    if expert_map.device != device:
+        raise ValueError(
+            f"all tensors must be on one device: expert_map is on {expert_map.device}, "
+            f"inputs on {device}"
+        )
+    return expert_map
+
+
+def check_zero_buf_init(
+    zero_buf_init: object, zero_buf: torch.Tensor | None, device: torch.device
+) -> torch.Tensor | None:
+    """Check the optional ``zero_buf_init`` of the sort ops: bf16, contiguous, the element
+    count of ``zero_buf`` (which must be given), on ``device``.  Its elements are copied
+    into ``zero_buf`` (bit for bit) instead of zeros.
+
+    Raises:
+        TypeError: not a tensor or not bfloat16.
+        ValueError: no ``zero_buf``, another element count, not contiguous, another device.
+    """
+    if zero_buf_init is None:
+        return None
+    if zero_buf is None:
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    zero_buf_init = check_tensor(zero_buf_init, "zero_buf_init", torch.bfloat16)
+    if zero_buf_init.numel() != zero_buf.numel():
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, "
+            f"got {zero_buf_init.numel()}"
+        )
+    if zero_buf_init.device != device:
+        raise ValueError(
+            f"all tensors must be on one device: zero_buf_init is on {zero_buf_init.device}, "
+            f"inputs on {device}"
+        )
+    return zero_buf_init
+
+
 def _span(t: torch.Tensor | None) -> tuple[torch.device, int, int] | None:
     """(device, first byte, end byte) of a contiguous tensor's memory; None when it has no
     bytes or no real storage (meta and fake tensors of a trace)."""

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 2
+#define AITER_AUX_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,6 +55,12 @@ typedef struct AiterAuxSortArgs {
   int32_t* reverse_sorted;      // [num_tokens * topk]  row of (t, k), -1 if not local
   uint16_t* zero_buf;           // optional bf16 buffer zeroed in the same call (NULL: none)
   int64_t zero_numel;           // elements of zero_buf
+  // Expert parallelism: topk_ids hold global ids; the local expert of id g is
+  // expert_map[g] for g in [0, num_global_experts); a pair is local when it is in
+  // [0, num_experts).  NULL: topk_ids hold local ids.
+  const int32_t* expert_map;    // [num_global_experts] or NULL
+  int64_t num_global_experts;
+  const uint16_t* zero_init;    // optional bf16 [zero_numel] copied into zero_buf instead of zeros
 } AiterAuxSortArgs;
 
 // mxfp4_quant (per_1x32).  Compile-time parameter: model_dim.
@@ -98,6 +104,8 @@ typedef struct AiterAuxScatterArgs {
   int32_t model_dim;                 // must equal the instance's
   int32_t topk;                      // must equal the instance's
   uint16_t* out;                     // bf16 [num_tokens, model_dim]
+  float routed_scaling_factor;       // out = bf16_rne(fp32 sum * factor); 1.0: plain sum
+  int32_t reserved1;
 } AiterAuxScatterArgs;
 
 // Every instance function: `args` points to the struct of its op kind;

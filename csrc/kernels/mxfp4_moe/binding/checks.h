@@ -194,6 +194,28 @@ inline void check_zero_buf(const Meta* z, const Meta& on) {
                            ", inputs on ", on.device()));
 }
 
+// validation.tensors.check_expert_map
+inline void check_expert_map(const Meta* m, const Meta& on) {
+  if (!m) return;
+  check_tensor(*m, kInt32(), 1, "[num_global_experts]");
+  if (!m->same_device(on))
+    fail("ValueError", cat("all tensors must be on one device: expert_map is on ", m->device(),
+                           ", inputs on ", on.device()));
+}
+
+// validation.tensors.check_zero_buf_init
+inline void check_zero_buf_init(const Meta* init, const Meta* z, const Meta& on) {
+  if (!init) return;
+  if (!z) fail("ValueError", "zero_buf_init needs zero_buf (the buffer it is copied into)");
+  check_tensor(*init, kBFloat16());
+  if (init->numel != z->numel)
+    fail("ValueError", cat("zero_buf_init must have the ", z->numel, " elements of zero_buf, got ",
+                           init->numel));
+  if (!init->same_device(on))
+    fail("ValueError", cat("all tensors must be on one device: zero_buf_init is on ",
+                           init->device(), ", inputs on ", on.device()));
+}
+
 // validation.tensors.check_no_overlap: every written tensor (outputs, then zero_buf) against
 // every input and every earlier written tensor.
 inline void check_no_overlap(std::initializer_list<const Meta*> written,

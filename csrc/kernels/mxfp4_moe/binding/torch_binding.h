@@ -126,13 +126,29 @@ T* ptr(const Meta* t) {
 }
 
 // ------------------------------------------------------------------- moe_sort(_quant)
+const int32_t kNoExpert = -1;  // the map of an empty expert_map tensor (num_global_experts 0)
+
 struct SortSizes {
   int64_t m, k, max_rows, d;
 };
 
+// The sort's optional tensors (zero_buf, expert_map, zero_buf_init), read once.
+struct SortOptions {
+  std::optional<Meta> zb, map, init;
+  SortOptions(const std::optional<Tensor>& zero_buf, const std::optional<Tensor>& expert_map,
+              const std::optional<Tensor>& zero_buf_init) {
+    if (zero_buf) zb.emplace(*zero_buf, "zero_buf");
+    if (expert_map) map.emplace(*expert_map, "expert_map");
+    if (zero_buf_init) init.emplace(*zero_buf_init, "zero_buf_init");
+  }
+  const Meta* z() const { return zb ? &*zb : nullptr; }
+  const Meta* m() const { return map ? &*map : nullptr; }
+  const Meta* i() const { return init ? &*init : nullptr; }
+};
+
 // validate_moe_sort / validate_moe_sort_quant (x may be null)
 inline SortSizes check_sort_inputs(const Meta& ids, const Meta& w, const Meta* x,
-                                   int64_t num_experts, int64_t block_m, const Meta* zb) {
+                                   int64_t num_experts, int64_t block_m, const SortOptions& opt) {
   check_tensor(ids, kInt32(), 2, "[M, topk]");
   check_tensor(w, kFloat32(), 2, "[M, topk]");
   if (w.size(0) != ids.size(0) || w.size(1) != ids.size(1))
@@ -145,7 +161,9 @@ inline SortSizes check_sort_inputs(const Meta& ids, const Meta& w, const Meta* x
     check_model_dim(d, 32);
   }
   check_same_device({&ids, &w, x});
-  check_zero_buf(zb, ids);
+  check_zero_buf(opt.z(), ids);
+  check_expert_map(opt.m(), ids);
+  check_zero_buf_init(opt.i(), opt.z(), ids);
   const int64_t m = ids.size(0), k = ids.size(1);
   if (x && x->size(0) != m)
     fail("ValueError", cat("x must have M = topk_ids.shape[0] = ", m, " rows, got ", x->size(0)));
@@ -179,12 +197,16 @@ inline void check_quant_out(const Meta& a_q, const Meta& a_scale, int64_t m, int
 
 inline AiterAuxSortArgs sort_args(const Meta& ids, const Meta& w, const SortSizes& s,
                                   int64_t num_experts, int64_t block_m, const SortOut& o,
-                                  const Meta* zb) {
+                                  const SortOptions& opt) {
+  const Meta *zb = opt.z(), *map = opt.m();
   return AiterAuxSortArgs{ptr<const int32_t>(ids), ptr<const float>(w), s.m,
                           int32_t(num_experts), int32_t(s.k), int32_t(block_m), 0, s.max_rows,
                           ptr<int32_t>(o.sti), ptr<float>(o.sw), ptr<int32_t>(o.mi),
                           ptr<int32_t>(o.sei), ptr<int32_t>(o.nv), ptr<int32_t>(o.rev),
-                          ptr<uint16_t>(zb), zb ? zb->numel : 0};
+                          ptr<uint16_t>(zb), zb ? zb->numel : 0,
+                          // a map of 0 entries is "every pair non-local", not "no map"
+                          map ? (map->numel ? ptr<const int32_t>(map) : &kNoExpert) : nullptr,
+                          map ? map->numel : 0, ptr<const uint16_t>(opt.i())};
 }
 
 inline AiterAuxQuantArgs quant_args(const Meta& x, int64_t m, int64_t d, const Meta& a_q,
@@ -197,19 +219,20 @@ inline void moe_sort_out(const Tensor& topk_ids, const Tensor& topk_weights, int
                          int64_t block_m, const Tensor& sorted_token_ids,
                          const Tensor& sorted_weights, const Tensor& m_indices,
                          const Tensor& sorted_expert_ids, const Tensor& num_valid_ids,
-                         const Tensor& reverse_sorted, const std::optional<Tensor>& zero_buf) {
+                         const Tensor& reverse_sorted, const std::optional<Tensor>& zero_buf,
+                         const std::optional<Tensor>& expert_map,
+                         const std::optional<Tensor>& zero_buf_init) {
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights");
-  std::optional<Meta> zb;
-  if (zero_buf) zb.emplace(*zero_buf, "zero_buf");
-  const Meta* z = zb ? &*zb : nullptr;
-  const SortSizes s = check_sort_inputs(ids, w, nullptr, num_experts, block_m, z);
+  const SortOptions opt(zero_buf, expert_map, zero_buf_init);
+  const SortSizes s = check_sort_inputs(ids, w, nullptr, num_experts, block_m, opt);
   const SortOut o(sorted_token_ids, sorted_weights, m_indices, sorted_expert_ids, num_valid_ids,
                   reverse_sorted);
   check_sort_out(o, s, block_m, ids);
-  check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, z}, {&ids, &w});
+  check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, opt.z()},
+                   {&ids, &w, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k)};
   const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT, values);
-  const AiterAuxSortArgs args = sort_args(ids, w, s, num_experts, block_m, o, z);
+  const AiterAuxSortArgs args = sort_args(ids, w, s, num_experts, block_m, o, opt);
   launch(inst, &args, ids);
 }
 
@@ -223,19 +246,18 @@ inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> alloc_sort(con
 
 inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_sort(
     const Tensor& topk_ids, const Tensor& topk_weights, int64_t num_experts, int64_t block_m,
-    const std::optional<Tensor>& zero_buf) {
+    const std::optional<Tensor>& zero_buf, const std::optional<Tensor>& expert_map,
+    const std::optional<Tensor>& zero_buf_init) {
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights");
-  std::optional<Meta> zb;
-  if (zero_buf) zb.emplace(*zero_buf, "zero_buf");
-  const Meta* z = zb ? &*zb : nullptr;
-  const SortSizes s = check_sort_inputs(ids, w, nullptr, num_experts, block_m, z);
-  check_no_overlap({z}, {&ids, &w});
+  const SortOptions opt(zero_buf, expert_map, zero_buf_init);
+  const SortSizes s = check_sort_inputs(ids, w, nullptr, num_experts, block_m, opt);
+  check_no_overlap({opt.z()}, {&ids, &w, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k)};
   const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT, values);
   auto out = alloc_sort(ids, s, block_m);
   const SortOut o(std::get<0>(out), std::get<1>(out), std::get<2>(out), std::get<3>(out),
                   std::get<4>(out), std::get<5>(out));
-  const AiterAuxSortArgs args = sort_args(ids, w, s, num_experts, block_m, o, z);
+  const AiterAuxSortArgs args = sort_args(ids, w, s, num_experts, block_m, o, opt);
   launch(inst, &args, ids);
   return out;
 }
@@ -246,35 +268,34 @@ inline void moe_sort_quant_out(const Tensor& topk_ids, const Tensor& topk_weight
                                const Tensor& m_indices, const Tensor& sorted_expert_ids,
                                const Tensor& num_valid_ids, const Tensor& reverse_sorted,
                                const Tensor& a_q_, const Tensor& a_scale_,
-                               const std::optional<Tensor>& zero_buf) {
+                               const std::optional<Tensor>& zero_buf,
+                               const std::optional<Tensor>& expert_map,
+                               const std::optional<Tensor>& zero_buf_init) {
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
-  std::optional<Meta> zb;
-  if (zero_buf) zb.emplace(*zero_buf, "zero_buf");
-  const Meta* z = zb ? &*zb : nullptr;
-  const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, z);
+  const SortOptions opt(zero_buf, expert_map, zero_buf_init);
+  const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
   const SortOut o(sorted_token_ids, sorted_weights, m_indices, sorted_expert_ids, num_valid_ids,
                   reverse_sorted);
   check_sort_out(o, s, block_m, ids);
   const Meta a_q(a_q_, "a_q"), a_scale(a_scale_, "a_scale");
   check_quant_out(a_q, a_scale, s.m, s.d, x);
-  check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, &a_q, &a_scale, z},
-                   {&ids, &w, &x});
+  check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, &a_q, &a_scale, opt.z()},
+                   {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
   const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT_QUANT, values);
-  const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, z),
+  const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, opt),
                                    quant_args(x, s.m, s.d, a_q, a_scale)};
   launch(inst, &args, x);
 }
 
 inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_sort_quant(
     const Tensor& topk_ids, const Tensor& topk_weights, const Tensor& x_, int64_t num_experts,
-    int64_t block_m, const std::optional<Tensor>& zero_buf) {
+    int64_t block_m, const std::optional<Tensor>& zero_buf,
+    const std::optional<Tensor>& expert_map, const std::optional<Tensor>& zero_buf_init) {
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
-  std::optional<Meta> zb;
-  if (zero_buf) zb.emplace(*zero_buf, "zero_buf");
-  const Meta* z = zb ? &*zb : nullptr;
-  const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, z);
-  check_no_overlap({z}, {&ids, &w, &x});
+  const SortOptions opt(zero_buf, expert_map, zero_buf_init);
+  const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
+  check_no_overlap({opt.z()}, {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
   const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT_QUANT, values);
   auto so = alloc_sort(x, s, block_m);
@@ -282,7 +303,7 @@ inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor
   const SortOut o(std::get<0>(so), std::get<1>(so), std::get<2>(so), std::get<3>(so),
                   std::get<4>(so), std::get<5>(so));
   const Meta a_q(q, "a_q"), a_scale(sc, "a_scale");
-  const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, z),
+  const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, opt),
                                    quant_args(x, s.m, s.d, a_q, a_scale)};
   launch(inst, &args, x);
   return std::tuple_cat(so, std::make_tuple(q, sc));
@@ -410,14 +431,15 @@ inline void check_rows_cpu(const Meta& rev, int64_t rows) {
 }
 
 inline void scatter_run(int32_t op, const Meta* eo, const Meta* q, const Meta* sc, const Meta& rev,
-                        const Meta& sw, const ScatterSizes& s, const Meta& out, const Meta& on) {
+                        const Meta& sw, const ScatterSizes& s, const Meta& out, const Meta& on,
+                        double routed_scaling_factor) {
   check_rows_cpu(rev, s.rows);
   const int32_t values[] = {int32_t(s.d), int32_t(s.k)};
   const AiterAuxInstance& inst = find_instance(op, values);
   const AiterAuxScatterArgs args{ptr<const uint16_t>(eo), ptr<const uint8_t>(q),
                                  ptr<const uint8_t>(sc), s.rows, ptr<const int32_t>(rev),
                                  ptr<const float>(sw), s.m, int32_t(s.d), int32_t(s.k),
-                                 ptr<uint16_t>(out)};
+                                 ptr<uint16_t>(out), float(routed_scaling_factor), 0};
   launch(inst, &args, on);
 }
 
@@ -432,24 +454,27 @@ inline ScatterSizes check_scatter_inputs(const Meta& eo, const Meta& rev, const 
 }
 
 inline void moe_scatter_reduce_out(const Tensor& expert_out, const Tensor& reverse_sorted,
-                                   const Tensor& sorted_weights, int64_t topk, const Tensor& out_) {
+                                   const Tensor& sorted_weights, int64_t topk, const Tensor& out_,
+                                   double routed_scaling_factor) {
   const Meta eo(expert_out, "expert_out"), rev(reverse_sorted, "reverse_sorted"),
       sw(sorted_weights, "sorted_weights");
   const ScatterSizes s = check_scatter_inputs(eo, rev, sw, topk);
   const Meta out(out_, "out");
   check_buffer(out, kBFloat16(), s.m * s.d, eo, 2, s.d);
   check_no_overlap({&out}, {&eo, &rev, &sw});
-  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE, &eo, nullptr, nullptr, rev, sw, s, out, eo);
+  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE, &eo, nullptr, nullptr, rev, sw, s, out, eo,
+              routed_scaling_factor);
 }
 
 inline Tensor moe_scatter_reduce(const Tensor& expert_out, const Tensor& reverse_sorted,
-                                 const Tensor& sorted_weights, int64_t topk) {
+                                 const Tensor& sorted_weights, int64_t topk,
+                                 double routed_scaling_factor) {
   const Meta eo(expert_out, "expert_out"), rev(reverse_sorted, "reverse_sorted"),
       sw(sorted_weights, "sorted_weights");
   const ScatterSizes s = check_scatter_inputs(eo, rev, sw, topk);
   Tensor t = empty(eo, {s.m, s.d}, kBFloat16());
   scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE, &eo, nullptr, nullptr, rev, sw, s,
-              Meta(t, "out"), eo);
+              Meta(t, "out"), eo, routed_scaling_factor);
   return t;
 }
 
@@ -470,24 +495,27 @@ inline ScatterSizes check_scatter_q_inputs(const Meta& q, const Meta& sc, const 
 
 inline void moe_scatter_reduce_q_out(const Tensor& expert_out_q, const Tensor& expert_out_scale,
                                      const Tensor& reverse_sorted, const Tensor& sorted_weights,
-                                     int64_t topk, const Tensor& out_) {
+                                     int64_t topk, const Tensor& out_,
+                                     double routed_scaling_factor) {
   const Meta q(expert_out_q, "expert_out_q"), sc(expert_out_scale, "expert_out_scale"),
       rev(reverse_sorted, "reverse_sorted"), sw(sorted_weights, "sorted_weights");
   const ScatterSizes s = check_scatter_q_inputs(q, sc, rev, sw, topk);
   const Meta out(out_, "out");
   check_buffer(out, kBFloat16(), s.m * s.d, q, 2, s.d);
   check_no_overlap({&out}, {&q, &sc, &rev, &sw});
-  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE_Q, nullptr, &q, &sc, rev, sw, s, out, q);
+  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE_Q, nullptr, &q, &sc, rev, sw, s, out, q,
+              routed_scaling_factor);
 }
 
 inline Tensor moe_scatter_reduce_q(const Tensor& expert_out_q, const Tensor& expert_out_scale,
                                    const Tensor& reverse_sorted, const Tensor& sorted_weights,
-                                   int64_t topk) {
+                                   int64_t topk, double routed_scaling_factor) {
   const Meta q(expert_out_q, "expert_out_q"), sc(expert_out_scale, "expert_out_scale"),
       rev(reverse_sorted, "reverse_sorted"), sw(sorted_weights, "sorted_weights");
   const ScatterSizes s = check_scatter_q_inputs(q, sc, rev, sw, topk);
   Tensor t = empty(q, {s.m, s.d}, kBFloat16());
-  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE_Q, nullptr, &q, &sc, rev, sw, s, Meta(t, "out"), q);
+  scatter_run(AITER_AUX_OP_MOE_SCATTER_REDUCE_Q, nullptr, &q, &sc, rev, sw, s, Meta(t, "out"), q,
+              routed_scaling_factor);
   return t;
 }
 

@@ -35,6 +35,23 @@ constexpr int64_t kInt32Max = 2147483647;
 
 // ------------------------------------------------------------------ moe_sort
 
+// The local expert of topk id `id` as unsigned (>= E, e.g. 2^32 - 1, when not local): the
+// id itself, or expert_map[id] for ids in [0, num_global_experts) with a map.
+inline uint32_t local_expert(const AiterAuxSortArgs& a, int32_t id) {
+  const uint32_t g = static_cast<uint32_t>(id);
+  if (a.expert_map == nullptr) return g;
+  return g < static_cast<uint64_t>(a.num_global_experts) ? static_cast<uint32_t>(a.expert_map[g])
+                                                          : 0xFFFFFFFFu;
+}
+
+// zero_buf := zero_init (bit copy) or +0.0.
+inline void init_zero_buf(const AiterAuxSortArgs& a) {
+  if (a.zero_init != nullptr && a.zero_numel > 0)
+    std::memcpy(a.zero_buf, a.zero_init, static_cast<size_t>(a.zero_numel) * sizeof(uint16_t));
+  else
+    zero_u16(a.zero_buf, a.zero_numel);
+}
+
 template <int NumExperts, int TopK>
 int check_sort(const AiterAuxSortArgs& a, const char* op) {
   if (a.num_experts != NumExperts)
@@ -53,6 +70,9 @@ int check_sort(const AiterAuxSortArgs& a, const char* op) {
   if (a.zero_buf == nullptr && a.zero_numel != 0)
     return invalid_arg("%s: zero_buf is NULL but zero_numel=%lld", op, (long long)a.zero_numel);
   if (a.num_valid_ids == nullptr) return invalid_arg("%s: num_valid_ids is NULL", op);
+  if (a.expert_map == nullptr ? a.num_global_experts != 0 : a.num_global_experts < 0)
+    return invalid_arg("%s: expert_map / num_global_experts=%lld disagree", op,
+                       (long long)a.num_global_experts);
   if (a.num_tokens > 0 &&
       (a.topk_ids == nullptr || a.topk_weights == nullptr || a.sorted_token_ids == nullptr ||
        a.sorted_weights == nullptr || a.m_indices == nullptr || a.sorted_expert_ids == nullptr ||
@@ -73,7 +93,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
   if (M == 0) {
     a.num_valid_ids[0] = 0;
     a.num_valid_ids[1] = 0;
-    zero_u16(a.zero_buf, a.zero_numel);
+    init_zero_buf(a);
     return AITER_AUX_OK;
   }
   const int32_t* __restrict ids = a.topk_ids;
@@ -96,7 +116,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
     int64_t* __restrict hc = h + c * E;
     const int64_t t1 = (c + 1) * tpc < M ? (c + 1) * tpc : M;
     for (int64_t i = c * tpc * TopK; i < t1 * TopK; ++i) {
-      const uint32_t e = static_cast<uint32_t>(ids[i]);
+      const uint32_t e = local_expert(a, ids[i]);
       if (e < static_cast<uint32_t>(E)) ++hc[e];
     }
   }
@@ -132,7 +152,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int k = 0; k < TopK; ++k) {
         const int64_t i = t * TopK + k;
-        const uint32_t e = static_cast<uint32_t>(ids[i]);
+        const uint32_t e = local_expert(a, ids[i]);
         if (e < static_cast<uint32_t>(E)) {
           const int64_t p = pos[e]++;
           sti[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
@@ -165,7 +185,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
 
   a.num_valid_ids[0] = static_cast<int32_t>(total);
   a.num_valid_ids[1] = static_cast<int32_t>(M);
-  zero_u16(a.zero_buf, a.zero_numel);
+  init_zero_buf(a);
   return AITER_AUX_OK;
 }
 
@@ -319,6 +339,7 @@ void scatter_impl(const AiterAuxScatterArgs& a, RowAccum accum) {
   const int32_t* __restrict rev = a.reverse_sorted;
   const float* __restrict sw = a.sorted_weights;
   uint16_t* __restrict out = a.out;
+  const float scale = a.routed_scaling_factor;
   const bool par = M > 1 && M * int64_t(ModelDim) * TopK >= 32768;
 #pragma omp parallel if (par)
   {
@@ -343,6 +364,8 @@ void scatter_impl(const AiterAuxScatterArgs& a, RowAccum accum) {
         float acc[kTile];
         for (int d = 0; d < nd; ++d) acc[d] = 0.0f;
         for (int j = 0; j < n; ++j) accum(ps[j], ws[j], d0, nd, acc);
+        if (scale != 1.0f)  // acc * 1.0f == acc: 1.0 keeps the plain sum's bytes
+          for (int d = 0; d < nd; ++d) acc[d] = acc[d] * scale;
         for (int d = 0; d < nd; ++d) o[d0 + d] = codec::f32_to_bf16_rne(acc[d]);
       }
     }

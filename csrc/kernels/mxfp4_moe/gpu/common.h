@@ -162,6 +162,28 @@ __device__ __forceinline__ void zero_fill_bf16(uint16_t* buf, int64_t n, int64_t
   for (int64_t i = tail_begin + worker; i < n; i += num_workers) buf[i] = 0;
 }
 
+// buf[i] = init[i] (bit copy) for i < n, or zeros without init; 16-byte accesses where
+// both pointers share their alignment.
+__device__ __forceinline__ void init_fill_bf16(uint16_t* buf, const uint16_t* init, int64_t n,
+                                               int64_t worker, int64_t num_workers) {
+  if (init == nullptr) {
+    zero_fill_bf16(buf, n, worker, num_workers);
+    return;
+  }
+  if (buf == nullptr || n <= 0) return;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(buf);
+  const bool same = ((addr ^ reinterpret_cast<uintptr_t>(init)) & 15u) == 0;
+  int64_t head = (!same || (addr & 1u)) ? n : static_cast<int64_t>(((16u - (addr & 15u)) & 15u) >> 1);
+  if (head > n) head = n;
+  const int64_t nvec = (n - head) >> 3;
+  const int64_t tail_begin = head + (nvec << 3);
+  for (int64_t i = worker; i < head; i += num_workers) buf[i] = init[i];
+  uint4* vbuf = reinterpret_cast<uint4*>(buf + head);
+  const uint4* vinit = reinterpret_cast<const uint4*>(init + head);
+  for (int64_t i = worker; i < nvec; i += num_workers) vbuf[i] = vinit[i];
+  for (int64_t i = tail_begin + worker; i < n; i += num_workers) buf[i] = init[i];
+}
+
 // Block-wide exclusive scan of one int per thread.  kThreads = blockDim.x
 // (multiple of kWarpSize, at most kWarpSize^2).  `warp_tot` is shared scratch of
 // kThreads / kWarpSize ints.  Every thread of the block must call it; it

@@ -55,6 +55,15 @@ __host__ __device__ __forceinline__ uint32_t mx_decode_bits(uint32_t nib, uint32
   return sign | ((0x800000u | mant) >> (1 - e));  // e >= -1: exact subnormal
 }
 
+// acc *= routed_scaling_factor, one fp32 multiply each (skipped for 1.0, which gives the
+// same bits: x * 1.0f == x, a NaN's payload is rounded away to 0x7FC0 anyway).
+template <int N>
+__device__ __forceinline__ void scale_sum(float* acc, float scale) {
+  if (scale == 1.0f) return;
+#pragma unroll
+  for (int j = 0; j < N; ++j) acc[j] = f32_mul_rn(acc[j], scale);
+}
+
 template <int D, int K, bool kQ>
 __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatterArgs a,
                                                                   int num_blocks, bool in_al,
@@ -126,6 +135,7 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
         for (int j = 0; j < V; ++j) acc[j] = f32_add_rn(acc[j], f32_mul_rn(v[j], wt[i]));
       }
     }
+    scale_sum<V>(acc, a.routed_scaling_factor);
     uint16_t* dst = a.out + t * D + col;
     if constexpr (V == 8) {
       uint32_t w[4];
@@ -352,6 +362,7 @@ __global__ __launch_bounds__(kThreadsQ, q_min_blocks<K>()) void scatter_reduce_q
         }
       }
     }
+    scale_sum<32>(acc, a.routed_scaling_factor);
     uint16_t* dst = a.out + static_cast<int64_t>(u) * 32;  // = t * D + blk * 32
 #pragma unroll
     for (int g = 0; g < 4; ++g) {

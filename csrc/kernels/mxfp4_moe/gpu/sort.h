@@ -117,6 +117,9 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
     return fail_invalid("%s: null tensor pointer", op);
   if (a.zero_buf != nullptr && a.zero_numel < 0)
     return fail_invalid("%s: zero_numel %lld < 0", op, (long long)a.zero_numel);
+  if (a.expert_map == nullptr ? a.num_global_experts != 0 : a.num_global_experts < 0)
+    return fail_invalid("%s: expert_map / num_global_experts %lld disagree", op,
+                        (long long)a.num_global_experts);
   return AITER_AUX_OK;
 }
 

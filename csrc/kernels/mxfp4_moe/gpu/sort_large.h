@@ -38,7 +38,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp_id(), &wb, &we);
-  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp_id()]);
+  warp_count<E>(a, wb, we, sm.wcnt[warp_id()]);
   block_sync();
   int32_t* row = a.reverse_sorted + cb;
   for (int e = thread_idx(); e < E; e += kSortThreads) {
@@ -140,7 +140,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortAr
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp, &wb, &we);
-  warp_count<E>(a.topk_ids, wb, we, sm.c.wcnt[warp]);
+  warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm.c);
 

@@ -42,10 +42,15 @@ __device__ __forceinline__ lane_mask_t match_key(int key) {
   return peers;
 }
 
+// The key of pair j: its local expert, or E when it is not local (or past `end`).  With an
+// expert map (expert parallelism) the id is global and its expert is expert_map[id].
 template <int E>
-__device__ __forceinline__ int load_key(const int32_t* ids, int j, int end) {
+__device__ __forceinline__ int load_key(const AiterAuxSortArgs& a, int j, int end) {
   if (j >= end) return E;
-  const int id = ids[j];
+  int id = a.topk_ids[j];
+  if (a.expert_map != nullptr)
+    id = static_cast<uint32_t>(id) < static_cast<uint64_t>(a.num_global_experts)
+             ? a.expert_map[id] : -1;
   return (id >= 0 && id < E) ? id : E;
 }
 
@@ -65,13 +70,13 @@ __device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
 // Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
 // keys of kBatch steps are loaded up front so that their latencies overlap.
 template <int E>
-__device__ __forceinline__ void warp_count(const int32_t* ids, int wb, int we, uint16_t* my_cnt) {
+__device__ __forceinline__ void warp_count(const AiterAuxSortArgs& a, int wb, int we, uint16_t* my_cnt) {
   const int lane = lane_id();
   const lane_mask_t lt = lanemask_lt(lane);
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
     int keys[kBatch];
 #pragma unroll
-    for (int s = 0; s < kBatch; ++s) keys[s] = load_key<E>(ids, j0 + s * kWarpSize + lane, we);
+    for (int s = 0; s < kBatch; ++s) keys[s] = load_key<E>(a, j0 + s * kWarpSize + lane, we);
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
       if (j0 + s * kWarpSize >= we) break;  // warp-uniform
@@ -116,7 +121,7 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
       const int j = j0 + s * kWarpSize + lane;
-      keys[s] = load_key<E>(a.topk_ids, j, we);
+      keys[s] = load_key<E>(a, j, we);
       wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
     }
 #pragma unroll

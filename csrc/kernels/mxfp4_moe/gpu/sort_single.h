@@ -25,7 +25,7 @@ __device__ __forceinline__ void small_sort_block(const AiterAuxSortArgs& a, Chun
   block_sync();
   int wb, we;
   warp_range(0, n, warp, &wb, &we);
-  warp_count<E>(a.topk_ids, wb, we, sm.wcnt[warp]);
+  warp_count<E>(a, wb, we, sm.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm);
   block_sync();
@@ -77,7 +77,8 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
   }
   b -= quant_blocks;
   if (b < zero_blocks) {
-    zero_fill_bf16(a.zero_buf, a.zero_numel, static_cast<int64_t>(b) * kThreads + thread_idx(),
+    init_fill_bf16(a.zero_buf, a.zero_init, a.zero_numel,
+                   static_cast<int64_t>(b) * kThreads + thread_idx(),
                    static_cast<int64_t>(zero_blocks) * kThreads);
   }
 }
@@ -156,7 +157,7 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
 #pragma unroll
   for (int i = 0; i < kLeanPer; ++i) {
     const int j = i * kLeanThreads + tid;
-    key[i] = load_key<E>(a.topk_ids, j, n);
+    key[i] = load_key<E>(a, j, n);
     wt[i] = key[i] < E ? a.topk_weights[j] : 0.0f;
   }
   block_sync();
@@ -308,7 +309,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
     for (int i = tid; i < kVec; i += kLeanThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
   }
   const int j = tid;
-  const int key = load_key<E>(a.topk_ids, j, n);
+  const int key = load_key<E>(a, j, n);
   const float wt = key < E ? a.topk_weights[j] : 0.0f;
   block_sync();
 
