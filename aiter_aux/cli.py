@@ -40,6 +40,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped to the terminal; text with indented lines (examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n  " in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def _type(fn, *args, **kwargs):
     def convert(text: str):
         try:
@@ -51,17 +60,12 @@ def _type(fn, *args, **kwargs):
     return convert
 
 
-def _progress_reporter():
-    from .jit.progress import default_reporter
-
-    return default_reporter()
-
-
 def _build(shapes=None, backend=None, verbose=None, force=None):
     """build_module with progress on stderr; the slowest TUs of this build afterwards."""
     from .jit.build import build_module
+    from .jit.progress import default_reporter
 
-    rep = _progress_reporter()
+    rep = default_reporter()
     rep.begin()
     r = build_module(shapes, backend=backend, verbose=verbose, force=force, progress=rep)
     rep.finish(r)
@@ -194,16 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     backend.add_argument("--backend", choices=BACKENDS, default=None,
                          help="default: $AITER_AUX_BACKEND, else the visible GPU's, "
                          "else cpu")  # fmt: skip
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = _Parser(prog="aiter-aux", description=DESCRIPTION, epilog=EPILOG, formatter_class=raw,
-                     parents=[common])  # fmt: skip
+    parser = _Parser(prog="aiter-aux", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=_Formatter, parents=[common])  # fmt: skip
     parser.set_defaults(verbose=False)
     parser.add_argument("--version", action="version", version=f"aiter-aux {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name, help, description, *parents, epilog=None):
         p = sub.add_parser(name, help=help, description=description, epilog=epilog,
-                           parents=[common, *parents], formatter_class=raw)  # fmt: skip
+                           parents=[common, *parents], formatter_class=_Formatter)  # fmt: skip
         return p
 
     p = add("build", "generate and compile the module for the whole catalog",
