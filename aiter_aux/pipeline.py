@@ -216,6 +216,9 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
         raise ValueError(f"--tokens {bad[0]}: a token count must be in [0, {MAX_TOKENS}]")
     if repeat is not None and repeat < 1:
         raise ValueError(f"--repeat {repeat}: must be at least 1")
+    for flag, path in (("--csv", csv_path), ("--json", json_path)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag} {path}: its directory does not exist")
     if not is_mxfp4_moe_shape_supported(expert, model_dim, inter, topk):
         raise ValueError(
             f"shape {tuple(shape)} is not in the catalog (inter is rounded "

@@ -92,6 +92,7 @@ def test_every_subcommand_and_option_has_help():
      pytest.param(["--device", "cuda"], "sees no GPU",
                   marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible")),
      (["--repeat", "0"], "--repeat 0: must be at least 1"),
+     (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
      (["--shape", "7,256,256,1"], "not in the catalog")],
 )  # fmt: skip
 def test_run_user_errors_are_one_line(args, fragment, tmp_path):
