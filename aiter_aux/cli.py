@@ -10,7 +10,6 @@ import time
 from . import __version__, env
 from .shapes import ShapeError, parse_ints, parse_shape
 
-BACKENDS = ("cpu", "cuda", "rocm")
 DESCRIPTION = """\
 The JIT build system of the MXFP4 MoE auxiliary kernels (sort, quant, sort_scales,
 scatter_reduce): build the module for the shape catalog, run and time the pipeline of one
@@ -190,12 +189,15 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .jit.paths import codegen_module
+
+    backends = codegen_module("instances").BACKENDS  # the one backend list
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="show compiler commands and full tracebacks "
                         "(also AITER_AUX_VERBOSE=1)")  # fmt: skip
     backend = argparse.ArgumentParser(add_help=False)
-    backend.add_argument("--backend", choices=BACKENDS, default=None,
+    backend.add_argument("--backend", choices=backends, default=None,
                          help="default: $AITER_AUX_BACKEND, else the visible GPU's, "
                          "else cpu")  # fmt: skip
     parser = _Parser(prog="aiter-aux", description=DESCRIPTION, epilog=EPILOG,
@@ -252,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Remove the build cache ($AITER_AUX_CACHE_DIR, default ~/.cache/aiter_aux): with "
             "--backend only that backend's build directories, else everything (asks first; "
             "--yes to skip the question, required when stdin is not a terminal).")  # fmt: skip
-    p.add_argument("--backend", choices=BACKENDS, default=None,
+    p.add_argument("--backend", choices=backends, default=None,
                    help="remove only the <backend>-* build directories")  # fmt: skip
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before removing all")
     p.set_defaults(func=cmd_clean)
