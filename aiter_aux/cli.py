@@ -191,7 +191,10 @@ def cmd_doctor(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .jit.paths import codegen_module
 
-    backends = codegen_module("instances").BACKENDS  # the one backend list
+    try:
+        backends = codegen_module("instances").BACKENDS  # the one backend list
+    except (OSError, ValueError, ImportError):  # no sources: --version and --help still work,
+        backends = None  # and a command that needs them says so in one line
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="show compiler commands and full tracebacks "

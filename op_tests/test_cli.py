@@ -60,9 +60,13 @@ def one_line_error(p: subprocess.CompletedProcess, command: str) -> str:
 
 
 # ------------------------------------------------------------------------ version, help
-def test_version_is_the_package_version():
+def test_version_is_the_package_version(tmp_path):
     p = aiter_aux_cli("--version")
     assert p.returncode == 0 and p.stdout.strip() == f"aiter-aux {aiter_aux.__version__}"
+    # without the JIT's sources: --version still answers, a command says why in one line
+    p = aiter_aux_cli("--version", tree=tmp_path / "missing")
+    assert p.returncode == 0 and p.stdout.strip() == f"aiter-aux {aiter_aux.__version__}"
+    assert "not found" in one_line_error(aiter_aux_cli("list", tree=tmp_path / "missing"), "list")
 
 
 def test_every_subcommand_and_option_has_help():
