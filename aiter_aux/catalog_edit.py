@@ -4,35 +4,38 @@ The catalog lives in two Python list literals that must agree (the AST test
 ``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it): ``SHAPES`` in
 ``codegen/gen_instances.py`` and ``MXFP4_MOE_SUPPORTED_SHAPES`` in
 ``aiter_aux/ops/moe_mxfp4_aux.py``, one ``(expert, model_dim, inter_rounded, topk)`` tuple
-per line with a comment naming its source.  :func:`add_shape` appends one such line to each
-list (after the last entry, same indentation), :func:`remove_shape` deletes the entry's
-line; nothing else in either file changes, comments and formatting included.  The literals
-are located with ``ast`` (their line numbers), and every edit is re-parsed and checked
-before it is written.
+per line with a comment naming its model.  :func:`add_shape` inserts one such line into each
+list, :func:`remove_shape` deletes the entry's line; nothing else in either file changes,
+comments and formatting included.
 
-Rules for a new shape: those of ``validate_shape`` in ``codegen/instances.py`` (loaded from
-the codegen directory next to the edited ``gen_instances.py``), plus ``model_dim`` a multiple
-of 256 and the GPU kernels' shared memory within every target's limit.  Only the sort
-kernels use shared memory whose size depends on the shape: ``ChunkSmem<E>`` in
-``csrc/kernels/mxfp4_moe/gpu/sort.h`` holds per-warp uint16 counters plus two int arrays per
-expert, ``(2 * kSortWarps + 8) * E + 4 * kSortWarps`` bytes (40 E + 64 with 16 warps),
-independent of topk, model_dim and inter.  It must fit the smallest static shared memory of
-a block among the targets, 48 KiB (CUDA; AMD's LDS has 64 KiB), i.e. E <= 1227; the
-catalog's own bound ``expert <= 1024`` is therefore the binding limit.  ``inter`` is rounded
-up to a multiple of 256 first.
+Reading (:func:`read_entries`) uses ``ast`` and sees every entry or refuses the file with a
+message naming the line: the list must be assigned once at module level and never changed
+elsewhere (``SHAPES += [...]``, ``SHAPES.append(...)``), each entry must be a literal tuple of
+4 integers (not ``256 * 2``), and no entry may appear twice.
 
-Safety: both new texts are staged in temporary files next to their targets (same mode)
-and moved into place with ``os.replace``, so no file is ever half written.  If the second
-move fails, the first file is restored.  A process killed between the two moves leaves the
-shape in one list only; running the same command again completes the other list (it
-refuses only a shape that both lists already hold).
+Where a new line goes: after the last entry of the same model (same expert, model_dim and
+topk), else after the last entry of the same model_dim, else at the end.  Its comment is the
+required note (the model's name), plus ``(inter X -> Y)`` when inter was rounded up.
 
-Stdlib only (``aiter_aux.jit.paths`` is imported lazily, for the default file locations).
+Rules for a new shape: every field positive and within a 32-bit int
+(:func:`aiter_aux.shapes.range_errors`), then ``validate_shape`` of ``codegen/instances.py``
+(loaded from the codegen directory next to the edited ``gen_instances.py``): expert in
+[1, 1024], model_dim and inter positive multiples of 256, topk in [1, min(expert, 255)].
+The GPU sort's shared memory needs no separate check here: ``gpu/sort.h`` asserts at compile
+time that every sort path's shared-memory struct fits 48 KiB for 1024 experts, the largest
+count this rule admits.
+
+Safety: the whole read-edit-replace of both files runs under a ``filelock`` lock
+(``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one.  Both
+new texts are staged next to their targets and moved into place with ``os.replace``; if the
+second move fails the first file is restored.  A process killed between the two moves leaves
+the shape in one list only; running the same command again completes the other list.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import os
 import re
@@ -40,19 +43,29 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .shapes import Shape, normalize, range_errors
+
 GEN_LIST = "SHAPES"
 OPS_LIST = "MXFP4_MOE_SUPPORTED_SHAPES"
-DEFAULT_NOTE = "added by aiter-aux add-shape"
-INTER_ALIGN = 256
-MODEL_DIM_ALIGN = 256
-SMEM_LIMIT_BYTES = 48 * 1024  # smallest per-block static shared memory among the targets
-DEFAULT_SORT_WARPS = 16  # kSortWarps in gpu/sort.h, if that file cannot be read
-
-Shape = tuple[int, int, int, int]
+LOCK_NAME = ".aiter_aux_catalog.lock"
+LOCK_TIMEOUT_S = 120.0
+_MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
+             "add", "update", "discard", "difference_update", "intersection_update",
+             "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__"}  # fmt: skip
 
 
 class CatalogEditError(ValueError):
     """The shape is invalid, already present / absent, or a list cannot be edited safely."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One catalog line: its shape, first and last line (1-based) and comment text."""
+
+    shape: Shape
+    line: int
+    end_line: int
+    comment: str
 
 
 @dataclass
@@ -64,10 +77,12 @@ class EditResult:
     shape: Shape
     lines: dict[Path, int] = field(default_factory=dict)
     shapes: list[Shape] = field(default_factory=list)
+    comment: str = ""
 
     def summary(self) -> str:
         where = ", ".join(f"{p}:{n}" for p, n in self.lines.items()) or "no file changed"
-        return f"{self.action} {self.shape}: {where}"
+        note = f"  # {self.comment}" if self.comment else ""
+        return f"{self.action} {self.shape}{note}: {where}"
 
 
 def default_files() -> tuple[Path, Path]:
@@ -80,36 +95,6 @@ def default_files() -> tuple[Path, Path]:
     if not ops.is_file():
         ops = Path(__file__).resolve().parent / "ops" / "moe_mxfp4_aux.py"
     return root / "codegen" / "gen_instances.py", ops
-
-
-def parse_shape(text: str) -> Shape:
-    """``"E,MODEL_DIM,INTER,TOPK"`` -> a tuple of 4 ints, INTER rounded up to 256."""
-    try:
-        parts = tuple(int(p) for p in text.replace(" ", "").split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 4:
-        raise CatalogEditError(f"expected E,MODEL_DIM,INTER,TOPK (4 ints), got {text!r}")
-    return normalize(parts)
-
-
-def normalize(shape) -> Shape:
-    e, d, inter, k = (int(v) for v in shape)
-    return (e, d, -(-inter // INTER_ALIGN) * INTER_ALIGN, k)
-
-
-def _sort_warps(gen_file: Path) -> int:
-    sort_h = gen_file.resolve().parents[1] / "csrc/kernels/mxfp4_moe/gpu/sort.h"
-    try:
-        m = re.search(r"constexpr\s+int\s+kSortWarps\s*=\s*(\d+)\s*;", sort_h.read_text())
-    except OSError:
-        m = None
-    return int(m.group(1)) if m else DEFAULT_SORT_WARPS
-
-
-def sort_smem_bytes(expert: int, sort_warps: int = DEFAULT_SORT_WARPS) -> int:
-    """Shared memory of the GPU sort kernels for ``expert`` experts (``ChunkSmem<E>``)."""
-    return 2 * sort_warps * expert + 4 * expert + 4 * expert + 4 * sort_warps
 
 
 def _instances_module(gen_file: Path):
@@ -126,42 +111,98 @@ def _instances_module(gen_file: Path):
 
 def check_shape(shape: Shape, gen_file: Path) -> list[str]:
     """Rule violations of ``shape`` (empty when it may be added)."""
-    errors = [
+    errors = range_errors(shape)
+    if errors:  # validate_shape's messages would repeat these
+        return errors
+    return [
         err.removeprefix(f"{shape}: ") for err in _instances_module(gen_file).validate_shape(shape)
     ]
-    e, d, _inter, _k = shape
-    if d % MODEL_DIM_ALIGN and not any("model_dim" in err for err in errors):
-        errors.append(f"model_dim must be a multiple of {MODEL_DIM_ALIGN}")
-    warps = _sort_warps(gen_file)
-    if sort_smem_bytes(e, warps) > SMEM_LIMIT_BYTES:
-        errors.append(
-            f"the GPU sort kernels need {sort_smem_bytes(e, warps)} bytes of shared "
-            f"memory for {e} experts, more than the {SMEM_LIMIT_BYTES} every target provides"
-        )
-    return errors
+
+
+# ------------------------------------------------------------------------------ reading
+def _refuse(path: Path, node: ast.AST, what: str) -> CatalogEditError:
+    return CatalogEditError(f"{path}:{node.lineno}: {what}")
 
 
 def _literal(tree: ast.Module, name: str, path: Path) -> ast.expr:
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign):
-            targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            value = node.value
-            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "frozenset":
-                value = value.args[0] if len(value.args) == 1 else value
-            if isinstance(value, ast.List | ast.Set | ast.Tuple):
-                return value
-            raise CatalogEditError(f"{path}: {name} is not a list/set literal")
-    raise CatalogEditError(f"{path}: no module-level assignment of {name}")
+    """The list/set literal assigned to ``name``, after checking that nothing else in the
+    file assigns or changes ``name``."""
+    assigns = [
+        node for node in tree.body
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                 for t in node.targets))
+        or (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and node.target.id == name and node.value is not None)
+    ]  # fmt: skip
+    if not assigns:
+        raise CatalogEditError(f"{path}: no module-level assignment of {name}")
+    if len(assigns) > 1:
+        lines = ", ".join(str(a.lineno) for a in assigns)
+        raise _refuse(path, assigns[1], f"{name} is assigned more than once (lines {lines})")
+    own = {id(t) for t in getattr(assigns[0], "targets", [getattr(assigns[0], "target", None)])}
+    for node in ast.walk(tree):
+        changed = (
+            (isinstance(node, ast.AugAssign) and getattr(node.target, "id", None) == name)
+            or (isinstance(node, ast.Name) and node.id == name
+                and isinstance(node.ctx, ast.Store | ast.Del) and id(node) not in own)
+            or (isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == name
+                and node.attr in _MUTATORS)
+            or (isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == name
+                and isinstance(node.ctx, ast.Store | ast.Del))
+        )  # fmt: skip
+        if changed:
+            raise _refuse(path, node, f"{name} is changed outside its literal; the catalog "
+                          "must be the one literal (move the entries into it)")  # fmt: skip
+    value = assigns[0].value
+    if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "frozenset":
+        value = value.args[0] if len(value.args) == 1 and not value.keywords else value
+    if not isinstance(value, ast.List | ast.Set | ast.Tuple):
+        raise _refuse(path, value, f"{name} is not a list/set literal")
+    return value
+
+
+def _entry_shape(elt: ast.expr, path: Path) -> Shape:
+    ok = (
+        isinstance(elt, ast.Tuple)
+        and len(elt.elts) == 4
+        and all(isinstance(v, ast.Constant) and type(v.value) is int for v in elt.elts)
+    )
+    if not ok:
+        raise _refuse(path, elt, f"entry {ast.unparse(elt)!r} is not a literal tuple of 4 "
+                      "integers; write the values (e.g. 512, not 256 * 2)")  # fmt: skip
+    return tuple(v.value for v in elt.elts)  # type: ignore[return-value]
+
+
+def _parse(text: str, path: Path, name: str) -> tuple[ast.expr, list[Entry]]:
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        raise CatalogEditError(f"{path}:{e.lineno}: not valid Python ({e.msg})") from None
+    node = _literal(tree, name, path)
+    lines = text.splitlines()
+    entries, seen = [], {}
+    for elt in node.elts:
+        shape = _entry_shape(elt, path)
+        if shape in seen:
+            raise _refuse(path, elt, f"{shape} is listed twice (also line {seen[shape]})")
+        seen[shape] = elt.lineno
+        tail = lines[elt.end_lineno - 1].encode()[elt.end_col_offset :].decode()
+        comment = tail.split("#", 1)[1].strip() if "#" in tail else ""
+        entries.append(Entry(shape, elt.lineno, elt.end_lineno, comment))
+    return node, entries
+
+
+def read_entries(path: Path, name: str = GEN_LIST) -> list[Entry]:
+    """The entries of list literal ``name`` in ``path``, in file order."""
+    return _parse(Path(path).read_bytes().decode(), Path(path), name)[1]
 
 
 def read_catalog(path: Path, name: str) -> list[Shape]:
-    """The tuples of list literal ``name`` in ``path`` (read with ``ast``)."""
-    node = _literal(ast.parse(Path(path).read_bytes()), name, path)
-    return [tuple(ast.literal_eval(elt)) for elt in node.elts]
+    """The tuples of list literal ``name`` in ``path``."""
+    return [e.shape for e in read_entries(path, name)]
 
 
+# ------------------------------------------------------------------------------ editing
 def _owned_lines(node: ast.expr, elt: ast.expr, lines: list[str], path: Path) -> range:
     """The lines of ``elt``; it must be alone on them (besides a comma and a comment)."""
     span = range(elt.lineno - 1, elt.end_lineno)
@@ -169,24 +210,36 @@ def _owned_lines(node: ast.expr, elt: ast.expr, lines: list[str], path: Path) ->
     first = lines[span[0]].encode()[: elt.col_offset].decode()
     tail = lines[span[-1]].encode()[elt.end_col_offset :].decode().strip()
     if others or first.strip() or not re.fullmatch(r",?\s*(#.*)?", tail):
-        raise CatalogEditError(
-            f"{path}:{elt.lineno}: cannot edit safely: the entry shares its line with other "
-            "code (keep one tuple per line)"
-        )
+        raise _refuse(path, elt, "cannot edit safely: the entry shares its line with other "
+                      "code (keep one tuple per line)")  # fmt: skip
     return span
 
 
-def _insert(text: str, path: Path, name: str, shape: Shape, note: str) -> tuple[str, int]:
-    node = _literal(ast.parse(text), name, path)
+def _anchor(node: ast.expr, shape: Shape) -> ast.expr:
+    """The entry the new line follows: the last of the same model, else of the same
+    model_dim, else the last entry."""
+    e, d, _i, k = shape
+    tuples = [(elt, tuple(v.value for v in elt.elts)) for elt in node.elts]
+    for same in (lambda s: (s[0], s[1], s[3]) == (e, d, k), lambda s: s[1] == d):
+        hits = [elt for elt, s in tuples if same(s)]
+        if hits:
+            return hits[-1]
+    return node.elts[-1]
+
+
+def _insert(text: str, path: Path, name: str, shape: Shape, comment: str) -> tuple[str, int]:
+    node, _ = _parse(text, path, name)
     lines = text.splitlines(keepends=True)
     eol = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     if node.elts:
-        last = node.elts[-1]
-        span = _owned_lines(node, last, lines, path)
+        anchor = _anchor(node, shape)
+        span = _owned_lines(node, anchor, lines, path)
         indent = re.match(r"\s*", lines[span[0]]).group()
         end = lines[span[-1]]
-        cut = len(end.encode()[: last.end_col_offset].decode())
+        cut = len(end.encode()[: anchor.end_col_offset].decode())
         if not end[cut:].lstrip().startswith(","):
+            if anchor is not node.elts[-1]:
+                raise _refuse(path, anchor, "cannot edit safely: put the comma after the entry")
             lines[span[-1]] = end[:cut] + "," + end[cut:]
         at = span[-1] + 1
     else:
@@ -194,18 +247,17 @@ def _insert(text: str, path: Path, name: str, shape: Shape, note: str) -> tuple[
         if node.lineno == node.end_lineno or lines[at].strip() not in ("]", "}", ")", "})"):
             raise CatalogEditError(f"{path}: {name} is empty and on one line; open it first")
         indent = re.match(r"\s*", lines[at]).group() + "    "
-    lines.insert(at, f"{indent}{shape},  # {note}{eol}")
+    lines.insert(at, f"{indent}{shape},  # {comment}{eol}")
     return "".join(lines), at + 1
 
 
 def _remove(text: str, path: Path, name: str, shape: Shape) -> tuple[str, int]:
-    node = _literal(ast.parse(text), name, path)
+    node, _ = _parse(text, path, name)
     lines = text.splitlines(keepends=True)
-    hits = [elt for elt in node.elts if tuple(ast.literal_eval(elt)) == shape]
-    drop = sorted({i for elt in hits for i in _owned_lines(node, elt, lines, path)})
-    for i in reversed(drop):
+    (elt,) = [elt for elt in node.elts if _entry_shape(elt, path) == shape]
+    for i in reversed(_owned_lines(node, elt, lines, path)):
         del lines[i]
-    return "".join(lines), hits[0].lineno
+    return "".join(lines), elt.lineno
 
 
 def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
@@ -233,6 +285,30 @@ def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
             tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def catalog_lock(gen_file: Path, timeout: float = LOCK_TIMEOUT_S):
+    """Hold the catalog lock of the tree of ``gen_file`` (``<root>/.aiter_aux_catalog.lock``,
+    outside codegen/ so that it is no JIT source); a waiter says so on stderr at once."""
+    from filelock import FileLock, Timeout
+
+    path = Path(gen_file).resolve().parents[1] / LOCK_NAME
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"aiter-aux: waiting for another catalog edit ({path})", file=sys.stderr)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise CatalogEditError(
+                f"another catalog edit held {path} for more than {timeout:.0f} s"
+            ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _files(gen_file, ops_file) -> dict[Path, str]:
     if gen_file is None or ops_file is None:
         default_gen, default_ops = default_files()
@@ -240,52 +316,69 @@ def _files(gen_file, ops_file) -> dict[Path, str]:
     return {Path(gen_file): GEN_LIST, Path(ops_file): OPS_LIST}
 
 
-def _edit(action: str, shape, note: str | None, gen_file, ops_file) -> EditResult:
-    shape = normalize(shape)
+def _comment(given: Shape, shape: Shape, note: str | None) -> str:
+    note = " ".join((note or "").split())
+    if not note:
+        raise CatalogEditError(
+            "name the model in --note (e.g. --note 'GLM-4.5 TP4'); write 'no public model' "
+            "when there is none"
+        )
+    return note + (f" (inter {given[2]} -> {shape[2]})" if given[2] != shape[2] else "")
+
+
+def _edit(action: str, given, note: str | None, gen_file, ops_file) -> EditResult:
+    given = tuple(int(v) for v in given)
+    errors = range_errors(given)
+    if errors:
+        verb = "add" if action == "added" else "remove"
+        raise CatalogEditError(f"cannot {verb} {given}: " + "; ".join(errors))
+    shape = normalize(given)
     files = _files(gen_file, ops_file)
     gen = next(iter(files))
-    old = {path: path.read_bytes().decode() for path in files}
-    present = {path: shape in read_catalog(path, name) for path, name in files.items()}
-    result = EditResult(action, shape)
-    new: dict[Path, str] = {}
-    if action == "added":
-        errors = check_shape(shape, gen)
-        if errors:
-            raise CatalogEditError(f"cannot add {shape}: " + "; ".join(errors))
-        if all(present.values()):
-            raise CatalogEditError(
-                f"{shape} is already in the catalog ({' and '.join(map(str, files))}); "
-                "nothing to add (aiter-aux list shows the catalog)"
-            )
-        note = " ".join((note or "").split()) or DEFAULT_NOTE
-        for path, name in files.items():
-            if not present[path]:
-                new[path], result.lines[path] = _insert(old[path], path, name, shape, note)
-    else:
-        if not any(present.values()):
-            raise CatalogEditError(f"{shape} is not in the catalog; nothing to remove")
-        if read_catalog(gen, GEN_LIST) == [shape]:
-            raise CatalogEditError(
-                f"{shape} is the only catalog shape; the catalog cannot be empty"
-            )
-        for path, name in files.items():
-            if present[path]:
-                new[path], result.lines[path] = _remove(old[path], path, name, shape)
-    for path, name in files.items():  # re-parse every edit before anything is written
-        want = [s for s in read_catalog(path, name) if s != shape]
-        want += [shape] if action == "added" else []
-        got = [tuple(ast.literal_eval(e)) for e in _literal(ast.parse(new.get(path, old[path])),
-                                                            name, path).elts]  # fmt: skip
-        if sorted(got) != sorted(want):
-            raise CatalogEditError(f"{path}: the edit of {name} did not parse back as expected")
-    _commit(new, old)
-    result.shapes = read_catalog(gen, GEN_LIST)
+    with catalog_lock(gen):
+        old = {path: path.read_bytes().decode() for path in files}
+        present = {p: shape in [e.shape for e in _parse(old[p], p, n)[1]] for p, n in files.items()}
+        result = EditResult(action, shape)
+        new: dict[Path, str] = {}
+        if action == "added":
+            errors = check_shape(shape, gen)
+            if errors:
+                raise CatalogEditError(f"cannot add {shape}: " + "; ".join(errors))
+            if all(present.values()):
+                raise CatalogEditError(
+                    f"{shape} is already in the catalog ({' and '.join(map(str, files))}); "
+                    "nothing to add (aiter-aux list shows the catalog)"
+                )
+            result.comment = _comment(given, shape, note)
+            for path, name in files.items():
+                if not present[path]:
+                    new[path], result.lines[path] = _insert(old[path], path, name, shape,
+                                                            result.comment)  # fmt: skip
+        else:
+            if not any(present.values()):
+                raise CatalogEditError(f"{shape} is not in the catalog; nothing to remove")
+            if [e.shape for e in _parse(old[gen], gen, GEN_LIST)[1]] == [shape]:
+                raise CatalogEditError(
+                    f"{shape} is the only catalog shape; the catalog cannot be empty"
+                )
+            for path, name in files.items():
+                if present[path]:
+                    new[path], result.lines[path] = _remove(old[path], path, name, shape)
+        for path, name in files.items():  # re-parse every edit before anything is written
+            want = {e.shape for e in _parse(old[path], path, name)[1]} - {shape}
+            want |= {shape} if action == "added" else set()
+            got = [e.shape for e in _parse(new.get(path, old[path]), path, name)[1]]
+            if sorted(got) != sorted(want):
+                raise CatalogEditError(f"{path}: the edit of {name} did not parse back as expected")
+        _commit(new, old)
+        result.shapes = read_catalog(gen, GEN_LIST)
     return result
 
 
 def add_shape(shape, note: str | None = None, *, gen_file=None, ops_file=None) -> EditResult:
-    """Add ``shape`` (inter rounded up to 256) to both lists, with comment ``note``.  Raises
-    :class:`CatalogEditError` for an invalid shape or one that both lists already hold."""
+    """Add ``shape`` (inter rounded up to 256) to both lists, commented with ``note`` (the
+    model's name; required).  Raises :class:`CatalogEditError` for an invalid shape, a
+    missing note, or a shape that both lists already hold."""
     return _edit("added", shape, note, gen_file, ops_file)
 
 

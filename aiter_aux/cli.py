@@ -1,59 +1,82 @@
-"""``aiter-aux``: build, list and exercise module_moe_mxfp4_aux.
-
-aiter-aux build [--backend B] [--verbose] [--rebuild]
-aiter-aux list
-aiter-aux run --shape E,MODEL_DIM,INTER,TOPK --tokens 1,16,512,4096 [--block-m 32]
-aiter-aux clean
-aiter-aux doctor [--backend B] [--no-dry-run]
-aiter-aux add-shape E,MODEL_DIM,INTER,TOPK [--note TEXT] [--no-build]
-aiter-aux remove-shape E,MODEL_DIM,INTER,TOPK [--no-build]
-"""
+"""``aiter-aux``: build, list, run and edit the catalog of module_moe_mxfp4_aux."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
-from . import env
+from . import __version__, env
+from .shapes import ShapeError, parse_ints, parse_shape
+
+DESCRIPTION = """\
+The JIT build system of the MXFP4 MoE auxiliary kernels (sort, quant, sort_scales,
+scatter_reduce): build the module for the shape catalog, run and time the pipeline of one
+shape with every output checked, and add or remove catalog shapes."""
+EPILOG = """\
+examples:
+  aiter-aux build                                  compile the whole catalog (CPU here)
+  aiter-aux list                                   the catalog with model names
+  aiter-aux run --shape 513,2560,640,11 --tokens 1,16,512,4096 --csv run.csv
+  aiter-aux add-shape 160,5120,1536,8 --note "GLM-4.5 TP1"
+  aiter-aux remove-shape 160,5120,1536,8
+  aiter-aux clean --backend cpu                    remove the CPU builds only
+  aiter-aux doctor                                 toolchain, cache state, what would rebuild
+
+Each subcommand has its own --help.  -v/--verbose (or AITER_AUX_VERBOSE=1) shows compiler
+commands and full tracebacks; without it an error is one line and exit code 2."""
+# An argument like "-1,3072,256,8" or "-5,1" is a value, not an option: argparse only
+# takes plain negative numbers as values, so such arguments get a leading space (the
+# parsers ignore spaces) before argparse sees them.
+_NEGATIVE_LIST = re.compile(r"-\d[\d,;\s-]*")
 
 
-def _shape(text: str) -> tuple[int, int, int, int]:
-    try:
-        parts = tuple(int(p) for p in text.replace(" ", "").split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 4:
-        raise argparse.ArgumentTypeError(f"expected E,MODEL_DIM,INTER,TOPK (4 ints), got {text!r}")
-    return parts
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit 2), pointing at --help."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped to the terminal; text with indented lines (examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n  " in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
-def _progress(done: int, total: int, what: str) -> None:
-    """Build progress on stderr: one updating line on a TTY, else plain lines every ~10% or
-    few seconds (:class:`aiter_aux.jit.progress.Reporter`)."""
+def _type(fn, *args, **kwargs):
+    def convert(text: str):
+        try:
+            return fn(text, *args, **kwargs)
+        except ShapeError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = fn.__name__
+    return convert
+
+
+def _build(shapes=None, backend=None, verbose=None, force=None):
+    """build_module with progress on stderr; the slowest TUs of this build afterwards."""
+    from .jit.build import build_module
     from .jit.progress import default_reporter
 
-    default_reporter()(done, total, what)
+    rep = default_reporter()
+    rep.begin()
+    r = build_module(shapes, backend=backend, verbose=verbose, force=force, progress=rep)
+    rep.finish(r)
+    return r
 
 
 def cmd_build(args) -> int:
-    from .jit.build import build_module
     from .jit.paths import codegen_module
 
     shapes = codegen_module("gen_instances").SHAPES
     print(f"aiter-aux build: {len(shapes)} shapes")
-    r = build_module(backend=args.backend, verbose=args.verbose, force=args.rebuild,
-                     progress=_progress)  # fmt: skip
-    from .jit.progress import default_reporter
-
-    default_reporter().finish(r)  # when something compiled: the time and the slowest TUs
+    r = _build(backend=args.backend, verbose=args.verbose or None, force=args.rebuild)
     cached = r.num_instances - min(r.compiled, r.num_instances)
     print(f"  toolchain : {r.toolchain}")
     print(f"  instances : {r.num_instances} ({r.compiled} instance TUs compiled, "
@@ -64,23 +87,41 @@ def cmd_build(args) -> int:
 
 
 def cmd_list(args) -> int:
+    import shutil
+
+    from .catalog_edit import default_files, read_entries
     from .jit.paths import codegen_module
 
     inst = codegen_module("instances")
     shapes = codegen_module("gen_instances").SHAPES
-    print(f"{'expert':>6} {'model_dim':>9} {'inter':>6} {'topk':>4}  instances")
+    errors = inst.validate_catalog(shapes)
+    if errors:
+        raise ValueError(f"invalid catalog: {'; '.join(errors)}")
+    try:
+        models = {e.shape: e.comment for e in read_entries(default_files()[0])}
+    except (OSError, ValueError) as e:
+        print(f"aiter-aux list: no model names: {e}", file=sys.stderr)
+        models = {}
+    width = max(100, shutil.get_terminal_size((100, 20)).columns) if args.wide else 100
+    print(f"{'expert':>6} {'model_dim':>9} {'inter':>6} {'topk':>4}  model")
     for s in shapes:
-        keys = [i.key for i in inst.instances_for_shape(s)]
-        print(f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {' '.join(keys)}")
+        line = f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {models.get(tuple(s), '')}"
+        if len(line) > width:
+            line = line[: width - 3] + "..."
+        print(line)
+        if args.wide:
+            print("        " + " ".join(i.key for i in inst.instances_for_shape(s)))
     n = len(inst.enumerate_instances(shapes))
-    print(f"{len(shapes)} shapes, {n} unique instances")
+    print(f"{len(shapes)} shapes, {n} unique instances" + ("" if args.wide else
+          " (--wide: each shape's instance keys)"))  # fmt: skip
     return 0
 
 
 def cmd_run(args) -> int:
     from .pipeline import run_pipeline
 
-    return run_pipeline(args.shape, args.tokens, args.block_m, args.seed, args.device)
+    return run_pipeline(args.shape, args.tokens, args.block_m, args.seed, args.device,
+                        repeat=args.repeat, csv_path=args.csv, json_path=args.json)  # fmt: skip
 
 
 def cmd_clean(args) -> int:
@@ -89,37 +130,51 @@ def cmd_clean(args) -> int:
     from .jit.paths import cache_root
 
     root = cache_root()
-    if root.is_dir():
-        shutil.rmtree(root)
-        print(f"removed {root}")
-    else:
+    if not root.is_dir():
         print(f"nothing to remove at {root}")
+        return 0
+    if args.backend:
+        targets = sorted(p for p in root.glob(f"{args.backend}-*") if p.is_dir())
+        if not targets:
+            print(f"no {args.backend} build in {root}")
+            return 0
+    else:
+        targets = [root]
+        if not args.yes:
+            builds = sum(1 for p in root.iterdir() if p.is_dir())
+            question = (
+                f"remove {root} and its {builds} build director{'y' if builds == 1 else 'ies'}"
+            )
+            if not sys.stdin.isatty():
+                print(
+                    f"aiter-aux clean: error: would {question}; pass --yes to confirm "
+                    "(or --backend B to remove one backend's builds)",
+                    file=sys.stderr,
+                )
+                return 2
+            if input(f"{question}? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("nothing removed")
+                return 1
+    for path in targets:
+        shutil.rmtree(path)
+        print(f"removed {path}")
     return 0
 
 
 def cmd_edit_shape(args) -> int:
     """add-shape / remove-shape: edit both catalog lists, then rebuild the new catalog."""
-    from .catalog_edit import CatalogEditError, add_shape, remove_shape
+    from .catalog_edit import add_shape, remove_shape
 
-    try:
-        if args.command == "add-shape":
-            r = add_shape(args.shape, args.note)
-        else:
-            r = remove_shape(args.shape)
-    except CatalogEditError as e:
-        print(f"aiter-aux {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    if args.command == "add-shape":
+        r = add_shape(args.shape, args.note)
+    else:
+        r = remove_shape(args.shape)
     print(r.summary())
     if args.no_build:
         print("  not rebuilt (--no-build); run `aiter-aux build`")
         return 0
-    from .jit.build import build_module
-
     # This process imported the old catalog; build the edited one explicitly.
-    b = build_module(r.shapes, backend=args.backend, progress=_progress)
-    from .jit.progress import default_reporter
-
-    default_reporter().finish(b)
+    b = _build(r.shapes, backend=args.backend, verbose=args.verbose or None)
     relinked = ", relinked" if b.linked else ""
     print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
           f"{b.compiled} instance TUs compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
@@ -133,66 +188,159 @@ def cmd_doctor(args) -> int:
     return doctor(args.backend, run_ninja=not args.no_dry_run)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from .jit.paths import codegen_module
 
-    backends = codegen_module("instances").BACKENDS  # the one list (stdlib-only module)
-    parser = argparse.ArgumentParser(prog="aiter-aux", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("build", help="generate and compile the module for the whole catalog")
-    p.add_argument(
-        "--backend",
-        choices=backends,
-        default=None,
-        help="default: $AITER_AUX_BACKEND, else the visible GPU's, else cpu",
-    )
-    p.add_argument(
-        "--verbose",
-        "-v",
-        action="store_true",
-        default=None,
-        help="show the compiler commands (also AITER_AUX_VERBOSE=1)",
-    )
+    try:
+        backends = codegen_module("instances").BACKENDS  # the one backend list
+    except (OSError, ValueError, ImportError):  # no sources: --version and --help still work,
+        backends = None  # and a command that needs them says so in one line
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show compiler commands and full tracebacks "
+                        "(also AITER_AUX_VERBOSE=1)")  # fmt: skip
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=backends, default=None,
+                         help="default: $AITER_AUX_BACKEND, else the visible GPU's, "
+                         "else cpu")  # fmt: skip
+    parser = _Parser(prog="aiter-aux", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=_Formatter, parents=[common])  # fmt: skip
+    parser.set_defaults(verbose=False)
+    parser.add_argument("--version", action="version", version=f"aiter-aux {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name, help, description, *parents, epilog=None):
+        p = sub.add_parser(name, help=help, description=description, epilog=epilog,
+                           parents=[common, *parents], formatter_class=_Formatter)  # fmt: skip
+        return p
+
+    p = add("build", "generate and compile the module for the whole catalog",
+            "Generate the instance sources of every catalog shape and compile what changed "
+            "into the build cache ($AITER_AUX_CACHE_DIR); prints counts, wall time and the "
+            "module path.", backend)  # fmt: skip
     p.add_argument("--rebuild", action="store_true", default=None,
                    help="recompile everything (also AITER_AUX_REBUILD=1)")  # fmt: skip
     p.set_defaults(func=cmd_build)
-    p = sub.add_parser("list", help="print the shape catalog and its instance keys")
+
+    p = add("list", "print the catalog: shapes and model names",
+            "Print every catalog shape (expert, model_dim, inter rounded up to 256, topk) "
+            "with the model named by its catalog comment, in at most 100 columns.")  # fmt: skip
+    p.add_argument("--wide", action="store_true", help="also print each shape's instance keys")
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("run", help="run and check the aux pipeline of one shape")
-    p.add_argument("--shape", type=_shape, required=True, help="E,MODEL_DIM,INTER,TOPK")
-    p.add_argument("--tokens", type=_int_list, default=[1, 16, 512, 4096],
-                   help="comma-separated token counts (default: 1,16,512,4096)")  # fmt: skip
-    p.add_argument("--block-m", type=int, default=32, choices=(16, 32, 64, 128))
-    p.add_argument("--seed", type=int, default=None, help="default: fresh randomness")
-    p.add_argument("--device", default="cpu", help="torch device of the tensors (cpu, cuda)")
+
+    p = add("run", "run, check and time the aux pipeline of one shape",
+            "Draw router-like routing, run sort -> quant -> fused sort+quant -> sort_scales "
+            "-> scatter_reduce(_q) at each token count, compare every output byte for byte "
+            "with the torch reference and time each op (median, spread, bytes, GB/s).  Exit "
+            "code 1 on any mismatch.",
+            epilog="example:\n  aiter-aux run --shape 385,7168,512,9 --tokens 1,4096 "
+            "--repeat 50 --json run.json")  # fmt: skip
+    p.add_argument("--shape", type=_type(parse_shape), required=True, metavar="E,D,INTER,TOPK",
+                   help="a catalog shape; INTER is rounded up to 256 (640 -> 768)")  # fmt: skip
+    p.add_argument("--tokens", default=[1, 16, 512, 4096], metavar="M,M,...",
+                   type=_type(parse_ints, lo=0, hi=(1 << 24) - 1),
+                   help="comma-separated token counts in [0, 2^24) "
+                   "(default: 1,16,512,4096)")  # fmt: skip
+    p.add_argument("--block-m", type=int, default=32, choices=(16, 32, 64, 128),
+                   help="rows per expert block of the sorted layout (default: 32)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the routing and data (default: fresh, printed)")  # fmt: skip
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default) or cuda[:N] (a ROCm GPU is cuda in torch)")  # fmt: skip
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="timed calls per op (default: what fits in 0.2 s, 5 to 100)")  # fmt: skip
+    p.add_argument("--csv", metavar="FILE", help="also write one row per (tokens, op) to FILE")
+    p.add_argument("--json", metavar="FILE", help="also write the run and its rows to FILE")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("clean", help="remove the build cache ($AITER_AUX_CACHE_DIR)")
+
+    p = add("clean", "remove builds from the build cache",
+            "Remove the build cache ($AITER_AUX_CACHE_DIR, default ~/.cache/aiter_aux): with "
+            "--backend only that backend's build directories, else everything (asks first; "
+            "--yes to skip the question, required when stdin is not a terminal).")  # fmt: skip
+    p.add_argument("--backend", choices=backends, default=None,
+                   help="remove only the <backend>-* build directories")  # fmt: skip
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before removing all")
     p.set_defaults(func=cmd_clean)
-    p = sub.add_parser("doctor", help="backend, compilers, cache state, what would be rebuilt")
-    p.add_argument("--backend", choices=backends, default=None)
-    p.add_argument("--no-dry-run", action="store_true", help="skip `ninja -n` on a temp copy")
+
+    p = add("doctor", "check the toolchain and the cache; what a build would redo",
+            "Print the backend, compiler, arch, cache directory and each build directory's "
+            "state, the install's prebuilt modules and what `aiter-aux build` would rebuild.  "
+            "Writes nothing; exit code 1 on a problem.", backend)  # fmt: skip
+    p.add_argument("--no-dry-run", action="store_true",
+                   help="skip the `ninja -n` dry run on a temporary copy (faster)")  # fmt: skip
     p.set_defaults(func=cmd_doctor)
+
     for name, what in (
         ("add-shape", "add a model shape to"),
         ("remove-shape", "remove a shape from"),
     ):
-        p = sub.add_parser(name, help=f"{what} both catalog lists, then rebuild")
-        p.add_argument(
-            "shape", type=_shape, help="E,MODEL_DIM,INTER,TOPK (INTER rounded up to 256)"
-        )
+        p = add(name, f"{what} both catalog lists, then rebuild",
+                f"{what[0].upper()}{what[1:]} SHAPES in codegen/gen_instances.py and "
+                "MXFP4_MOE_SUPPORTED_SHAPES in aiter_aux/ops/moe_mxfp4_aux.py (one line each, "
+                "under a lock), then build the new catalog (only new instances compile).",
+                backend)  # fmt: skip
+        p.add_argument("shape", type=_type(parse_shape), metavar="E,D,INTER,TOPK",
+                       help="expert (a fused shared expert counts), model_dim, inter (rounded "
+                       "up to 256), topk")  # fmt: skip
         if name == "add-shape":
-            p.add_argument("--note", default=None, help="the comment of the new line (model name)")
+            p.add_argument("--note", "--model", dest="note", required=True, metavar="MODEL",
+                           help="the model and split, written as the line's comment "
+                           "(e.g. 'GLM-4.5 TP4'; 'no public model' if none)")  # fmt: skip
         p.add_argument("--no-build", action="store_true", help="edit only, do not rebuild")
-        p.add_argument("--backend", choices=backends, default=None)
         p.set_defaults(func=cmd_edit_shape)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """Errors a user causes or can fix, shown as one line: bad values (ValueError,
+    TypeError), the project's own errors (ToolchainError, CacheSafetyError, ...), OS errors."""
+    return isinstance(e, ValueError | TypeError | OSError) or type(e).__module__.startswith(
+        "aiter_aux"
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    """The message on one line, after the class name unless it is a plain ValueError."""
+    text = "; ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())
+    if type(e) in (ValueError, TypeError) and text:
+        return text
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _env_flag(name: str) -> bool:
+    """A flag variable; a bad value counts as unset here (the error reaches the user where
+    the variable matters, not from the CLI's own bookkeeping)."""
+    try:
+        return bool(env.get(name))
+    except env.EnvError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [" " + a if _NEGATIVE_LIST.fullmatch(a) else a for a in argv]
+    args = build_parser().parse_args(argv)
+    verbose = args.verbose or _env_flag("AITER_AUX_VERBOSE")
     t0 = time.perf_counter()
     try:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `aiter-aux list | head`: the reader is gone, not an error
+        sys.stdout = None
+        return 0
+    except Exception as e:
+        build_error = getattr(sys.modules.get("aiter_aux.jit.build"), "BuildError", ())
+        if verbose or not (_is_user_error(e) or isinstance(e, build_error)):
+            raise
+        if isinstance(e, build_error):  # the compiler's own output: keep its lines
+            print(f"aiter-aux {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        print(f"aiter-aux {args.command}: error: {_one_line(e)} (-v for a traceback)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     finally:
-        if env.get("AITER_AUX_TIMING"):
+        if _env_flag("AITER_AUX_TIMING"):
             print(f"[{time.perf_counter() - t0:.2f} s]", file=sys.stderr)
 
 

@@ -1,23 +1,64 @@
-"""``aiter-aux run``: the aux pipeline of one model shape, every output checked.
+"""``aiter-aux run``: the aux pipeline of one model shape, every output checked and timed.
 
 For each token count: routing drawn like a real router (each token takes ``topk`` distinct
 experts with skewed, Zipf-like popularity; when ``expert`` is odd the last expert is a fused
 shared expert that every token takes), bf16 activations; then sort -> quant -> fused
 sort+quant -> sort_scales -> (expert outputs drawn at random in sorted order) ->
 scatter_reduce and scatter_reduce_q.  Each compiled op is compared byte for byte with the
-reference (:mod:`aiter_aux.reference`) and timed (median of repeated runs).
+reference (:mod:`aiter_aux.reference`); that call is also the warm-up.  Then it is timed
+``repeat`` times (default: as many as fit in about 0.2 s, 5 to 100): on the CPU by the wall
+clock around each call, on a GPU by CUDA events around each call behind a short GPU
+busy-wait (so the host's launch cost is hidden, as in ``benchmarks/auxbench/timing.py``).
+The table and the CSV/JSON files come from :mod:`aiter_aux.run_report`.
 """
 
 from __future__ import annotations
 
-import statistics
+import os
+import sys
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from . import reference as ref
+from . import run_report as rr
 from .ops import aux_ops as ops
 from .ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
+from .shapes import round_inter
+
+MAX_TOKENS = (1 << 24) - 1  # moe_sort packs the token index into 24 bits
+BUDGET_S = 0.2  # default timing budget per op
+PROGRESS_AFTER_S = 3.0  # a token count's block that runs longer says what it is doing
+
+
+class Row(NamedTuple):
+    """One op at one token count (``row[3]`` is the check, as before)."""
+
+    op: str
+    sizes: str
+    us: float  # median
+    ok: bool
+    stats: rr.Stats
+    nbytes: int
+
+
+def resolve_device(text: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` with a visible GPU; anything else is a ValueError."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {text!r} is not a device; use cpu or cuda[:N]") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {text}: torch sees no GPU here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {text}: only {torch.cuda.device_count()} GPU(s)")
+    elif device.type != "cpu":
+        raise ValueError(f"--device {text}: the pipeline runs on cpu or cuda (a ROCm GPU is "
+                         f"cuda in torch), not on {device.type}")  # fmt: skip
+    return device
 
 
 def draw_routing(
@@ -39,18 +80,29 @@ def draw_routing(
     return ids.to(torch.int32).contiguous(), weights.float().contiguous()
 
 
-def _timed(fn, device: torch.device, repeat: int) -> float:
-    """Median wall time of ``fn`` in microseconds."""
-    times = []
-    for _ in range(repeat):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+def _sample_us(fn: Callable[[], object], device: torch.device) -> float:
+    """One timed call in µs (CUDA events behind a busy-wait on a GPU, wall clock on CPU)."""
+    if device.type != "cuda":
         t0 = time.perf_counter()
         fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+        return (time.perf_counter() - t0) * 1e6
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(200_000)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def time_op(fn: Callable[[], object], device: torch.device, repeat: int | None) -> rr.Stats:
+    """Statistics of ``repeat`` timed calls (default: what fits in ``BUDGET_S``)."""
+    first = _sample_us(fn, device)
+    n = repeat or int(min(100, max(5, BUDGET_S * 1e6 / max(first, 1.0))))
+    return rr.Stats.of([first] + [_sample_us(fn, device) for _ in range(n - 1)])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -66,79 +118,147 @@ def _check_sort(got: ref.MoeSortOutput, want: ref.MoeSortOutput, block_m: int) -
     return all(_same(g[:n], w[:n]) for g, w, n in zip(got, want, lengths, strict=True))
 
 
-def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device) -> list[tuple]:
-    """Run and check the pipeline at one token count; rows of (op, sizes, µs, ok)."""
+def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
+            repeat: int | None = None, progress: Callable[[str], None] | None = None
+            ) -> list[Row]:  # fmt: skip
+    """Run, check and time the pipeline at one token count."""
     expert, model_dim, _inter, topk = shape
+    device = torch.device(device)
     ids, weights = draw_routing(num_tokens, expert, topk, gen)
     x = (torch.randn(num_tokens, model_dim, generator=gen) * 3).bfloat16()
     ids, weights, x = ids.to(device), weights.to(device), x.to(device)
-    repeat = 20 if num_tokens <= 64 else 5
-    rows = []
+    rows: list[Row] = []
+    say = progress or (lambda op: None)
 
+    say("moe_sort")
     want_sort = ref.moe_sort(ids, weights, expert, block_m)
-    got_sort = ops.moe_sort(ids, weights, expert, block_m)
-    t = _timed(lambda: ops.moe_sort(ids, weights, expert, block_m), device, repeat)
-    rows.append(("moe_sort", f"E={expert} topk={topk}", t, _check_sort(got_sort, want_sort,
-                                                                     block_m)))  # fmt: skip
+    nv = int(want_sort.num_valid_ids[0])
+    sizes = rr.Sizes(num_tokens, topk, model_dim, block_m, nv, want_sort.sorted_token_ids.numel(),
+                     num_tokens)  # fmt: skip
 
+    def add(op: str, label: str, fn: Callable[[], object], ok: bool) -> None:
+        st = time_op(fn, device, repeat)
+        rows.append(Row(op, label, st.median, bool(ok), st, rr.bytes_moved(op, sizes)))
+
+    got_sort = ops.moe_sort(ids, weights, expert, block_m)
+    add("moe_sort", f"E={expert} topk={topk}",
+        lambda: ops.moe_sort(ids, weights, expert, block_m),
+        _check_sort(got_sort, want_sort, block_m))  # fmt: skip
+
+    say("mxfp4_quant")
     want_q, want_s = ref.mxfp4_quant(x)
     got_q, got_s = ops.mxfp4_quant(x)
-    t = _timed(lambda: ops.mxfp4_quant(x), device, repeat)
-    rows.append(("mxfp4_quant", f"d={model_dim}", t, _same(got_q, want_q) and _same(got_s, want_s)))
+    add("mxfp4_quant", f"d={model_dim}", lambda: ops.mxfp4_quant(x),
+        _same(got_q, want_q) and _same(got_s, want_s))  # fmt: skip
 
+    say("moe_sort_quant")
     zero_buf = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
     fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zero_buf)
     ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(fs, want_s)
     ok = ok and not bool(zero_buf.view(torch.int16).any())
-    t = _timed(lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m), device, repeat)
-    rows.append(("moe_sort_quant", "fused, zero_buf", t, ok))
+    add("moe_sort_quant", "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m), ok)
 
+    say("moe_sort_scales")
     sort_args = (want_s, want_sort.sorted_token_ids, want_sort.num_valid_ids, block_m)
     want_scales = ref.moe_sort_scales(*sort_args)
     got_scales = ops.moe_sort_scales(*sort_args)
-    t = _timed(lambda: ops.moe_sort_scales(*sort_args), device, repeat)
-    rows.append(("moe_sort_scales", f"BM={max(32, block_m)}", t, _same(got_scales, want_scales)))
+    add("moe_sort_scales", f"BM={max(32, block_m)}", lambda: ops.moe_sort_scales(*sort_args),
+        _same(got_scales, want_scales))  # fmt: skip
 
-    num_rows = int(want_sort.num_valid_ids[0])
-    expert_out = torch.randn(num_rows, model_dim, generator=gen).bfloat16().to(device)
+    expert_out = torch.randn(nv, model_dim, generator=gen).bfloat16().to(device)
     scatter_args = (expert_out, want_sort.reverse_sorted, want_sort.sorted_weights, topk)
+    say("moe_scatter_reduce")
     want_out = ref.moe_scatter_reduce(*scatter_args)
     got_out = ops.moe_scatter_reduce(*scatter_args)
-    t = _timed(lambda: ops.moe_scatter_reduce(*scatter_args), device, repeat)
-    rows.append(("moe_scatter_reduce", f"rows={num_rows}", t, _same(got_out, want_out)))
+    add("moe_scatter_reduce", f"rows={nv}", lambda: ops.moe_scatter_reduce(*scatter_args),
+        _same(got_out, want_out))  # fmt: skip
 
+    say("moe_scatter_reduce_q")
     eq, es = ref.mxfp4_quant(expert_out)
     q_args = (eq, es, want_sort.reverse_sorted, want_sort.sorted_weights, topk)
     want_out = ref.moe_scatter_reduce_q(*q_args)
     got_out = ops.moe_scatter_reduce_q(*q_args)
-    t = _timed(lambda: ops.moe_scatter_reduce_q(*q_args), device, repeat)
-    rows.append(("moe_scatter_reduce_q", f"rows={num_rows}", t, _same(got_out, want_out)))
+    add("moe_scatter_reduce_q", f"rows={nv}", lambda: ops.moe_scatter_reduce_q(*q_args),
+        _same(got_out, want_out))  # fmt: skip
     return rows
 
 
-def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, device="cpu") -> int:
-    """Run ``aiter-aux run``; returns the process exit code (1 on any mismatch)."""
+def _timer_note(device: torch.device, repeat: int | None) -> list[str]:
+    """The header lines that say what the numbers are."""
+    n = f"{repeat}" if repeat else f"as many as fit in {BUDGET_S:g} s (5-100)"
+    if device.type == "cuda":
+        how = ["timing: CUDA events around each call (GPU time), after one checked warm-up",
+               f"call; n calls per op: {n}."]  # fmt: skip
+    else:
+        threads = os.environ.get("OMP_NUM_THREADS") or str(torch.get_num_threads())
+        how = [f"timing: wall clock around each call on the CPU (OpenMP threads: {threads}),",
+               f"after one checked warm-up call; n calls per op: {n}.  CPU timings are",
+               "load-sensitive: another process's time slice shows up as a multi-ms outlier",
+               "in p90/max (OMP_NUM_THREADS=1 gives steadier numbers)."]  # fmt: skip
+    return how + [
+        "columns: median and p10-p90 of the n calls in us (min-max under 10 calls); bytes:",
+        "the op's minimum traffic (aiter_aux/run_report.py); GB/s = bytes / median.",
+    ]
+
+
+def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, device="cpu", *,
+                 repeat: int | None = None, csv_path: str | None = None,
+                 json_path: str | None = None) -> int:  # fmt: skip
+    """Run ``aiter-aux run``; returns the exit code: 0, 1 on any mismatch.  Raises
+    ``ValueError`` for arguments that cannot run (no token count, a count out of
+    [0, 2^24), a shape not in the catalog, a device that is not there)."""
     expert, model_dim, inter, topk = shape
+    tokens = list(tokens)
+    if not tokens:
+        raise ValueError("--tokens names no token count; nothing to run")
+    bad = [m for m in tokens if not 0 <= m <= MAX_TOKENS]
+    if bad:
+        raise ValueError(f"--tokens {bad[0]}: a token count must be in [0, {MAX_TOKENS}]")
+    if repeat is not None and repeat < 1:
+        raise ValueError(f"--repeat {repeat}: must be at least 1")
+    for flag, path in (("--csv", csv_path), ("--json", json_path)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag} {path}: its directory does not exist")
     if not is_mxfp4_moe_shape_supported(expert, model_dim, inter, topk):
-        print(
-            f"shape {tuple(shape)} is not in the catalog (inter is rounded up to 256); "
-            "see `aiter-aux list`, add it with `aiter-aux add-shape`"
+        raise ValueError(
+            f"shape {tuple(shape)} is not in the catalog (inter is rounded "
+            "up to 256); see `aiter-aux list`; `aiter-aux add-shape` adds it"
         )
-        return 2
-    device = torch.device(device)
+    device = resolve_device(str(device))
     seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
-    print(f"shape (expert={expert}, model_dim={model_dim}, inter={inter}, topk={topk}), "
-          f"block_m={block_m}, device={device}, seed={seed}")  # fmt: skip
-    failures = 0
+    rounded = round_inter(inter)
+    inter_text = f"{inter} -> {rounded}" if rounded != inter else f"{inter}"
+    print(f"shape expert={expert} model_dim={model_dim} inter={inter_text} topk={topk}; "
+          f"block_m={block_m} device={device} seed={seed}")  # fmt: skip
+    print("\n".join("  " + line for line in _timer_note(device, repeat)))
+    meta = dict(expert=expert, model_dim=model_dim, inter=inter, inter_rounded=rounded, topk=topk,
+                block_m=block_m, device=str(device), seed=seed,
+                timer="cuda-events" if device.type == "cuda" else "wall-clock")  # fmt: skip
+    records, failures = [], 0
     for m in tokens:
         t0 = time.perf_counter()
-        rows = run_one(shape, m, block_m, gen, device)
+
+        def progress(op: str, m=m, t0=t0) -> None:
+            if time.perf_counter() - t0 > PROGRESS_AFTER_S:
+                print(f"  ... tokens={m}: {op} ({time.perf_counter() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+
+        rows = run_one(shape, m, block_m, gen, device, repeat, progress)
         print(f"\ntokens = {m}")
-        print(f"  {'op':<22} {'sizes':<20} {'time (us)':>11}  check")
-        for op, sizes, us, ok in rows:
-            failures += not ok
-            print(f"  {op:<22} {sizes:<20} {us:>11.1f}  {'ok' if ok else 'MISMATCH'}")
-        print(f"  ({time.perf_counter() - t0:.1f} s including the reference)")
-    print(f"\n{'all outputs match the reference' if not failures else f'{failures} MISMATCHES'}")
+        print("\n".join(rr.table(rows)))
+        print(rr.summary(m, rows, time.perf_counter() - t0), flush=True)
+        failures += sum(not r.ok for r in rows)
+        records += [rr.record(m, r) for r in rows]
+    if csv_path:
+        rr.write_csv(csv_path, meta, records)
+    if json_path:
+        rr.write_json(json_path, meta, records)
+    n = len(records)
+    verdict = (
+        f"all {n} outputs match the reference" if not failures else (f"{failures} of {n} MISMATCH")
+    )
+    print(f"\n{verdict}")
+    for path in (p for p in (csv_path, json_path) if p):
+        print(f"wrote {path}")
     return 1 if failures else 0

@@ -10,6 +10,14 @@ import pytest
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
+def pytest_collection_modifyitems(items):
+    """Tests parametrized with ``device="cuda"`` are GPU tests (marker ``gpu``)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("device") == "cuda":
+            item.add_marker(pytest.mark.gpu)
+
+
 @pytest.fixture(scope="session")
 def cpu_module():
     """The CPU module of the whole catalog, built (or found in the cache) once per session.

@@ -127,6 +127,6 @@ def test_clean_removes_the_cache(tmp_path):
     cache = tmp_path / "cache"
     (cache / "cpu-host-0").mkdir(parents=True)
     env = dict(os.environ, AITER_AUX_CACHE_DIR=str(cache))
-    p = subprocess.run([sys.executable, "-m", "aiter_aux.cli", "clean"], capture_output=True,
-                       text=True, env=env)  # fmt: skip
+    p = subprocess.run([sys.executable, "-m", "aiter_aux.cli", "clean", "--yes"],
+                       capture_output=True, text=True, env=env)  # fmt: skip
     assert p.returncode == 0 and not cache.exists() and str(cache) in p.stdout

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,8 +69,8 @@ def test_add_then_remove_keeps_lists_agreeing_and_formatting(tree):
     for path, old in before.items():
         old_lines, new_lines = old.decode().splitlines(), path.read_text().splitlines()
         added = [ln for ln in new_lines if ln not in old_lines]
-        assert added == [f"{' ' * (len(added[0]) - len(added[0].lstrip()))}"
-                         "(160, 5120, 1536, 8),  # Test-MoE TP4"], added  # fmt: skip
+        indent = " " * (len(added[0]) - len(added[0].lstrip()))
+        assert added == [f"{indent}(160, 5120, 1536, 8),  # Test-MoE TP4 (inter 1500 -> 1536)"]
         assert [ln for ln in new_lines if ln != added[0]] == old_lines  # nothing else changed
     assert NEW in ce.read_catalog(tree / GEN, "SHAPES")
     assert NEW in ce.read_catalog(tree / OPS, "MXFP4_MOE_SUPPORTED_SHAPES")
@@ -94,18 +95,50 @@ def test_duplicate_is_refused_with_clear_message(tree):
     [((0, 5120, 256, 1), "expert"), ((2048, 5120, 256, 8), "expert"),
      ((160, 5000, 256, 8), "model_dim"), ((160, 5120 + 32, 256, 8), "model_dim"),
      ((160, 5120, 0, 8), "inter"), ((8, 5120, 256, 9), "topk"), ((300, 5120, 256, 256), "topk"),
-     ((1300, 5120, 256, 8), "shared memory")],
+     ((1300, 5120, 256, 8), "expert"), ((-1, 3072, 256, 8), "expert must be positive"),
+     ((256, 2**31, 256, 8), "model_dim 2147483648 does not fit a 32-bit int"),
+     ((256, 3072, 10**20, 8), "inter 100000000000000000000 does not fit"),
+     ((256, 3072, -256, 8), "inter must be positive")],
 )  # fmt: skip
 def test_invalid_shape_is_refused(tree, shape, rule):
     before = snapshot(tree)
     with pytest.raises(ce.CatalogEditError, match=rule):
-        ce.add_shape(shape, **files(tree))
+        ce.add_shape(shape, "Some model", **files(tree))
     assert snapshot(tree) == before
 
 
-def test_shared_memory_bound():
-    assert ce.sort_smem_bytes(1024) <= ce.SMEM_LIMIT_BYTES < ce.sort_smem_bytes(1228)
-    assert ce._sort_warps(ROOT / GEN) == ce.DEFAULT_SORT_WARPS
+SMEM_TU = """
+#include "gpu/tests/emu.h"
+#include "gpu/mxfp4_moe_aux_gpu.h"
+namespace sd = aiter_aux::gpu::sort_detail;
+static_assert(sd::sort_smem_bytes<SMEM_E>() <= sd::kStaticSmemBytes, "sort smem over 48 KiB");
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("warp", [32, 64])
+def test_sort_shared_memory_bound_is_a_static_assert(tmp_path, warp):
+    """gpu/sort.h asserts that every sort path's shared memory fits 48 KiB at the catalog's
+    largest expert count (1024), so add-shape needs only the catalog's expert bound; the
+    same assertion refuses a larger E (checked on the real structs, through the emulator)."""
+    src = tmp_path / "smem.cpp"
+    src.write_text(SMEM_TU)
+    kernels = ROOT / "csrc" / "kernels" / "mxfp4_moe"
+
+    def compile_with(e: int) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["g++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-pragmas",
+             f"-DAITER_AUX_EMU_WARP={warp}", f"-DSMEM_E={e}", f"-I{kernels}", str(src)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+
+    assert compile_with(1024).returncode == 0, compile_with(1024).stderr[-2000:]
+    p = compile_with(1300)
+    assert p.returncode != 0 and "sort smem over 48 KiB" in p.stderr
+    assert (
+        "static_assert(sort_smem_bytes<kMaxSortExperts>()"
+        in (kernels / "gpu" / "sort.h").read_text()
+    )
 
 
 @pytest.mark.parametrize("fail_on", [1, 2])
@@ -122,7 +155,7 @@ def test_crash_mid_edit_leaves_both_files_intact(tree, monkeypatch, fail_on):
 
     monkeypatch.setattr(ce.os, "replace", replace)
     with pytest.raises(OSError, match="simulated crash"):
-        ce.add_shape(NEW, **files(tree))
+        ce.add_shape(NEW, "Some model", **files(tree))
     monkeypatch.undo()
     assert snapshot(tree) == before
     leftovers = [p for d in (tree / "codegen", tree / "aiter_aux/ops") for p in d.glob(".*.tmp")]
@@ -133,9 +166,9 @@ def test_half_applied_edit_is_completed_by_rerunning(tree):
     """A process killed between the two moves leaves the shape in one list; the same command
     run again adds it to the other list only."""
     before = snapshot(tree)
-    ce.add_shape(NEW, **files(tree))
+    ce.add_shape(NEW, "Some model", **files(tree))
     (tree / OPS).write_bytes(before[tree / OPS])  # as if killed between the two moves
-    r = ce.add_shape(NEW, **files(tree))
+    r = ce.add_shape(NEW, "Some model", **files(tree))
     assert list(r.lines) == [tree / OPS]
     assert ast_test(tree).returncode == 0
 
@@ -146,9 +179,9 @@ def test_cli_add_and_remove_shape_no_build(tree):
     assert p.returncode == 0, p.stderr
     assert "added (160, 5120, 1536, 8)" in p.stdout and "not rebuilt" in p.stdout
     assert "# Some model" in (tree / GEN).read_text()
-    p = cli(tree, "add-shape", "160,5120,1536,8", "--no-build")
+    p = cli(tree, "add-shape", "160,5120,1536,8", "--note", "x", "--no-build")
     assert p.returncode == 2 and "already in the catalog" in p.stderr
-    p = cli(tree, "add-shape", "160,5000,1536,8", "--no-build")
+    p = cli(tree, "add-shape", "160,5000,1536,8", "--model", "x", "--no-build")
     assert p.returncode == 2 and "model_dim" in p.stderr
     p = cli(tree, "remove-shape", "160,5120,1400,8", "--no-build")  # 1400 rounds to 1536
     assert p.returncode == 0, p.stderr
@@ -170,9 +203,123 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     assert p.returncode == 0, p.stderr
     # new keys: moe_sort_e128_k4, moe_sort_quant_e128_k4_d3072, scatter(_q)_d3072_k4
     assert "10 instances, 4 instance TUs compiled, relinked" in p.stdout, p.stdout
+    new = {"moe_sort_e128_k4", "moe_sort_quant_e128_k4_d3072", "moe_scatter_reduce_d3072_k4",
+           "moe_scatter_reduce_q_d3072_k4"}  # fmt: skip
+    slow = [ln for ln in p.stderr.splitlines() if "slowest: " in ln]
+    assert slow, p.stderr
+    named = {item.rsplit(" ", 2)[0] for item in slow[0].split("slowest: ")[1].split(", ")}
+    assert new <= named <= new | {"lookup", "module_common"}, slow  # this build's TUs only
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert "moe_sort_e128_k4" in manifest["keys"] and len(manifest["keys"]) == 10
     p = cli(tree, "remove-shape", "128,3072,512,4")
     assert p.returncode == 0 and "0 instance TUs compiled, relinked" in p.stdout, p.stdout
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert len(manifest["keys"]) == 6 and manifest["shapes"] == [list(k) for k in keep]
+
+
+# ------------------------------------------------------------------ issue 15 D5, D7, D8
+ADDER = """
+import sys, time
+from aiter_aux import catalog_edit as ce
+start, gen, ops, e = float(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+time.sleep(max(0.0, start - time.time()))
+ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", gen_file=gen, ops_file=ops)
+"""
+
+
+def test_concurrent_add_shape_loses_no_shape(tree):
+    """D5: eight processes add eight different shapes at the same moment; the lock held
+    across read, edit and replace keeps all of them (without it most runs lost some)."""
+    start = time.time() + 1.5  # every child has imported by then
+    experts = [160 + 8 * i for i in range(8)]
+    procs = [subprocess.Popen([sys.executable, "-c", ADDER, str(start), str(tree / GEN),
+                               str(tree / OPS), str(e)], stderr=subprocess.PIPE, text=True)
+             for e in experts]  # fmt: skip
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    want = {(e, 5120, 1536, 8) for e in experts}
+    assert want <= set(ce.read_catalog(tree / GEN, "SHAPES"))
+    assert want <= set(ce.read_catalog(tree / OPS, "MXFP4_MOE_SUPPORTED_SHAPES"))
+    assert ast_test(tree).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "append, where",
+    [("SHAPES += [(128, 3072, 512, 4)]\n", "changed outside its literal"),
+     ("SHAPES.append((160, 5120, 1536, 8))\n", "changed outside its literal"),
+     ("SHAPES = []\n", "assigned more than once")],
+)  # fmt: skip
+def test_catalog_changed_outside_its_literal_is_refused(tree, append, where):
+    """D8: an entry added outside the literal would be missed (and added twice)."""
+    text = (tree / GEN).read_text()
+    (tree / GEN).write_text(text + append)
+    line = text.count("\n") + 1
+    before = snapshot(tree)
+    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{where}"):
+        ce.add_shape((128, 3072, 512, 4), "x", **files(tree))
+    with pytest.raises(ce.CatalogEditError, match=where):
+        ce.read_catalog(tree / GEN, "SHAPES")
+    assert snapshot(tree) == before
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [("(256, 3072, 256, 8),", "(256, 3072, 256 * 2, 8),", "not a literal tuple of 4 integers"),
+     ("(256, 3072, 256, 8),", "(256, 3072, 256, 8),\n    (256, 3072, 256, 8),", "listed twice"),
+     ("(256, 3072, 256, 8),", "(256, 3072, 256),", "not a literal tuple of 4 integers")],
+)  # fmt: skip
+def test_computed_or_duplicate_entry_is_refused_naming_its_line(tree, old, new, message):
+    """D8: every entry is seen or the file refused, with the line (no raw ast error)."""
+    text = (tree / GEN).read_text()
+    at = text.index(old)
+    (tree / GEN).write_text(text[:at] + new + text[at + len(old) :])
+    line = text[:at].count("\n") + 1 + new.count("\n")
+    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{message}"):
+        ce.add_shape(NEW, "x", **files(tree))
+    p = cli(tree, "list")  # the catalog without model names, or a one-line error
+    assert p.returncode in (0, 2) and "Traceback" not in p.stderr, p.stderr
+
+
+def test_new_line_goes_next_to_its_model_then_its_model_dim(tree):
+    """The same model (expert, model_dim, topk) first, else the same model_dim."""
+    entries = ce.read_entries(tree / GEN)
+    ce.add_shape((385, 7168, 2048, 9), "Kimi-K2.5 TP1", **files(tree))
+    kimi = max(e.line for e in entries if (e.shape[0], e.shape[1], e.shape[3]) == (385, 7168, 9))
+    after = {e.shape: e for e in ce.read_entries(tree / GEN)}
+    assert after[(385, 7168, 2048, 9)].line == kimi + 1
+    assert after[(385, 7168, 2048, 9)].comment == "Kimi-K2.5 TP1"
+    ce.add_shape((160, 3584, 512, 8), "Some 3584 model", **files(tree))
+    last_3584 = max(e.line for e in ce.read_entries(tree / GEN) if e.shape[1] == 3584
+                    and e.shape != (160, 3584, 512, 8))  # fmt: skip
+    after = {e.shape: e for e in ce.read_entries(tree / GEN)}
+    assert after[(160, 3584, 512, 8)].line == last_3584 + 1
+    assert ast_test(tree).returncode == 0
+
+
+def test_add_shape_requires_a_note_and_records_the_rounding(tree):
+    before = snapshot(tree)
+    for note in (None, "", "   "):
+        with pytest.raises(ce.CatalogEditError, match="name the model in --note"):
+            ce.add_shape(NEW, note, **files(tree))
+    assert snapshot(tree) == before
+    p = cli(tree, "add-shape", "160,5120,1500,8", "--no-build")
+    assert p.returncode == 2 and "--note/--model" in p.stderr
+    p = cli(tree, "add-shape", "160,5120,1500,8", "--model", "GLM-4.5 TP1", "--no-build")
+    assert p.returncode == 0, p.stderr
+    assert "(160, 5120, 1536, 8),  # GLM-4.5 TP1 (inter 1500 -> 1536)" in (tree / GEN).read_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["-1,3072,256,8"], "expert must be positive, got -1"),
+     (["256,2147483648,256,8"], "model_dim 2147483648 does not fit a 32-bit int"),
+     (["256,3072,100000000000000000000,8"], "does not fit a 32-bit int"),
+     (["256,3072,256"], "expected E,MODEL_DIM,INTER,TOPK")],
+)  # fmt: skip
+def test_cli_refuses_out_of_range_values_in_one_line(tree, args, message):
+    """D7: refused before anything is written, one line on stderr, exit 2."""
+    before = snapshot(tree)
+    p = cli(tree, "add-shape", *args, "--note", "x", "--no-build")
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert snapshot(tree) == before

@@ -88,6 +88,29 @@ def test_reporter_finish_prints_slowest(tmp_path):
     assert "compiled 1 instance TU(s) in 3.2 s; slowest: moe_sort_e257_k9 3.0 s" in (out.getvalue())
 
 
+def test_finish_reports_this_builds_outputs_from_begin(tmp_path):
+    """The slowest TUs are those made since begin(), also the ones ninja finished before the
+    first progress line (the CLI's reporter used to start its clock at that line and so
+    missed them, listing only the lookup after an add-shape)."""
+    out = io.StringIO()
+    r = P.Reporter(out, tty=False)
+    r.begin()
+    now = time.time_ns()
+    write_log(tmp_path, [
+        (0, 9000, now - 10**10, "obj/inst_earlier_build.o", "h"),
+        (0, 800, now + 10**6, "obj/inst_first.o", "h"),  # finished before any progress line
+        (800, 900, now + 10**8, "obj/lookup.o", "h"),
+    ])  # fmt: skip
+    time.sleep(0.2)
+    r(2, 3, "CXX src/lookup.cpp")
+
+    class Result:
+        compiled, wall_s, build_dir = 1, 1.0, tmp_path
+
+    r.finish(Result)
+    assert "slowest: first 0.8 s, lookup 0.1 s" in out.getvalue(), out.getvalue()
+
+
 # --------------------------------------------------------------------- build + doctor
 BUILD = r"""
 import sys

@@ -16,6 +16,9 @@ KERNELS = ROOT / "csrc" / "kernels" / "mxfp4_moe"
 SELFTEST = KERNELS / "gpu" / "tests" / "emu_selftest.cpp"
 
 
+pytestmark = pytest.mark.slow  # ~3 min on 2 cores: `bash scripts/test.sh --all` runs it
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 @pytest.mark.parametrize("warp", [32, 64])
 def test_gpu_kernels_emulated(warp, tmp_path):

@@ -217,6 +217,7 @@ def test_fake_impl_rejects_bad_input_while_tracing():
 
 
 # ------------------------------------------------------------------------ CUDA graphs
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_capture_out_ops():
     """Capture the out ops once at fixed buffer sizes; replay with new routing."""
@@ -293,6 +294,7 @@ def test_padding_tokens_are_transparent_cpu(m_real):
     check_padding_transparent(bufs, ids, w, x, eo, m_real)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_replay_with_fewer_tokens_than_captured():
     """A graph captured at M=64, replayed for 1..64 real tokens padded with ids -1 (how a

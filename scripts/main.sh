@@ -3,6 +3,7 @@
 # aux pipeline of two real model shapes with every output checked against the reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ -x "${AITER_AUX_VENV:-.venv}/bin/python" ] || echo "main.sh: first run: creating ${AITER_AUX_VENV:-.venv} (about a minute)"
 bash scripts/setup.sh
 . "${AITER_AUX_VENV:-.venv}/bin/activate"
 aiter-aux build

@@ -10,8 +10,10 @@
 
 The times come from ``.ninja_log`` in the build directory (:func:`read_ninja_log`): one
 tab-separated line per output, ``start_ms end_ms mtime output command_hash``, appended by
-each ninja run (v5 to v7 formats); this build's outputs are those whose mtime is not older
-than the reporter's clock.  Stdlib only.
+each ninja run (v5 to v7 formats).  This build's outputs are those whose recorded mtime is
+not older than the build's start: :meth:`Reporter.begin` marks it (call it right before
+the build; the clock otherwise starts at the first progress line, after ninja has already
+finished its first outputs).  Stdlib only.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 NINJA_LOG = ".ninja_log"
+MTIME_SLACK_NS = 50_000_000  # file mtimes use a coarse clock that may lag time.time_ns()
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,8 @@ class Reporter:
         interval_s: ... or when ``interval_s`` seconds passed since the last line.
         prefix: first word of every line.
 
-    The clock starts when the reporter is made and again after :meth:`finish` (or when
-    ``done`` goes backwards: a new build).  Thread-safe.
+    The clock starts at :meth:`begin` (else when the reporter is made, after :meth:`finish`,
+    or when ``done`` goes backwards: a new build).  Thread-safe.
     """
 
     def __init__(
@@ -107,6 +110,11 @@ class Reporter:
         self.prefix = prefix
         self._lock = threading.Lock()
         self._reset(0)
+
+    def begin(self) -> None:
+        """Mark the start of a build: :meth:`finish` reports the outputs made after it."""
+        with self._lock:
+            self._reset(0)
 
     def _reset(self, total: int) -> None:
         self.start = time.monotonic()
@@ -166,7 +174,8 @@ class Reporter:
                 self.out.write("\n")
                 self._open_line = False
             if result is not None and getattr(result, "compiled", 0):
-                slow = format_slowest(read_ninja_log(result.build_dir, self.start_ns), n)
+                since = self.start_ns - MTIME_SLACK_NS
+                slow = format_slowest(read_ninja_log(result.build_dir, since), n)
                 self.out.write(
                     f"{self.prefix} compiled {result.compiled} instance TU(s) in "
                     f"{result.wall_s:.1f} s" + (f"; slowest: {slow}" if slow else "") + "\n"

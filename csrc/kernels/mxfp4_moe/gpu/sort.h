@@ -93,6 +93,26 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
+// ------------------------------------------------------- shared-memory bound ----
+// Static shared memory of one block is at most 48 KiB on every target (CUDA's static
+// limit; AMD's LDS has 64 KiB).  Each sort path's struct grows with E (the large path's
+// PlaceSmem is 44 E + 64 bytes with 16 warps); the catalog admits E <= kMaxSortExperts
+// (codegen/instances.py MAX_EXPERTS), so the largest E is checked here, in every TU that
+// includes this header, and each instance's own E in launch_sort.  add-shape relies on
+// this bound instead of computing the sizes in Python.
+constexpr int kMaxSortExperts = 1024;
+constexpr size_t kStaticSmemBytes = 48 * 1024;
+
+template <int E>
+constexpr size_t sort_smem_bytes() {
+  constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
+  constexpr size_t c = sizeof(LeanSmem<E>), d = sizeof(TinySmem<E>);
+  constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
+  return ab > cd ? ab : cd;
+}
+static_assert(sort_smem_bytes<kMaxSortExperts>() <= kStaticSmemBytes,
+              "a sort path's shared memory exceeds 48 KiB at the catalog's largest expert count");
+
 // --------------------------------------------------------------- host side ----
 template <int E, int K>
 inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
@@ -129,6 +149,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
                        const char* op) {
   static_assert(E >= 1 && E <= 1024, "num_experts must be in [1, 1024]");
   static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   hipStream_t st = static_cast<hipStream_t>(stream);
   const int64_t n = a.num_tokens * K;
 

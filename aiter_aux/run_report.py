@@ -1,0 +1,172 @@
+"""The numbers of ``aiter-aux run``: per-op statistics, bytes moved, the table, CSV and JSON.
+
+Each op is timed ``n`` times after one untimed call (the call whose output is checked).  The
+table shows the median, the spread p10-p90 (nearest-rank over the samples; with fewer than
+10 samples, min-max), the bytes the op must move and those bytes divided by the median.
+Stdlib only.
+
+Bytes (the same minimum-traffic model as ``benchmarks/auxbench/cases.py``): M tokens,
+K = topk, D = model_dim, N = M*K pairs (all local here), R = num_valid_ids[0] (sorted rows
+with padding), bm = block_m, T = tokens with a local pair, R_out = ceil(max_rows / BM) * BM
+with BM = max(32, bm):
+
+* moe_sort: 12N + 12R + 4R/bm + 8 (ids and weights read; sorted_token_ids, sorted_weights,
+  m_indices, sorted_expert_ids, num_valid_ids and reverse_sorted written);
+* mxfp4_quant: 2MD + MD/2 + MD/32 (x read; a_q, a_scale written);
+* moe_sort_quant: moe_sort + mxfp4_quant;
+* moe_sort_scales: T*D/32 + 4R + 4 + R_out*D/32;
+* moe_scatter_reduce: 4N + N*(2D + 4) + 2MD;
+* moe_scatter_reduce_q: 4N + N*(D/2 + D/32 + 4) + 2MD.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass
+
+COLUMNS = ("tokens", "op", "sizes", "median_us", "p10_us", "p90_us", "min_us", "max_us", "n",
+           "bytes", "gb_s", "check")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of one op's samples, in microseconds."""
+
+    n: int
+    median: float
+    p10: float
+    p90: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Stats:
+        s = sorted(samples)
+        if not s:
+            return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+
+        def rank(p: float) -> float:  # nearest rank
+            return s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))]
+
+        return cls(len(s), statistics.median(s), rank(0.1), rank(0.9), s[0], s[-1])
+
+    def spread(self) -> str:
+        """``"p10-p90"`` (or ``"min-max"`` under 10 samples) as text."""
+        lo, hi = (self.p10, self.p90) if self.n >= 10 else (self.min, self.max)
+        return f"{_us(lo)}-{_us(hi)}"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the bytes model needs (see the module docstring)."""
+
+    m: int
+    k: int
+    d: int
+    bm: int
+    rows: int  # R
+    max_rows: int
+    tokens_read: int  # T
+
+    @property
+    def n(self) -> int:
+        return self.m * self.k
+
+    @property
+    def out_rows(self) -> int:
+        big = max(32, self.bm)
+        return -(-self.max_rows // big) * big
+
+
+def bytes_moved(op: str, s: Sizes) -> int:
+    m, d, n, r = s.m, s.d, s.n, s.rows
+    if op == "moe_sort":
+        return 12 * n + 12 * r + 4 * (r // s.bm) + 8
+    if op == "mxfp4_quant":
+        return 2 * m * d + m * d // 2 + m * d // 32
+    if op == "moe_sort_quant":
+        return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s)
+    if op == "moe_sort_scales":
+        return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
+    if op == "moe_scatter_reduce":
+        return 4 * n + n * (2 * d + 4) + 2 * m * d
+    if op == "moe_scatter_reduce_q":
+        return 4 * n + n * (d // 2 + d // 32 + 4) + 2 * m * d
+    raise KeyError(op)
+
+
+def _us(v: float) -> str:
+    return f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+
+
+def human_bytes(b: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}"
+    return f"{int(b)} B"
+
+
+def gb_s(nbytes: int, us: float) -> float:
+    return nbytes / (us * 1e3) if us > 0 else math.nan
+
+
+def _num(v: float) -> float | None:
+    return None if math.isnan(v) else round(v, 3)
+
+
+def record(tokens: int, row) -> dict:
+    """One CSV/JSON record of a ``pipeline.Row`` (times in µs; ``None`` for no value)."""
+    st = row.stats
+    return dict(tokens=tokens, op=row.op, sizes=row.sizes, median_us=_num(st.median),
+                p10_us=_num(st.p10), p90_us=_num(st.p90), min_us=_num(st.min),
+                max_us=_num(st.max), n=st.n, bytes=row.nbytes,
+                gb_s=_num(gb_s(row.nbytes, st.median)),
+                check="ok" if row.ok else "MISMATCH")  # fmt: skip
+
+
+def table(rows) -> list[str]:
+    """The lines of one token count's table (at most 100 columns)."""
+    head = (f"  {'op':<21}{'sizes':<17}{'median us':>10}{'p10-p90 us':>16}{'n':>4}"
+            f"{'bytes':>11}{'GB/s':>8}  check")  # fmt: skip
+    lines = [head]
+    for r in rows:
+        st = r.stats
+        rate = gb_s(r.nbytes, st.median)
+        lines.append(
+            f"  {r.op:<21}{r.sizes:<17}{_us(st.median):>10}{st.spread():>16}{st.n:>4}"
+            f"{human_bytes(r.nbytes):>11}{rate:>8.2f}  {'ok' if r.ok else 'MISMATCH'}"
+        )
+    return lines
+
+
+FUSED_PATH = ("moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce_q")
+
+
+def summary(tokens: int, rows, block_s: float) -> str:
+    """One line: the checks, the medians of the fused path a serving engine runs
+    (sort+quant, sort_scales, scatter_reduce_q) added up, and the block's wall time (the
+    reference and the checks included)."""
+    bad = sum(not r.ok for r in rows)
+    path = sum(r.stats.median for r in rows if r.op in FUSED_PATH)
+    verdict = f"all {len(rows)} outputs match" if not bad else f"{bad} of {len(rows)} MISMATCH"
+    return (f"  tokens={tokens}: {verdict}; sort_quant+sort_scales+scatter_q {_us(path)} us; "
+            f"block {block_s:.1f} s")  # fmt: skip
+
+
+def write_csv(path: str, meta: dict, records: list[dict]) -> None:
+    """One row per (tokens, op); the run's settings repeated in leading columns."""
+    keys = [k for k in meta if not isinstance(meta[k], list | dict)]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*keys, *COLUMNS])
+        w.writeheader()
+        for rec in records:
+            w.writerow({**{k: meta[k] for k in keys}, **rec})
+
+
+def write_json(path: str, meta: dict, records: list[dict]) -> None:
+    with open(path, "w") as f:
+        json.dump({"run": meta, "rows": records}, f, indent=1, allow_nan=False)
+        f.write("\n")

@@ -1,0 +1,183 @@
+"""The ``aiter-aux`` command line: --version and help, one-line user errors (issue 15),
+``clean``'s confirmation and ``--backend``, ``list``'s table, and ``run``'s table with its
+CSV/JSON output (issue 18).  Builds use a one-shape copy of the sources
+(``AITER_AUX_SOURCE_DIR``) and a temporary cache."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aiter_aux
+from aiter_aux import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = "(256, 3072, 256, 8),  # MiniMax-M2 TP8"
+HAS_GPU = importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def small_tree(tmp_path_factory) -> Path:
+    """codegen/, templates/, csrc/ with SHAPES cut to one shape."""
+    tree = tmp_path_factory.mktemp("tree")
+    for sub in ("codegen", "templates", "csrc"):
+        shutil.copytree(ROOT / sub, tree / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    gen = tree / "codegen" / "gen_instances.py"
+    text = gen.read_text()
+    start = text.index("SHAPES = [\n")
+    end = text.index("\n]\n", start)
+    gen.write_text(text[:start] + f"SHAPES = [\n    {SHAPE}" + text[end:])
+    return tree
+
+
+def aiter_aux_cli(*args: str, tree: Path | None = None, cache: Path | None = None,
+                  stdin=subprocess.DEVNULL, **env: str) -> subprocess.CompletedProcess:  # fmt: skip
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("AITER_AUX_") and k != "MAX_JOBS"}  # fmt: skip
+    if tree is not None:
+        base["AITER_AUX_SOURCE_DIR"] = str(tree)
+    if cache is not None:
+        base["AITER_AUX_CACHE_DIR"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "aiter_aux.cli", *args], capture_output=True,
+                          text=True, stdin=stdin, env={**base, **env}, timeout=300)  # fmt: skip
+
+
+def one_line_error(p: subprocess.CompletedProcess, command: str) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"aiter-aux {command}: error: "), lines
+    return lines[0]
+
+
+# ------------------------------------------------------------------------ version, help
+def test_version_is_the_package_version(tmp_path):
+    p = aiter_aux_cli("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"aiter-aux {aiter_aux.__version__}"
+    # without the JIT's sources: --version still answers, a command says why in one line
+    p = aiter_aux_cli("--version", tree=tmp_path / "missing")
+    assert p.returncode == 0 and p.stdout.strip() == f"aiter-aux {aiter_aux.__version__}"
+    assert "not found" in one_line_error(aiter_aux_cli("list", tree=tmp_path / "missing"), "list")
+
+
+def test_every_subcommand_and_option_has_help():
+    parser = cli.build_parser()
+    text = parser.format_help()
+    assert "examples:" in text and "aiter-aux run --shape" in text
+    (sub,) = [a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    assert set(sub.choices) == {"build", "list", "run", "clean", "doctor", "add-shape",
+                                "remove-shape"}  # fmt: skip
+    for name, p in sub.choices.items():
+        assert p.description, name
+        text += p.format_help()
+        for action in p._actions:
+            assert action.help and action.help.strip(), (name, action.option_strings)
+    assert "``" not in text and ":func:" not in text  # no RST markup shown literally
+
+
+# ------------------------------------------------------------------- one-line errors
+@pytest.mark.parametrize(
+    "args, fragment",
+    [(["--tokens", "-5"], "-5 is outside [0, 16777215]"),
+     (["--tokens", ""], "empty"),
+     (["--tokens", "1,,2"], "item 2 of '1,,2' is empty"),
+     (["--tokens", "1,x"], "'x' is not an integer"),
+     (["--device", "foo"], "--device 'foo' is not a device"),
+     (["--device", "meta"], "not on meta"),
+     pytest.param(["--device", "cuda"], "sees no GPU",
+                  marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible")),
+     (["--repeat", "0"], "--repeat 0: must be at least 1"),
+     (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
+     (["--shape", "7,256,256,1"], "not in the catalog")],
+)  # fmt: skip
+def test_run_user_errors_are_one_line(args, fragment, tmp_path):
+    if "--shape" not in args:
+        args = ["--shape", "256,3072,256,8", *args]
+    line = one_line_error(aiter_aux_cli("run", *args, cache=tmp_path), "run")
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [({"MAX_JOBS": "abc"}, "EnvError: MAX_JOBS='abc': expected a positive integer"),
+     ({"MAX_JOBS": "-1"}, "EnvError: MAX_JOBS='-1': expected a positive integer"),
+     ({"AITER_AUX_LOCK_TIMEOUT": "abc"}, "EnvError: AITER_AUX_LOCK_TIMEOUT='abc'"),
+     pytest.param({"AITER_AUX_BACKEND": "cuda"}, "ToolchainError",
+                  marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible"))],
+)  # fmt: skip
+def test_build_user_errors_are_one_line(env, fragment, small_tree, tmp_path):
+    line = one_line_error(aiter_aux_cli("build", tree=small_tree, cache=tmp_path, **env), "build")
+    assert fragment in line, line
+
+
+def test_cache_safety_error_is_one_line_and_verbose_shows_the_traceback(small_tree, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(cache.stat().st_mode | stat.S_IWGRP | stat.S_IWOTH)
+    line = one_line_error(aiter_aux_cli("build", tree=small_tree, cache=cache), "build")
+    assert "CacheSafetyError" in line and "-v for a traceback" in line
+    for extra, env in ((["-v"], {}), ([], {"AITER_AUX_VERBOSE": "1"})):
+        p = aiter_aux_cli("build", *extra, tree=small_tree, cache=cache, **env)
+        assert p.returncode != 0 and "Traceback" in p.stderr and "CacheSafetyError" in p.stderr
+
+
+# ------------------------------------------------------------------------------ clean
+def test_clean_asks_before_removing_everything_and_can_remove_one_backend(tmp_path):
+    cache = tmp_path / "cache"
+    for name in ("cpu-host-0", "cpu-host-1", "cuda-sm_90-2"):
+        (cache / name).mkdir(parents=True)
+    line = one_line_error(aiter_aux_cli("clean", cache=cache), "clean")  # stdin: not a tty
+    assert "--yes" in line and cache.is_dir()
+    p = aiter_aux_cli("clean", "--backend", "cpu", cache=cache)
+    assert p.returncode == 0 and sorted(x.name for x in cache.iterdir()) == ["cuda-sm_90-2"]
+    p = aiter_aux_cli("clean", "--backend", "rocm", cache=cache)
+    assert p.returncode == 0 and "no rocm build" in p.stdout
+    p = aiter_aux_cli("clean", "--yes", cache=cache)
+    assert p.returncode == 0 and not cache.exists() and str(cache) in p.stdout
+
+
+# ------------------------------------------------------------------------------- list
+def test_list_fits_100_columns_and_names_models():
+    p = aiter_aux_cli("list")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert any(ln.rstrip().endswith("Kimi-K2.5 TP4") for ln in lines)
+    assert "initial catalog" not in p.stdout and "moe_sort_e385_k9" not in p.stdout
+    wide = aiter_aux_cli("list", "--wide")
+    assert wide.returncode == 0 and "moe_sort_e385_k9" in wide.stdout
+
+
+# -------------------------------------------------------------------------------- run
+def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path):
+    pytest.importorskip("torch")
+    out_csv, out_json = tmp_path / "run.csv", tmp_path / "run.json"
+    p = aiter_aux_cli("run", "--shape", "256,3072,200,8", "--tokens", "1,33", "--repeat", "12",
+                      "--seed", "3", "--csv", str(out_csv), "--json", str(out_json),
+                      tree=small_tree, cache=tmp_path / "cache")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert "inter=200 -> 256" in out and "seed=3" in out
+    assert "wall clock" in out and "load-sensitive" in out and "n calls per op: 12" in out
+    header = next(ln for ln in out.splitlines() if "median us" in ln)
+    for column in ("p10-p90 us", "bytes", "GB/s", "check"):
+        assert column in header
+    assert "tokens=1: all 6 outputs match" in out and "tokens=33: all 6 outputs match" in out
+    assert max(len(ln) for ln in out.splitlines() if str(tmp_path) not in ln) <= 100
+    assert f"wrote {out_csv}" in out and f"wrote {out_json}" in out
+    rows = list(csv.DictReader(out_csv.open()))
+    assert len(rows) == 12 and {r["check"] for r in rows} == {"ok"}
+    assert {r["inter_rounded"] for r in rows} == {"256"} and {r["n"] for r in rows} == {"12"}
+    assert all(float(r["p10_us"]) <= float(r["median_us"]) <= float(r["p90_us"]) for r in rows)
+    data = json.loads(out_json.read_text())
+    assert data["run"]["timer"] == "wall-clock" and len(data["rows"]) == 12
+    assert all(r["bytes"] > 0 and r["gb_s"] > 0 for r in data["rows"])
