@@ -118,10 +118,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .pipeline import run_pipeline
+    from .pipeline import Options, run_pipeline
 
+    options = Options(args.ep_ranks, args.shared_init, args.routed_scaling)
     return run_pipeline(args.shape, args.tokens, args.block_m, args.seed, args.device,
-                        repeat=args.repeat, csv_path=args.csv, json_path=args.json)  # fmt: skip
+                        repeat=args.repeat, csv_path=args.csv, json_path=args.json,
+                        options=options)  # fmt: skip
 
 
 def cmd_clean(args) -> int:
@@ -251,6 +253,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed calls per op (default: what fits in 0.2 s, 5 to 100)")  # fmt: skip
     p.add_argument("--csv", metavar="FILE", help="also write one row per (tokens, op) to FILE")
     p.add_argument("--json", metavar="FILE", help="also write the run and its rows to FILE")
+    p.add_argument(
+        "--ep-ranks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="also simulate expert parallelism over N ranks (expert_map): every "
+        "rank's sort is checked and every pair must land on one rank",
+    )
+    p.add_argument(
+        "--shared-init",
+        action="store_true",
+        help="also run the fused op with zero_buf_init (GEMM2 accumulator "
+        "initialised from a shared expert's output)",
+    )
+    p.add_argument("--routed-scaling", type=float, default=1.0, metavar="F",
+                   help="also run both reduces with routed_scaling_factor=F")  # fmt: skip
     p.set_defaults(func=cmd_run)
 
     p = add("clean", "remove builds from the build cache",

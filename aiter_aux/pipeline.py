@@ -118,10 +118,19 @@ def _check_sort(got: ref.MoeSortOutput, want: ref.MoeSortOutput, block_m: int) -
     return all(_same(g[:n], w[:n]) for g, w, n in zip(got, want, lengths, strict=True))
 
 
+class Options(NamedTuple):
+    """The serving options ``aiter-aux run`` exercises besides the plain pipeline."""
+
+    ep_ranks: int = 1  # > 1: simulated expert parallelism, every rank's sort checked
+    shared_init: bool = False  # the fused op copies zero_buf_init into zero_buf
+    routed_scaling: float = 1.0  # the reduces scale the routed sum
+
+
 def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
-            repeat: int | None = None, progress: Callable[[str], None] | None = None
-            ) -> list[Row]:  # fmt: skip
+            repeat: int | None = None, progress: Callable[[str], None] | None = None,
+            options: Options | None = None) -> list[Row]:  # fmt: skip
     """Run, check and time the pipeline at one token count."""
+    options = options or Options()
     expert, model_dim, _inter, topk = shape
     device = torch.device(device)
     ids, weights = draw_routing(num_tokens, expert, topk, gen)
@@ -180,7 +189,51 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     got_out = ops.moe_scatter_reduce_q(*q_args)
     add("moe_scatter_reduce_q", f"rows={nv}", lambda: ops.moe_scatter_reduce_q(*q_args),
         _same(got_out, want_out))  # fmt: skip
+
+    if options.routed_scaling != 1.0:
+        f = options.routed_scaling
+        say("routed scaling")
+        for op, args in (("moe_scatter_reduce", scatter_args), ("moe_scatter_reduce_q", q_args)):
+            want = getattr(ref, op)(*args, routed_scaling_factor=f)
+            got = getattr(ops, op)(*args, routed_scaling_factor=f)
+            add(op, f"scaled x{f:g}", lambda op=op, args=args: getattr(ops, op)(
+                *args, routed_scaling_factor=f), _same(got, want))  # fmt: skip
+    if options.shared_init:
+        say("shared-expert init")
+        init = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
+        zb = torch.empty_like(init)
+        fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zb,
+                                           zero_buf_init=init)  # fmt: skip
+        ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(zb, init)
+        add("moe_sort_quant", "shared-init", lambda: ops.moe_sort_quant(
+            ids, weights, x, expert, block_m, zero_buf=zb, zero_buf_init=init), ok)  # fmt: skip
+    if options.ep_ranks > 1:
+        rows += _expert_parallel(shape, num_tokens, block_m, gen, device, options.ep_ranks, add)
     return rows
+
+
+def _expert_parallel(shape, num_tokens, block_m, gen, device, ranks: int, add) -> list[Row]:
+    """Simulated expert parallelism: routing over ``ranks * expert`` global experts, each rank
+    holding ``expert`` of them (a random assignment); every rank's sort (and fused sort +
+    quant) is checked against the reference, and together they place every pair once."""
+    expert, _d, _i, topk = shape
+    num_global = expert * ranks
+    ids, weights = draw_routing(num_tokens, num_global, topk, gen)
+    ids, weights = ids.to(device), weights.to(device)
+    owner = torch.randperm(num_global, generator=gen)
+    placed = torch.zeros(num_tokens * topk, dtype=torch.int32)
+    for r in range(ranks):
+        emap = torch.full((num_global,), -1, dtype=torch.int32)
+        emap[owner[r * expert : (r + 1) * expert]] = torch.arange(expert, dtype=torch.int32)
+        emap = emap.to(device)
+        want = ref.moe_sort(ids, weights, expert, block_m, expert_map=emap)
+        got = ops.moe_sort(ids, weights, expert, block_m, expert_map=emap)
+        placed += (want.reverse_sorted.cpu() >= 0).to(torch.int32)
+        ok = _check_sort(got, want, block_m)
+        ok = ok and (r < ranks - 1 or bool((placed == 1).all()))  # each pair on one rank
+        add("moe_sort", f"EP rank {r}/{ranks}", lambda emap=emap: ops.moe_sort(
+            ids, weights, expert, block_m, expert_map=emap), ok)  # fmt: skip
+    return []
 
 
 def _timer_note(device: torch.device, repeat: int | None) -> list[str]:
@@ -203,7 +256,7 @@ def _timer_note(device: torch.device, repeat: int | None) -> list[str]:
 
 def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, device="cpu", *,
                  repeat: int | None = None, csv_path: str | None = None,
-                 json_path: str | None = None) -> int:  # fmt: skip
+                 json_path: str | None = None, options: Options | None = None) -> int:  # fmt: skip
     """Run ``aiter-aux run``; returns the exit code: 0, 1 on any mismatch.  Raises
     ``ValueError`` for arguments that cannot run (no token count, a count out of
     [0, 2^24), a shape not in the catalog, a device that is not there)."""
@@ -216,6 +269,9 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
         raise ValueError(f"--tokens {bad[0]}: a token count must be in [0, {MAX_TOKENS}]")
     if repeat is not None and repeat < 1:
         raise ValueError(f"--repeat {repeat}: must be at least 1")
+    options = options or Options()
+    if not 1 <= options.ep_ranks <= 64:
+        raise ValueError(f"--ep-ranks {options.ep_ranks}: must be in [1, 64]")
     for flag, path in (("--csv", csv_path), ("--json", json_path)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag} {path}: its directory does not exist")
@@ -231,6 +287,10 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     inter_text = f"{inter} -> {rounded}" if rounded != inter else f"{inter}"
     print(f"shape expert={expert} model_dim={model_dim} inter={inter_text} topk={topk}; "
           f"block_m={block_m} device={device} seed={seed}")  # fmt: skip
+    if options != Options():
+        print(f"  options: EP ranks {options.ep_ranks}, shared-expert init "
+              f"{'on' if options.shared_init else 'off'}, routed scaling "
+              f"{options.routed_scaling:g}")  # fmt: skip
     print("\n".join("  " + line for line in _timer_note(device, repeat)))
     meta = dict(expert=expert, model_dim=model_dim, inter=inter, inter_rounded=rounded, topk=topk,
                 block_m=block_m, device=str(device), seed=seed,
@@ -244,7 +304,7 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
                 print(f"  ... tokens={m}: {op} ({time.perf_counter() - t0:.0f} s)",
                       file=sys.stderr, flush=True)  # fmt: skip
 
-        rows = run_one(shape, m, block_m, gen, device, repeat, progress)
+        rows = run_one(shape, m, block_m, gen, device, repeat, progress, options)
         print(f"\ntokens = {m}")
         print("\n".join(rr.table(rows)))
         print(rr.summary(m, rows, time.perf_counter() - t0), flush=True)
