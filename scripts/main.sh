@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . "${AITER_AUX_VENV:-.venv}/bin/activate"
 aiter-aux build
-aiter-aux run --shape 513,2560,640,11 --tokens 1,16,512,4096
+aiter-aux run --shape 513,2560,640,11 --tokens 1,16,512,4096 --ep-ranks 2 --shared-init --routed-scaling 2.5
 aiter-aux run --shape 385,7168,512,9 --tokens 1,16,512,4096
