@@ -60,6 +60,7 @@ SHAPES = [
     (385, 7168, 512, 7),  # DeepSeek-V4 TP6/TP8, shared expert fused (moe_inter 3072 / 6 or / 8)
     (256, 4096, 256, 6),  # DeepSeek-V4-Lite
     (256, 4096, 2048, 6),  # DeepSeek-V4-Flash TP1, shared expert not fused (moe_inter 2048)
+    (289, 4096, 2048, 9),  # GLM-5.3-Flash (no AITER aux instance: aiter#5156)
     (384, 5120, 768, 6),  # no public model
     (384, 5120, 1280, 6),  # no public model
     (128, 5120, 768, 3),  # no public model
@@ -73,6 +74,7 @@ SHAPES = [
     (257, 6144, 256, 9),  # GLM-5.2 TP8
     (129, 6144, 512, 5),  # no public model
     (129, 6144, 768, 5),  # no public model
+    (256, 6144, 512, 8),  # GLM-5.2 routed-only TP4
     (896, 3584, 512, 16),  # Kimi-K3
     (896, 3584, 3072, 16),  # no public model
     (56, 3584, 3072, 16),  # no public model
@@ -80,6 +82,7 @@ SHAPES = [
     (128, 3072, 1536, 4),  # gpt-oss-120b TP2 (hidden 2880 padded to 3072; inter 1440 -> 1536)
     (128, 3072, 3072, 4),  # gpt-oss-120b TP1 (hidden 2880 padded to 3072; inter 2880 -> 3072)
     (513, 2560, 768, 11),  # Qwen3.8-Flash-Next TP1 (inter 640 -> 768)
+    (513, 8192, 256, 11),  # Qwen3.8 TP8, shared expert fused
 ]
 
 
