@@ -34,7 +34,21 @@ OPS = (
     "moe_scatter_reduce",
     "moe_scatter_reduce_q",
     "decode_pipeline",
+    # the serving options (issue 17), each beside its plain op: an identity expert_map, the
+    # fused op initialising zero_buf from zero_buf_init, a routed scaling factor of 2.5
+    "moe_sort_ep",
+    "moe_sort_quant_init",
+    "moe_scatter_reduce_scaled",
+    "moe_scatter_reduce_q_scaled",
 )
+# variant -> (plain op, what it adds)
+VARIANTS = {
+    "moe_sort_ep": ("moe_sort", "expert_map"),
+    "moe_sort_quant_init": ("moe_sort_quant", "zero_buf_init"),
+    "moe_scatter_reduce_scaled": ("moe_scatter_reduce", "routed_scaling_factor"),
+    "moe_scatter_reduce_q_scaled": ("moe_scatter_reduce_q", "routed_scaling_factor"),
+}
+ROUTED_SCALING = 2.5
 
 # Minimum bytes moved per op: every input byte that must be read, read once, every output
 # byte written once.  M tokens, K = topk, D = model_dim, N = M*K pairs, L = local pairs
@@ -55,6 +69,10 @@ BYTES_FORMULAS = {
     "their e8m0 scales)",
     "decode_pipeline": "moe_sort_quant + moe_sort_scales   (a_scale is written by the first "
     "launch and read by the second)",
+    "moe_sort_ep": "moe_sort + 4E   (the expert_map read once)",
+    "moe_sort_quant_init": "moe_sort_quant + 4MD   (zero_buf_init read, zero_buf written)",
+    "moe_scatter_reduce_scaled": "moe_scatter_reduce",
+    "moe_scatter_reduce_q_scaled": "moe_scatter_reduce_q",
 }
 
 HBM_PEAK_BYTES_S = 4.3e12  # the floor used in docs/perf.md
@@ -90,6 +108,12 @@ class Sizes:
 def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
     """The minimum bytes of ``op`` (see ``BYTES_FORMULAS``)."""
     m, d, n, r, ell = s.m, s.d, s.n, s.rows, s.n_local
+    if op == "moe_sort_ep":
+        return bytes_moved("moe_sort", s) + 4 * s.e
+    if op == "moe_sort_quant_init":
+        return bytes_moved("moe_sort_quant", s) + 4 * m * d
+    if op in VARIANTS:
+        return bytes_moved(VARIANTS[op][0], s)
     if op == "moe_sort":
         return 12 * n + 12 * r + 4 * (r // s.bm) + 8
     if op == "mxfp4_quant":
@@ -193,6 +217,8 @@ class OpSpec:
 
 def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
     """The :class:`OpSpec` of ``op`` on the case inputs ``base``."""
+    if op in VARIANTS:
+        return _variant_spec(op, base, s, dev, zero_buf)
     e, bm, k = s.e, s.bm, s.k
 
     def zb() -> dict:
@@ -298,9 +324,60 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
     raise KeyError(op)
 
 
+def _variant_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
+    """A serving-option variant: its plain op's spec with the option added to every call."""
+    plain, option = VARIANTS[op]
+    e, bm, k = s.e, s.bm, s.k
+    if option == "expert_map":  # identity map: the plain op's outputs, plus one lookup per id
+        emap = torch.arange(e, dtype=torch.int32, device=dev)
+        spec = op_spec(plain, base, s, dev, zero_buf)
+        return OpSpec(
+            spec.inputs,
+            spec.new_outputs,
+            lambda i, o: ops.moe_sort_out(i["ids"], i["w"], e, bm, o["sort"], expert_map=emap),
+            lambda i, o: ref.moe_sort_out(i["ids"], i["w"], e, bm, o["sort"], expert_map=emap),
+            None,
+            spec.same,
+        )
+    if option == "zero_buf_init":
+        init = torch.randn(s.m, s.d, device=dev).to(torch.bfloat16)
+        spec = op_spec(plain, base, s, dev, True)
+
+        def run(fn, i, o):
+            fn(i["ids"], i["w"], i["x"], e, bm, o["sort"], o["q"], o["s"], zero_buf=o["zero_buf"],
+               zero_buf_init=init)  # fmt: skip
+
+        def same(g, w):
+            return spec.same({**g, "zero_buf": torch.zeros_like(init)}, w) and _same(
+                g["zero_buf"], init
+            )
+
+        return OpSpec(spec.inputs, spec.new_outputs,
+                      lambda i, o: run(ops.moe_sort_quant_out, i, o),
+                      lambda i, o: run(ref.moe_sort_quant_out, i, o), None, same)  # fmt: skip
+    spec = op_spec(plain, base, s, dev, zero_buf)
+    f = ROUTED_SCALING
+    if plain == "moe_scatter_reduce":
+        ours = lambda i, o: ops.moe_scatter_reduce_out(  # noqa: E731
+            i["eo"], i["rev"], i["sw"], k, o["o"], routed_scaling_factor=f
+        )
+        eager = lambda i, o: ref.moe_scatter_reduce_out(  # noqa: E731
+            i["eo"], i["rev"], i["sw"], k, o["o"], routed_scaling_factor=f
+        )
+    else:
+        ours = lambda i, o: ops.moe_scatter_reduce_q_out(  # noqa: E731
+            i["q"], i["s"], i["rev"], i["sw"], k, o["o"], routed_scaling_factor=f
+        )
+        eager = lambda i, o: ref.moe_scatter_reduce_q_out(  # noqa: E731
+            i["q"], i["s"], i["rev"], i["sw"], k, o["o"], routed_scaling_factor=f
+        )
+    return OpSpec(spec.inputs, spec.new_outputs, ours, eager, None, spec.same)
+
+
 def make_base(shape, m: int, bm: int, dev, seed: int, need: set[str]) -> tuple[dict, Sizes]:
     """Routing, activations and the reference outputs the later ops take as inputs."""
     e, d, _inter, k = shape
+    need = need | {VARIANTS[op][0] for op in need if op in VARIANTS}
     gen = torch.Generator().manual_seed(seed * 1_000_003 + m * 7919 + e * 31 + k)
     ids, w = draw_routing(m, e, k, gen)
     s = routing_sizes(ids, e, d, bm)
