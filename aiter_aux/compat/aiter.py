@@ -305,7 +305,6 @@ def _sort_buffers(
     topk: int,
     ne: int,
     mb: int,
-    device: Any,
     sorted_token_ids: object,
     sorted_weights: object,
     m_indices: object,
@@ -407,7 +406,7 @@ def mxfp4_moe_sort_quant(
     aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
     asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
     zero = _zero_target(bf16_zero_out, m, d)
-    out, copies, named = _sort_buffers(m, topk, ne, mb, ids.device, sorted_token_ids,
+    out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
@@ -473,7 +472,7 @@ def mxfp4_moe_sort(
         zero = _zero_target(bf16_zero_out, m, d)
         if _tensor(bf16_zero_out, "bf16_zero_out").numel() > 0:
             ws = _workspace_target(bf16_zero_workspace)
-    out, copies, named = _sort_buffers(m, topk, ne, mb, ids.device, sorted_token_ids,
+    out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
