@@ -238,18 +238,20 @@ def test_sort_scales(shape, m, mb):
     cols, bm = d // 32, max(32, mb)
     cap = srt.sorted_token_ids.numel()
     # max_sorted = our capacity, AITER's (may not be a multiple of BM: a partial chunk is
-    # not written), and one below a chunk boundary
-    for max_sorted in sorted({cap, aiter_capacity(m, k, e, mb), max(0, cap - 1)}):
+    # not written), one below, and rounded up to BM
+    up = -(-cap // bm) * bm  # past the length: the rows after it are padding
+    for max_sorted in sorted({cap, aiter_capacity(m, k, e, mb), max(0, cap - 1), up}):
         rows = max_sorted // bm * bm
         out = poison(rows * cols + 2 * cols + 3, torch.float8_e8m0fnu, g)
         out0 = out.clone()
         A.mxfp4_moe_sort_scales(a_scale, srt.sorted_token_ids, srt.num_valid_ids, out,
                                 e, k, d, mb, max_sorted)  # fmt: skip
         exp = out0[: rows * cols].clone().view(torch.uint8).view(rows, cols)
-        O.moe_sort_scales_out(a_scale, srt.sorted_token_ids[:rows], srt.num_valid_ids, mb, exp)
+        sti = srt.sorted_token_ids[: min(rows, cap)]
+        O.moe_sort_scales_out(a_scale, sti, srt.num_valid_ids, mb, exp)
         assert same_bytes(out[: rows * cols], exp), max_sorted
         assert same_bytes(out[rows * cols :], out0[rows * cols :]), max_sorted
-        if rows == cap:
+        if rows == up:
             ref = O.moe_sort_scales(a_scale, srt.sorted_token_ids, srt.num_valid_ids, mb)
             assert same_bytes(out[: rows * cols], ref)
 
@@ -278,7 +280,7 @@ def test_scatter_reduce_q(shape, m, mb):
     rows = srt.sorted_weights.numel()
     q = torch.randint(0, 256, (rows, d // 2), dtype=torch.uint8, generator=g)
     s = torch.randint(118, 127, (rows + 3, d // 32), dtype=torch.uint8, generator=g)
-    s[0, 0], s[1, 1] = 0, 255  # AITER decodes these as 0.0 / +Inf; ours 2^-127 / NaN
+    s[0, 0], s[1, 1] = 0, 255  # ours: 2^-127 and NaN (docs/compat.md)
     out = poison(m * d, torch.bfloat16, g).view(m, d)
     q4, s8 = q.view(torch.float4_e2m1fn_x2), s.view(torch.float8_e8m0fnu)
     A.mxfp4_moe_scatter_reduce_q(q4, s8, srt.reverse_sorted, srt.sorted_weights, out, e, k, d, mb)

@@ -75,27 +75,35 @@ no gfx950 was at hand):
 10. **``max_sorted``** (``mxfp4_moe_sort_scales``) is used as AITER uses it: with
     ``BM = max(32, MB)``, exactly ``floor(max_sorted / BM)`` chunks of ``BM`` rows are
     written (``floor(max_sorted / BM) * BM * D_HIDDEN / 32`` bytes of
-    ``a_scale_sorted_shuffled``; the bytes after them are not touched), reading rows below
-    that of ``sorted_token_ids``.  It must lie in [0, ``sorted_token_ids.numel()``].
+    ``a_scale_sorted_shuffled``; the bytes after them are not touched).  So with ``MB = 16``
+    and ``max_sorted`` an odd multiple of 16 (``_adaptive_moe_sort``'s size can be), the last
+    16 rows get no scales, in AITER as here, even where they are valid rows; pass
+    ``max_sorted`` rounded up to ``BM``.  AITER reads ``sorted_token_ids`` only below
+    ``cumsum_tensor[0]``, so ``max_sorted`` may exceed its length; here it must lie in
+    [0, ``round_up(sorted_token_ids.numel(), BM)``] (rows past the length are padding).
 11. **Scale-shuffle padding.**  A row of a written chunk that is padding (token >= M) or at
     or past ``cumsum_tensor[0]``: AITER stores the scales of token 0 there (its ``tid = 0``
     fallback), ours stores 0.  The GEMM drops those rows (their ``m_indices`` is M).  The
     layout (``BK = 256``, ``MN_PACK = 2``) and every other byte are the same.
 12. **NaN/Inf blocks (quant).**  Ours: a block of 32 holding NaN or +-Inf gets scale byte
-    255 and 16 zero bytes (docs/ops.md).  AITER takes amax over the bf16 bits ``& 0x7FFF``,
-    so the exponent computation wraps: such a block gets scale byte 0 and whatever gfx950's
-    ``v_cvt_scalef32_pk_fp4_bf16`` makes of the block with a scale of 0.0.  Finite blocks:
-    the same scale formula (``min(254, exponent of amax * fp32(1/6) rounded up)``); the
-    elements are converted by that instruction in AITER and by ``x * 2^(127 - s)`` rounded
-    to nearest-even in ours, not compared on hardware here.
+    255 and 16 zero bytes (docs/ops.md).  AITER takes amax as the largest bf16 bit pattern
+    ``& 0x7FFF`` and computes ``((bits(fp32(amax) * (1/6)) + 0x7FFFFF) >> 23) & 0xFF``: a
+    block holding a NaN gets scale byte 0 (the sum wraps past 0xFF), a block holding +-Inf
+    and no NaN gets 254; its nibbles are whatever gfx950's ``v_cvt_scalef32_pk_fp4_bf16``
+    makes of the block with the float of bits ``scale << 23`` (0.0, or 2^127).  Finite
+    blocks: the same scale formula (``min(254, the exponent of amax * fp32(1/6) rounded
+    up)``); AITER converts the elements with that instruction, ours rounds
+    ``x * 2^(127 - s)`` to nearest-even (docs/ops.md); not compared on hardware here.
 13. **Scatter-reduce arithmetic.**  AITER accumulates with ``fmaf`` (one rounding per
     term), ours rounds each product and each sum separately (docs/ops.md): the fp32 sums
     can differ in the last bit, which sometimes survives the rounding to bf16.  A dropped
     pair adds ``fma(0, 0, acc)`` in AITER (turning a ``-0.0`` sum into ``+0.0``); ours skips
     it.  A NaN sum is 0x7FC0 in ours.
-14. **Scatter-reduce-q decode.**  AITER builds the block scale as the float with bits
-    ``e8 << 23``: byte 0 decodes to 0.0 (ours: 2^-127, not flushed) and byte 255 to +Inf
-    (ours: NaN).
+14. **Scatter-reduce-q decode.**  AITER passes the block scale to gfx950's
+    ``v_cvt_scalef32_pk_f32_fp4`` as the float with bits ``e8 << 23``: 0.0 for byte 0 and
+    +Inf for byte 255, where ours decodes 2^-127 (not flushed) and NaN.  Whether the
+    instruction reads that float's value or only its exponent field (which would give ours)
+    was not checked; for bytes 1..254 the float is exactly 2^(e8-127) in both.
 15. **Instances.**  AITER keys instances on all of ``(NE, TOPK, MB, D_HIDDEN)`` (the scatter
     on ``(D_HIDDEN, TOPK, MB >= 128)``); ours on the parameters each kernel uses
     (``moe_sort_e{NE}_k{TOPK}``, ``mxfp4_quant_d{D_HIDDEN}``, ...).  So a call AITER would
@@ -547,8 +555,8 @@ def mxfp4_moe_sort_scales(
             ``floor(max_sorted/BM)*BM*D_HIDDEN/32`` bytes with ``BM = max(32, MB)``; exactly
             that many leading bytes are written.
         NE, TOPK, D_HIDDEN, MB: the instance (D_HIDDEN a multiple of 256).
-        max_sorted: the sort capacity the rows are counted against, in
-            [0, ``sorted_token_ids.numel()``].
+        max_sorted: the sort capacity: ``floor(max_sorted/BM)`` chunks are written; in
+            [0, ``round_up(sorted_token_ids.numel(), BM)``].
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -568,20 +576,23 @@ def mxfp4_moe_sort_scales(
         )
     s = _contiguous(s, "a_scale").view(torch.uint8)
     sti = _flat(sorted_token_ids, "sorted_token_ids", torch.int32, 0, "")
-    if not 0 <= ms <= sti.numel():
-        raise ValueError(
-            f"max_sorted = {ms} must lie in [0, sorted_token_ids.numel() = {sti.numel()}]"
-        )
     nv = _flat(cumsum_tensor, "cumsum_tensor", torch.int32, 2, "[rows, M]")
     bm = max(32, mb)
+    limit = -(-sti.numel() // bm) * bm
+    if not 0 <= ms <= limit:
+        raise ValueError(
+            f"max_sorted = {ms} must lie in [0, round_up(sorted_token_ids.numel(), BM) = "
+            f"{limit}] (BM = max(32, MB) = {bm})"
+        )
     rows = ms // bm * bm
+    sti = sti[: min(rows, sti.numel())]  # our op writes ceil(len / BM) * BM = rows rows
     out = _bytes2d(a_scale_sorted_shuffled, "a_scale_sorted_shuffled", _scale_dtypes(),
                    rows, d // 32)  # fmt: skip
     _no_overlap(
         {"a_scale_sorted_shuffled": out},
-        {"a_scale": s, "sorted_token_ids": sti[:rows], "cumsum_tensor": nv},
+        {"a_scale": s, "sorted_token_ids": sti, "cumsum_tensor": nv},
     )
-    _ops().moe_sort_scales_out(s, sti[:rows], nv, mb, out)
+    _ops().moe_sort_scales_out(s, sti, nv, mb, out)
 
 
 def _scatter_common(
