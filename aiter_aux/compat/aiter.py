@@ -37,8 +37,9 @@ no gfx950 was at hand):
    pairs per expert are the same.  AITER's own test compares each expert's pairs as a set.
 2. **Non-local ids.**  The same: an id outside [0, NE) (``-1`` from vLLM's padding, or out
    of range) is dropped and its ``reverse_sorted`` entry is ``-1``; the scatter adds nothing
-   for it.  Our ``expert_map`` (expert parallelism) is not in AITER's signature: call
-   :func:`aiter_aux.ops.moe_sort_out` for it.
+   for it.  Our ``expert_map`` (expert parallelism), ``zero_buf_init`` and
+   ``routed_scaling_factor`` are not in AITER's signatures: call :mod:`aiter_aux.ops`
+   (``moe_sort_out``, ``moe_scatter_reduce_out``, ...) for them.
 3. **Padding values.**  The same: sorted rows ``M`` (``t = M, k = 0``), ``m_indices`` ``M``,
    ``sorted_weights`` ``0.0``; rows and blocks at or past ``cumsum_tensor[0]`` are not
    written; ``cumsum_tensor = [rows, M]``.
