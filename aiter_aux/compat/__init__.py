@@ -1,0 +1,9 @@
+"""Drop-in entry points with other libraries' signatures, as thin adapters onto
+:mod:`aiter_aux.ops`.
+
+* :mod:`aiter_aux.compat.aiter`: AITER's ``aiter/ops/moe_mxfp4_aux.py``
+  (``mxfp4_moe_sort_quant``, ``mxfp4_moe_sort``, ... with ``NE``/``TOPK``/``D_HIDDEN``/``MB``).
+
+Importing these modules loads and builds nothing; the compiled module is loaded on the first
+call (docs/compat.md).
+"""
