@@ -98,7 +98,10 @@ def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
 
 
 def __getattr__(name: str):
-    # The ops import torch; keep this module importable (and cheap) without it.
+    # The ops import torch; keep this module importable (and cheap) without it.  Dunder
+    # lookups (``__path__`` during a from-import, ``__wrapped__``...) never load the ops.
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from . import aux_ops
 
     if name in aux_ops.__all__:
