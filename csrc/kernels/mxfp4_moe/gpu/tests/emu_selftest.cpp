@@ -703,6 +703,9 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   a.model_dim = D;
   a.topk = K;
   a.out = got.data();
+  // every third case scales the routed sum (2.5, or -0.75 in the extreme cases)
+  const float scale = (m % 3 == 2) ? (extreme ? -0.75f : 2.5f) : 1.0f;
+  a.routed_scaling_factor = scale;
   int rc;
   if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
   else rc = moe_scatter_reduce<D, K>(a, nullptr);
@@ -722,6 +725,10 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
         volatile float prod = v * sw[p];
         volatile float sum = acc + prod;
         acc = sum;
+      }
+      if (scale != 1.0f) {
+        volatile float scaled = acc * scale;
+        acc = scaled;
       }
       want[static_cast<size_t>(t) * D + c] = ref_bf16(acc);
     }
