@@ -347,3 +347,51 @@ def test_one_module_per_backend_and_process(small):
     assert KEY_B in got["second"] and "aiter-aux build" in got["second"]
     assert "restart the process" in got["second"]
     assert got["n"] == 1 and got["same"]
+
+
+# ------------------------------------------------------------------ the ModuleSpec contract
+CONTRACT = """
+import json, sys
+from pathlib import Path
+from aiter_aux.jit.spec import ModuleSpec
+spec = ModuleSpec("cpu")
+if sys.argv[1] == "try_load":
+    m = spec.try_load()
+    print(json.dumps({"loaded": None if m is None else str(m.path)}))
+else:
+    r1, r2 = spec.build(), spec.build()
+    print(json.dumps({"compiled": [r1.compiled, r2.compiled], "linked": r2.linked,
+                      "same": r1.module_path == r2.module_path, "plan": spec.plan()}))
+"""
+
+
+def test_try_load_never_raises_and_build_is_idempotent(tmp_path):
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    env = env_for(cache, src)
+
+    def try_load(**extra):
+        return last_json(py(CONTRACT, dict(env, **extra), "try_load"))["loaded"]
+
+    assert try_load() is None  # no cache at all
+    got = last_json(py(CONTRACT, env, "build"))
+    assert got["compiled"][1] == 0 and not got["linked"] and got["same"], got
+    assert got["compiled"][0] == 6 and got["plan"][0] == "cache", got
+    module = Path(got["plan"][1])
+    manifest = module.parent / "manifest.json"
+    assert try_load() == str(module)
+
+    data, text = module.read_bytes(), manifest.read_text()
+    module.write_bytes(data[: len(data) // 2])  # corrupt (sha256 differs)
+    assert try_load() is None
+    module.write_bytes(data)
+    manifest.write_text("[1, 2]")  # garbage manifest
+    assert try_load() is None
+    manifest.write_text(json.dumps(dict(json.loads(text), module="../../elsewhere.so")))
+    assert try_load() is None
+    manifest.write_text(text)
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # another catalog: another build's inputs
+    assert try_load() is None
+    set_catalog(src, [SHAPE_A])
+    assert try_load() == str(module)
+    assert try_load(AITER_AUX_CACHE_DIR=str(tmp_path / "nothing")) is None

@@ -153,9 +153,10 @@ def _sha256(path: Path) -> str:
 
 def read_manifest(directory: Path) -> dict | None:
     try:
-        return json.loads((directory / MANIFEST).read_text())
+        manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def published(inputs: BuildInputs) -> tuple[Path, str] | None:
@@ -262,12 +263,14 @@ def build_module(
     t0 = time.perf_counter()
     inputs = BuildInputs.of(toolchain_mod.select(backend), shapes)
     force = aux_env.get("AITER_AUX_REBUILD") if force is None else force
-    if aux_env.get("AITER_AUX_DISABLE_JIT") or not force:
+    jit_disabled = aux_env.get("AITER_AUX_DISABLE_JIT")
+    if jit_disabled or not force:
         path = current_module(inputs)
-        if path is not None and (_tidy(inputs.directory) or aux_env.get("AITER_AUX_DISABLE_JIT")
-                                 or not os.access(inputs.directory, os.W_OK)):  # fmt: skip
+        # leftovers of a killed builder are removed under the lock, where that can write
+        writable = os.access(inputs.directory, os.W_OK)
+        if path is not None and (jit_disabled or not writable or _tidy(inputs.directory)):
             return _result(inputs, path, 0, False, t0)
-        if aux_env.get("AITER_AUX_DISABLE_JIT"):
+        if jit_disabled:
             raise JitDisabledError(
                 f"AITER_AUX_DISABLE_JIT=1 and the cache {inputs.directory} has no current, "
                 f"intact {MODULE_NAME} for {inputs.tc.describe()} and these "

@@ -136,6 +136,9 @@ def ensure_dir(path: Path) -> None:
     check_safe(path)
 
 
+_IMPORTED: dict[str, str] = {}  # "codegen" -> digest of codegen/ when it was imported
+
+
 @cache
 def codegen():
     """The ``codegen`` package of the source root, imported under a private name so it
@@ -152,9 +155,6 @@ def codegen():
     _IMPORTED["codegen"] = sources_digest(dirs=("codegen",))
     spec.loader.exec_module(module)
     return module
-
-
-_IMPORTED: dict[str, str] = {}
 
 
 def codegen_module(submodule: str):

@@ -99,7 +99,7 @@ def _load(path: Path, sha256: str, *, safe: bool, strict: bool = False) -> AuxMo
     proc = Path(f"/proc/self/fd/{fd}")
     try:
         module = AuxModule(path, load_from=proc if proc.exists() else path)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, AttributeError):  # not a loadable module of this ABI
         os.close(fd)
         if strict:
             raise
