@@ -8,7 +8,7 @@ Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain finger
   lock path at once and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
 * ``manifest.json`` names the published module file, its sha256, the *inputs digest* it was
   built from (:class:`BuildInputs`: toolchain fingerprint, codegen/ including the catalog,
-  templates/, the backend's kernel sources, the shapes), and the instance keys it holds.
+  templates/, csrc/, the shapes), and the instance keys it holds.
   Module and manifest are published atomically (temp file + ``os.replace``), so a reader
   sees either the old or the new pair, never half a file.
 * A module is current for a request only when the manifest's inputs digest equals the
@@ -96,7 +96,7 @@ class BuildInputs:
     tc: toolchain_mod.Toolchain
     shapes: tuple[tuple[int, ...], ...]
     catalog: bool
-    sources_digest: str  # toolchain, codegen/ (as imported), templates/, kernel sources
+    sources_digest: str  # toolchain, codegen/ (as imported), templates/, csrc/
     digest: str  # sources_digest and the shapes
 
     @classmethod
@@ -109,8 +109,7 @@ class BuildInputs:
             "aiter_aux build inputs 1",
             tc.fingerprint,
             paths.codegen_digest(),  # the generator and the catalog, as imported
-            paths.sources_digest(dirs=("templates",)),
-            toolchain_mod.sources_digest(tc.backend),  # the kernel sources it compiles
+            paths.sources_digest(dirs=("templates", "csrc")),  # read at build time
         )
         return cls(tc, shapes, catalog, sources, _digest(sources, json.dumps(shapes)))
 

@@ -33,7 +33,7 @@ Sources, in order
    ``AITER_AUX_DISABLE_JIT=1`` also when it holds only part of the catalog.
 2. **cache**: the module published in the toolchain's build directory for exactly this
    process's build inputs (:class:`.build.BuildInputs`: toolchain, codegen/ with the
-   catalog, templates/, kernel sources, shapes).
+   catalog, templates/, csrc/, shapes).
 3. **JIT**: the whole catalog built into the cache (:mod:`.build`), then loaded as in 2.
 
 Every module file is opened once, its sha256 is checked against its manifest through that
