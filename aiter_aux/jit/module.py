@@ -37,9 +37,11 @@ class AuxModule:
 
         _library.define()
         self.path = Path(path)
-        name = str(load_from or self.path)
-        torch.ops.load_library(name)
-        self.lib = ctypes.CDLL(name, mode=ctypes.RTLD_LOCAL)  # the same handle
+        # What torch.ops.load_library does (dlopen: the binding's static initialisers register
+        # the kernels; then the bookkeeping), minus its realpath(): that would turn
+        # /proc/self/fd/N back into a path a concurrent republish may have removed.
+        self.lib = ctypes.CDLL(str(load_from or self.path), mode=ctypes.RTLD_LOCAL)
+        torch.ops.loaded_libraries.add(str(self.path))
         abi.declare(self.lib)
         abi.check(self.lib, self.path)
         self.backend = self.lib.aiter_aux_backend().decode()
