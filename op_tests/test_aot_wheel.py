@@ -10,7 +10,7 @@ Steps (the whole test must finish in under 2 minutes; every step runs against a 
 3. in that venv, from another directory, with an empty ``AITER_AUX_CACHE_DIR`` and
    ``AITER_AUX_DISABLE_JIT=1``: the aux pipeline of both shapes matches the reference, the
    module comes from ``aiter_aux/_prebuilt``, the cache stays empty, and a key outside the
-   prebuilt catalog raises ``JitDisabledError`` telling to restart (one module per process);
+   prebuilt catalog raises an error naming it (one module per backend and process);
 4. then, in a new process, without ``AITER_AUX_DISABLE_JIT`` and with another cache: the
    load path would JIT the whole catalog (the prebuilt module covers only part of it), and
    a one-shape JIT build from the shipped ``aiter_aux/_src`` (non-editable install) works.
@@ -60,11 +60,11 @@ for shape in [(256, 3072, 256, 8), (128, 3072, 512, 4)]:
     for m in (1, 33):
         ok += [row[3] for row in run_one(shape, m, 32, gen, torch.device("cpu"))]
 errors = []
-for _ in range(2):  # the JIT is announced once
+for _ in range(2):  # the same error each time, nothing compiled
     try:
         ops.mxfp4_quant(torch.randn(2, 7168).bfloat16())
-    except JitDisabledError as e:
-        errors.append(str(e))
+    except (JitDisabledError, ops.UnsupportedShapeError) as e:  # the binding's lookup
+        errors.append(f"{type(e).__name__}: {e}")
 cache_files = [str(p) for p in pathlib.Path(os.environ["AITER_AUX_CACHE_DIR"]).rglob("*")]
 out = {"file": aiter_aux.__file__, "module": str(load_module("cpu").path), "ok": all(ok),
        "n": len(ok), "errors": errors, "import_s": t_import, "first_call_s": first_call,
@@ -156,9 +156,8 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     assert got["file"].startswith(str(site)), got
     assert "/_prebuilt/cpu-host/" in got["module"], got
     assert got["ok"] and got["n"] == 26, got
-    assert len(got["errors"]) == 2 and all(
-        "AITER_AUX_DISABLE_JIT=1" in e and "restart the process" in e for e in got["errors"]
-    ), got["errors"]
+    # the loaded (prebuilt) module lacks the key: an error naming it, nothing compiled
+    assert len(got["errors"]) == 2 and all("mxfp4_quant_d7168" in e for e in got["errors"])
     assert "JIT-compiling" not in p.stderr, p.stderr
     assert got["cache_files"] == [], "something was compiled or written into the cache"
     assert list(cache.rglob("*")) == []
