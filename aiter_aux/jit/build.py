@@ -55,7 +55,9 @@ from .paths import (  # noqa: F401 (re-exported)
     cache_root,
     check_safe,
     codegen_module,
+    sha256_fd,
 )
+from .paths import sha256_file as _sha256
 
 MANIFEST = "manifest.json"
 FORMAT = 2
@@ -131,23 +133,6 @@ def build_dir(tc: toolchain_mod.Toolchain) -> Path:
 
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     codegen_module("writer").atomic_write(path, data, mode)
-
-
-def sha256_fd(fd: int) -> str:
-    """sha256 of the whole file open as ``fd`` (read with pread: the offset is untouched)."""
-    h, offset = hashlib.sha256(), 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        h.update(chunk)
-        offset += len(chunk)
-    return h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return sha256_fd(fd)
-    finally:
-        os.close(fd)
 
 
 def read_manifest(directory: Path) -> dict | None:

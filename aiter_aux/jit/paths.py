@@ -77,6 +77,23 @@ def sources_digest(root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS
     return h.hexdigest()
 
 
+def sha256_fd(fd: int) -> str:
+    """sha256 of the whole file open as ``fd`` (read with pread: the offset is untouched)."""
+    h, offset = hashlib.sha256(), 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
+
+
 def cache_root() -> Path:
     given = env.get("AITER_AUX_CACHE_DIR")
     return Path(given).expanduser() if given else Path.home() / ".cache" / "aiter_aux"

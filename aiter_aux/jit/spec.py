@@ -56,7 +56,7 @@ from . import prebuilt as prebuilt_mod
 from . import toolchain as toolchain_mod
 from .build import BuildResult, JitDisabledError
 from .module import AuxModule, InstanceMissingError
-from .paths import MODULE_NAME, check_safe, codegen_module
+from .paths import MODULE_NAME, check_safe, codegen_module, sha256_fd
 
 log = logging.getLogger("aiter_aux")
 
@@ -81,7 +81,7 @@ def _open_verified(path: Path, sha256: str, safe: bool) -> int | None:
     try:
         if safe:
             check_safe(path, os.fstat(fd))
-        if build_mod.sha256_fd(fd) == sha256:
+        if sha256_fd(fd) == sha256:
             return fd
     except BaseException:
         os.close(fd)
