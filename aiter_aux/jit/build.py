@@ -262,7 +262,7 @@ def build_module(
                 "`aiter-aux build` first"
             )
     with locked(inputs) as lock:
-        return build_locked(inputs, lock, verbose=verbose, force=force, progress=progress)
+        return build_locked(inputs, lock, verbose=verbose, force=force, progress=progress, t0=t0)
 
 
 @contextlib.contextmanager
@@ -300,10 +300,11 @@ def _check_catalog_current(inputs: BuildInputs) -> None:
 
 
 def build_locked(
-    inputs: BuildInputs, lock: BuildLock, *, verbose=None, force=False, progress=None
+    inputs: BuildInputs, lock: BuildLock, *, verbose=None, force=False, progress=None, t0=None
 ) -> BuildResult:
-    """The build itself; the caller holds ``locked(inputs)``.  Re-checks the cache first."""
-    t0 = time.perf_counter()
+    """The build itself; the caller holds ``locked(inputs)``.  Re-checks the cache first.
+    ``t0``: when the caller started (``perf_counter``), for the result's wall time."""
+    t0 = time.perf_counter() if t0 is None else t0
     verbose = aux_env.get("AITER_AUX_VERBOSE") if verbose is None else verbose
     directory, tc = inputs.directory, inputs.tc
     _check_catalog_current(inputs)
