@@ -89,16 +89,24 @@ def _short(items, n: int = 6) -> str:
 
 
 def _lock_state(directory: Path) -> str:
-    import filelock
-
-    if not (directory / ".lock").exists():
-        return "no lock file"
-    lock = filelock.FileLock(str(directory / ".lock"))
+    """Is a build running in ``directory``?  Opens the lock file read-only (it never creates
+    it), so it works on a read-only cache."""
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
+        import fcntl
+    except ImportError:  # Windows
+        return "unknown"
+    try:
+        fd = os.open(directory / ".lock", os.O_RDONLY)
+    except FileNotFoundError:
+        return "no lock file"
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return "LOCKED (a build is running)"
-    lock.release()
+    finally:
+        os.close(fd)  # closing releases the lock if we took it
     return "idle"
 
 
@@ -170,12 +178,16 @@ def _toolchain(r: _Report, backend: str | None):
     return tc
 
 
-def _cache(r: _Report, tc) -> None:
-    from .jit import toolchain
+def _cache(r: _Report, tc, current) -> None:
     from .jit.build import CacheSafetyError, _sha256, check_safe, read_manifest
-    from .jit.paths import cache_root
+    from .jit.paths import cache_root, cache_root_problem
 
     root = cache_root()
+    problem = cache_root_problem(root)
+    if problem:
+        r.line("cache", str(root))
+        r.problem(problem)
+        return
     if not root.is_dir():
         r.line("cache", f"{root} (does not exist yet: nothing built)")
         return
@@ -188,29 +200,23 @@ def _cache(r: _Report, tc) -> None:
     dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not dirs:
         r.line("", "no build directories")
-    digests: dict[str, str] = {}
     for d in dirs:
-        current = tc is not None and d.name == tc.build_dir_name()
+        is_current = tc is not None and d.name == tc.build_dir_name()
         m = read_manifest(d)
-        tag = " [current toolchain]" if current else ""
+        tag = " [current toolchain]" if is_current else ""
         if m is None:
             r.line("", f"{d.name}{tag}: no manifest (never published), lock {_lock_state(d)}")
             continue
         module = d / m.get("module", "")
         intact = module.is_file() and _sha256(module) == m.get("module_sha256")
-        backend = m.get("backend", d.name.split("-")[0])
-        if backend not in digests:
-            try:
-                digests[backend] = toolchain.sources_digest(backend)
-            except OSError:
-                digests[backend] = ""
-        fresh = m.get("sources_digest") == digests[backend]
         state = (
             f"{len(m.get('keys', []))} keys, {len(m.get('shapes', []))} shapes, "
-            f"module {'intact' if intact else 'MISSING/CORRUPTED'}, "
-            f"sources {'current' if fresh else 'changed since'}, lock {_lock_state(d)}"
+            f"module {'intact' if intact else 'MISSING/CORRUPTED'}"
         )
-        r.line("", f"{d.name}{tag}: {state}")
+        if is_current and current is not None:
+            fresh = m.get("sources_digest") == current.sources_digest
+            state += f", sources {'current' if fresh else 'changed since'}"
+        r.line("", f"{d.name}{tag}: {state}, lock {_lock_state(d)}")
         if not intact:
             r.problem(f"{module} differs from its manifest; the next build rebuilds it")
 
@@ -219,6 +225,7 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
     from .jit import prebuilt
     from .jit.build import build_dir, read_manifest
     from .jit.paths import codegen_module
+    from .jit.spec import ModuleSpec
 
     shapes = codegen_module("gen_instances").SHAPES
     inst = codegen_module("instances")
@@ -235,17 +242,14 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
         r.line("prebuilt", f"{pb.name}: {cover}, {len(pb.shapes)} shapes; {state}")
     if tc is None:
         return
-    usable, _ = prebuilt.find(tc.backend)
-    jit = prebuilt.jit_shapes(tc.backend)
-    if usable is not None:
-        n_jit = len(shapes) if jit is None else len(jit)
-        r.line("op calls", f"{len(keys & usable.keys)} keys from the prebuilt module; the JIT "
-                           f"builds {n_jit} shape(s) outside it")  # fmt: skip
+    source, detail = ModuleSpec(tc.backend).plan()
+    r.line("op calls", {"prebuilt": "load the prebuilt module ", "cache": "load ",
+                        "jit": "JIT-build the catalog first: "}[source] + detail)  # fmt: skip
     m = read_manifest(build_dir(tc)) or {}
     have = set(m.get("keys", ()))
     plan = [f"{len(keys - have)} instance(s) to add" + (f" ({_short(sorted(keys - have), 3)})"
             if keys - have else ""), f"{len(have - keys)} to drop"]  # fmt: skip
-    if m and m.get("shapes") is not None and sorted(map(tuple, m["shapes"])) != sorted(shapes):
+    if m and m.get("shapes") is not None and [tuple(s) for s in m["shapes"]] != list(shapes):
         plan.append("catalog differs from the last build")
     r.line("would build", "aiter-aux build: " + ", ".join(plan))
     if not run_ninja:
@@ -267,7 +271,12 @@ def doctor(backend: str | None = None, *, run_ninja: bool = True, out: TextIO | 
     r = _Report(out or sys.stdout)
     _environment(r)
     tc = _toolchain(r, backend)
-    _cache(r, tc)
+    current = None
+    if tc is not None:
+        from .jit.build import BuildInputs
+
+        current = BuildInputs.of(tc)
+    _cache(r, tc, current)
     _prebuilt_and_plan(r, tc, backend, run_ninja)
     if r.problems:
         r.line("status", f"{len(r.problems)} problem(s):")

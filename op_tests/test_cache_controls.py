@@ -36,7 +36,8 @@ if sys.argv[1] == "build":
     print(json.dumps({"compiled": r.compiled, "linked": r.linked, "module": str(r.module_path),
                       "dir": str(r.build_dir)}))
 else:
-    print(json.dumps({"published": str(build.published_module(toolchain.select("cpu")))}))
+    inputs = build.BuildInputs.of(toolchain.select("cpu"), json.loads(sys.argv[2]))
+    print(json.dumps({"published": str(build.current_module(inputs))}))
 """
 
 

@@ -1,4 +1,4 @@
-"""Build ``module_moe_mxfp4_aux`` for one backend: codegen -> ninja -> publish.
+"""Build ``module_moe_mxfp4_aux`` for one backend into the cache: codegen -> ninja -> publish.
 
 Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain fingerprint>``):
 
@@ -6,11 +6,20 @@ Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain finger
   releases when its holder dies, even by SIGKILL, plus ``.lock.workers``, held until the
   holder's ninja and compilers have exited too) writes anything in it.  Waiters report the
   lock path at once and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
-* ``manifest.json`` names the published module file, its sha256, the sources digest and
-  the instance keys it holds.  Both are published atomically (temp file + ``os.replace``),
-  so a reader sees either the old or the new pair, never half a file.
-* A module file whose sha256 differs from the manifest (truncated, corrupted) is never
-  loaded: the next build rebuilds and republishes it.
+* ``manifest.json`` names the published module file, its sha256, the *inputs digest* it was
+  built from (:class:`BuildInputs`: toolchain fingerprint, codegen/ including the catalog,
+  templates/, csrc/, the shapes), and the instance keys it holds.
+  Module and manifest are published atomically (temp file + ``os.replace``), so a reader
+  sees either the old or the new pair, never half a file.
+* A module is current for a request only when the manifest's inputs digest equals the
+  request's; a module file whose sha256 differs from the manifest is never loaded.
+* :func:`build_module` is idempotent: when the published module is current and intact it
+  returns at once, taking no lock and writing nothing (so a complete build on a read-only
+  cache builds as a no-op).  Otherwise it locks, re-checks, runs ninja (only changed
+  translation units compile) and publishes.
+* A build never publishes a catalog older than the files: a build of the catalog whose
+  process imported codegen/ before it changed on disk (an ``add-shape`` since) raises
+  :class:`StaleCatalogError` instead.
 
 Environment: ``AITER_AUX_CACHE_DIR``, ``AITER_AUX_REBUILD=1`` (rebuild everything),
 ``AITER_AUX_DISABLE_JIT=1`` (a cache miss raises :class:`JitDisabledError`),
@@ -19,12 +28,13 @@ Environment: ``AITER_AUX_CACHE_DIR``, ``AITER_AUX_REBUILD=1`` (rebuild everythin
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -34,24 +44,35 @@ from pathlib import Path
 from ninja import BIN_DIR
 
 from .. import env as aux_env
+from . import paths
 from . import toolchain as toolchain_mod
 from .lock import BuildLock, LockTimeoutError  # noqa: F401 (re-exported)
 from .ninja_file import render_build_ninja
-from .paths import MODULE_NAME, cache_root, codegen_module
+from .paths import (  # noqa: F401 (re-exported)
+    MODULE_NAME,
+    CacheDirError,
+    CacheSafetyError,
+    cache_root,
+    check_safe,
+    codegen_module,
+    sha256_fd,
+)
+from .paths import sha256_file as _sha256
 
 MANIFEST = "manifest.json"
+FORMAT = 2
 
 
 class BuildError(RuntimeError):
     """Compilation or linking failed; the message holds the compiler output."""
 
 
+class StaleCatalogError(BuildError):
+    """codegen/ (the catalog) changed on disk after this process imported it."""
+
+
 class JitDisabledError(RuntimeError):
     """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
-
-
-class CacheSafetyError(RuntimeError):
-    """The cache directory or module could be written by another user."""
 
 
 @dataclass
@@ -69,72 +90,93 @@ class BuildResult:
     waited_s: float = 0.0  # time spent waiting for the build lock
 
 
-def check_safe(path: Path) -> None:
-    """Refuse a path that another user could write (group/world-writable or foreign owner).
-    Raises :class:`CacheSafetyError` naming the path, the reason and the fix."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return
-    reason = None
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        reason = f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        reason = f"it is group- or world-writable (mode {stat.filemode(st.st_mode)})"
-    if reason:
-        raise CacheSafetyError(
-            f"refusing to use {path}: {reason}; another user could plant code that this "
-            f"process would load. Fix: `chmod go-w {path}` (if it is yours), or point "
-            f"AITER_AUX_CACHE_DIR at a private directory."
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything a build's output depends on, and its digest (see the module doc).
+    ``catalog`` is True when ``shapes`` is the catalog this process imported."""
+
+    tc: toolchain_mod.Toolchain
+    shapes: tuple[tuple[int, ...], ...]
+    catalog: bool
+    sources_digest: str  # toolchain, codegen/ (as imported), templates/, csrc/
+    digest: str  # sources_digest and the shapes
+
+    @classmethod
+    def of(cls, tc: toolchain_mod.Toolchain, shapes=None) -> BuildInputs:
+        catalog = shapes is None
+        if catalog:
+            shapes = codegen_module("gen_instances").SHAPES
+        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
+        sources = _digest(
+            "aiter_aux build inputs 1",
+            tc.fingerprint,
+            paths.codegen_digest(),  # the generator and the catalog, as imported
+            paths.sources_digest(dirs=("templates", "csrc")),  # read at build time
         )
+        return cls(tc, shapes, catalog, sources, _digest(sources, json.dumps(shapes)))
+
+    @property
+    def directory(self) -> Path:
+        return build_dir(self.tc)
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
 
 
 def build_dir(tc: toolchain_mod.Toolchain) -> Path:
     return cache_root() / tc.build_dir_name()
 
 
-def _ensure_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    check_safe(path)
-
-
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     codegen_module("writer").atomic_write(path, data, mode)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def read_manifest(directory: Path) -> dict | None:
     try:
-        return json.loads((directory / MANIFEST).read_text())
+        manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
-def published_module(tc: toolchain_mod.Toolchain, key: str | None = None) -> Path | None:
-    """The published module of ``tc``'s build directory if it is intact (sha256 matches the
-    manifest), built from the current kernel sources, and holds ``key`` (if given)."""
-    directory = build_dir(tc)
+def published(inputs: BuildInputs) -> tuple[Path, str] | None:
+    """``(module path, its sha256)`` from the manifest of ``inputs``' build directory when
+    it was published for exactly these inputs; None otherwise.  Does not read the module;
+    raises only :class:`CacheSafetyError` (an unsafe cache directory)."""
+    directory = inputs.directory
     manifest = read_manifest(directory)
-    if not manifest:
+    if not manifest or manifest.get("inputs_digest") != inputs.digest:
         return None
-    path = directory / manifest.get("module", "")
-    if not path.is_file() or (key is not None and key not in set(manifest.get("keys", ()))):
-        return None
-    if manifest.get("sources_digest") != toolchain_mod.sources_digest(tc.backend):
+    name = manifest.get("module", "")
+    if not name or "/" in name or not isinstance(manifest.get("module_sha256"), str):
         return None
     check_safe(directory.parent)
     check_safe(directory)
-    check_safe(path)
-    if _sha256(path) != manifest.get("module_sha256"):
+    return directory / name, manifest["module_sha256"]
+
+
+def current_module(inputs: BuildInputs) -> Path | None:
+    """The published module of ``inputs`` if it is current and intact (sha256), else None."""
+    hit = published(inputs)
+    if hit is None:
         return None
-    return path
+    path, sha = hit
+    try:
+        check_safe(path)
+        return path if _sha256(path) == sha else None
+    except FileNotFoundError:
+        return None
+
+
+def _tidy(directory: Path) -> bool:
+    """No leftovers of an interrupted builder (temp files, a second module file)."""
+    return (
+        not any(directory.glob(".*.tmp")) and len(list(directory.glob(f"{MODULE_NAME}-*.so"))) < 2
+    )
 
 
 def _cleanup_temps(directory: Path) -> None:
@@ -197,62 +239,110 @@ def build_module(
     progress=None,
 ) -> BuildResult:
     """Generate, compile and publish the module for ``shapes`` (default: the catalog
-    ``SHAPES``).  Only changed translation units are compiled.  Raises
-    :class:`BuildError` (with the compiler's message and the failing file),
-    :class:`JitDisabledError`, :class:`CacheSafetyError` or ``ValueError`` (bad catalog)."""
+    ``SHAPES``); a no-op (no lock, no write) when the published module is current.  Only
+    changed translation units are compiled.  Raises :class:`BuildError` (with the
+    compiler's message and the failing file; :class:`StaleCatalogError`),
+    :class:`JitDisabledError`, :class:`CacheSafetyError` / :class:`CacheDirError` or
+    ``ValueError`` (bad catalog)."""
     t0 = time.perf_counter()
-    tc = toolchain_mod.select(backend)
-    verbose = aux_env.get("AITER_AUX_VERBOSE") if verbose is None else verbose
+    inputs = BuildInputs.of(toolchain_mod.select(backend), shapes)
     force = aux_env.get("AITER_AUX_REBUILD") if force is None else force
-    gen = codegen_module("gen_instances")
-    shapes = list(gen.SHAPES if shapes is None else shapes)
-    directory = build_dir(tc)
-    if aux_env.get("AITER_AUX_DISABLE_JIT"):
-        return _cached_or_raise(tc, gen, shapes, t0)
-    _ensure_dir(cache_root())
-    _ensure_dir(directory)
+    jit_disabled = aux_env.get("AITER_AUX_DISABLE_JIT")
+    if jit_disabled or not force:
+        path = current_module(inputs)
+        # leftovers of a killed builder are removed under the lock, where that can write
+        writable = os.access(inputs.directory, os.W_OK)
+        if path is not None and (jit_disabled or not writable or _tidy(inputs.directory)):
+            return _result(inputs, path, 0, False, t0)
+        if jit_disabled:
+            raise JitDisabledError(
+                f"AITER_AUX_DISABLE_JIT=1 and the cache {inputs.directory} has no current, "
+                f"intact {MODULE_NAME} for {inputs.tc.describe()} and these "
+                f"{len(inputs.shapes)} shape(s); unset AITER_AUX_DISABLE_JIT or run "
+                "`aiter-aux build` first"
+            )
+    with locked(inputs) as lock:
+        return build_locked(inputs, lock, verbose=verbose, force=force, progress=progress, t0=t0)
+
+
+@contextlib.contextmanager
+def locked(inputs: BuildInputs):
+    """``with locked(inputs) as lock``: create the cache and build directories (checked:
+    :class:`CacheDirError`, :class:`CacheSafetyError`) and hold the build lock."""
+    directory = inputs.directory
+    paths.ensure_dir(cache_root())
+    paths.ensure_dir(directory)
     lock = BuildLock(directory, f"another process building {MODULE_NAME}")
-    with lock:
-        _cleanup_temps(directory)
-        result = gen.generate(directory / "src", tc.backend, shapes)
-        digest = toolchain_mod.sources_digest(tc.backend)
-        ninja_text = render_build_ninja(
-            tc, result.instance_files, result.lookup_file, digest, result.binding_file
-        )
-        codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
-        if force:
-            shutil.rmtree(directory / "obj", ignore_errors=True)
-        compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
-        if not linked and _link_output_changed(directory):
-            # ninja saw nothing to do, yet its output is not the module it last published:
-            # the link output was truncated or corrupted (or a builder died before
-            # publishing).  Relink rather than publish a broken module.
-            (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)
-            more, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
-            compiled += more
-        keys = [p.stem[len("inst_") :] for p in result.instance_files]
-        module_path = _publish(directory, tc, digest, keys, shapes)
-    return BuildResult(
-        module_path, directory, tc.backend, len(shapes), len(keys), compiled, linked,
-        time.perf_counter() - t0, tc.describe(), keys, lock.waited_s,
-    )  # fmt: skip
+    try:
+        lock.__enter__()
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise CacheDirError(
+            f"the build cache {directory} is not writable ({e.strerror}) and holds no "
+            f"current {MODULE_NAME} for {inputs.tc.describe()}; run `aiter-aux build` "
+            "where it is writable, or point AITER_AUX_CACHE_DIR at a writable directory"
+        ) from None
+    try:
+        yield lock
+    finally:
+        lock.__exit__(None, None, None)
 
 
-def _cached_or_raise(tc, gen, shapes, t0: float) -> BuildResult:
-    """AITER_AUX_DISABLE_JIT=1: the published module if it holds every key of ``shapes``."""
-    keys = [i.key for i in codegen_module("instances").enumerate_instances(shapes)]
-    path = published_module(tc)
-    manifest = read_manifest(build_dir(tc)) or {}
-    missing = sorted(set(keys) - set(manifest.get("keys", ()))) if path else keys
-    if missing:
-        raise JitDisabledError(
-            f"AITER_AUX_DISABLE_JIT=1 and the cache {build_dir(tc)} has no intact "
-            f"{MODULE_NAME} for {tc.describe()} holding {len(missing)} needed instance(s) "
-            f"(e.g. {missing[0]}); unset AITER_AUX_DISABLE_JIT or run `aiter-aux build` first"
+def _check_catalog_current(inputs: BuildInputs) -> None:
+    if inputs.catalog and paths.codegen_changed():
+        raise StaleCatalogError(
+            f"codegen/ (the catalog) under {paths.source_root()} changed on disk after this "
+            f"process read it (a shape added or removed since?); not publishing a "
+            f"{MODULE_NAME} for the older catalog over {inputs.directory}. Run "
+            "`aiter-aux build` again (and restart processes that use the ops)"
         )
+
+
+def build_locked(
+    inputs: BuildInputs, lock: BuildLock, *, verbose=None, force=False, progress=None, t0=None
+) -> BuildResult:
+    """The build itself; the caller holds ``locked(inputs)``.  Re-checks the cache first.
+    ``t0``: when the caller started (``perf_counter``), for the result's wall time."""
+    t0 = time.perf_counter() if t0 is None else t0
+    verbose = aux_env.get("AITER_AUX_VERBOSE") if verbose is None else verbose
+    directory, tc = inputs.directory, inputs.tc
+    _check_catalog_current(inputs)
+    _cleanup_temps(directory)
+    if not force:
+        path = current_module(inputs)  # a concurrent builder may have published it
+        if path is not None:
+            _remove_old_modules(directory, path)
+            return _result(inputs, path, 0, False, t0, lock.waited_s)
+    gen = codegen_module("gen_instances")
+    result = gen.generate(directory / "src", tc.backend, list(inputs.shapes))
+    digest = toolchain_mod.sources_digest(tc.backend)
+    ninja_text = render_build_ninja(
+        tc, result.instance_files, result.lookup_file, digest, result.binding_file
+    )
+    codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
+    if force:
+        shutil.rmtree(directory / "obj", ignore_errors=True)
+    compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+    if not linked and _link_output_changed(directory):
+        # ninja saw nothing to do, yet its output is not the module it last published:
+        # the link output was truncated or corrupted (or a builder died before
+        # publishing).  Relink rather than publish a broken module.
+        (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)
+        more, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+        compiled += more
+    keys = [p.stem[len("inst_") :] for p in result.instance_files]
+    _check_catalog_current(inputs)  # the catalog may have changed during the compile
+    path = _publish(inputs, keys)
+    return _result(inputs, path, compiled, linked, t0, lock.waited_s, keys)
+
+
+def _result(inputs, path, compiled, linked, t0, waited_s=0.0, keys=None) -> BuildResult:
+    if keys is None:
+        keys = (read_manifest(inputs.directory) or {}).get("keys", [])
     return BuildResult(
-        path, build_dir(tc), tc.backend, len(shapes), len(keys), 0, False,
-        time.perf_counter() - t0, tc.describe(), keys,
+        path, inputs.directory, inputs.tc.backend, len(inputs.shapes), len(keys), compiled,
+        linked, time.perf_counter() - t0, inputs.tc.describe(), list(keys), waited_s,
     )  # fmt: skip
 
 
@@ -262,26 +352,33 @@ def _link_output_changed(directory: Path) -> bool:
     return not built.is_file() or _sha256(built) != manifest.get("module_sha256")
 
 
-def _publish(directory: Path, tc, digest: str, keys: list[str], shapes) -> Path:
+def _publish(inputs: BuildInputs, keys: list[str]) -> Path:
+    directory, tc = inputs.directory, inputs.tc
     built = directory / "obj" / f"{MODULE_NAME}.so"
     sha = _sha256(built)
     dest = directory / f"{MODULE_NAME}-{sha[:16]}.so"
     if not dest.is_file() or _sha256(dest) != sha:
         _atomic_write_bytes(dest, built.read_bytes(), 0o755)
     manifest = {
+        "format": FORMAT,
         "module": dest.name,
         "module_sha256": sha,
-        "sources_digest": digest,
+        "inputs_digest": inputs.digest,
+        "sources_digest": inputs.sources_digest,
         "toolchain": tc.describe(),
         "backend": tc.backend,
         "arch": list(tc.arch),
         "keys": sorted(keys),
-        "shapes": [list(s) for s in shapes],
+        "shapes": [list(s) for s in inputs.shapes],
     }
     data = json.dumps(manifest, indent=1).encode()
     if read_manifest(directory) != manifest:
         _atomic_write_bytes(directory / MANIFEST, data)
-    for old in directory.glob(f"{MODULE_NAME}-*.so"):
-        if old != dest:
-            old.unlink(missing_ok=True)  # processes that mapped it keep their mapping
+    _remove_old_modules(directory, dest)
     return dest
+
+
+def _remove_old_modules(directory: Path, keep: Path) -> None:
+    for old in directory.glob(f"{MODULE_NAME}-*.so"):
+        if old != keep:
+            old.unlink(missing_ok=True)  # processes that mapped it keep their mapping

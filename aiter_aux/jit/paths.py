@@ -1,14 +1,21 @@
-"""Where the sources and the build cache live.
+"""Where the sources and the build cache live, and what their bytes are.
 
 Sources (``codegen/``, ``templates/``, ``csrc/``) are read from the source checkout, or
 from ``aiter_aux/_src`` inside an installed wheel.  The cache root is
 ``$AITER_AUX_CACHE_DIR`` or ``~/.cache/aiter_aux``; each toolchain gets its own build
 directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`).
+
+Errors: :class:`CacheSafetyError` (a cache path another user could write) and its subclass
+:class:`CacheDirError` (a cache path that cannot be a directory, e.g. it is a file); both
+carry a one-line message naming the path and the fix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
+import stat
 import sys
 from functools import cache
 from pathlib import Path
@@ -16,7 +23,18 @@ from pathlib import Path
 from .. import env
 
 MODULE_NAME = "module_moe_mxfp4_aux"
+SOURCE_DIRS = ("codegen", "templates", "csrc")
 _PKG_DIR = Path(__file__).resolve().parents[1]
+_SKIP_PARTS = {"__pycache__"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".d", ".tmp")
+
+
+class CacheSafetyError(RuntimeError):
+    """The cache directory or module could be written by another user."""
+
+
+class CacheDirError(CacheSafetyError):
+    """``$AITER_AUX_CACHE_DIR`` (or a directory above it) is not a directory."""
 
 
 @cache
@@ -37,9 +55,105 @@ def kernels_dir() -> Path:
     return source_root() / "csrc" / "kernels" / "mxfp4_moe"
 
 
+def source_files(root: Path, dirs: tuple[str, ...] = SOURCE_DIRS) -> list[Path]:
+    """The files the JIT needs under ``root`` (``dirs``, default codegen/, templates/,
+    csrc/), sorted, relative to ``root``; Python caches and build outputs are left out."""
+    files = []
+    for sub in dirs:
+        for p in (Path(root) / sub).rglob("*"):
+            rel = p.relative_to(root)
+            if p.is_file() and not _SKIP_PARTS & set(rel.parts) and p.suffix not in _SKIP_SUFFIXES:
+                files.append(rel)
+    return sorted(files)
+
+
+def sources_digest(root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS) -> str:
+    """sha256 over the relative path and bytes of every :func:`source_files` file of
+    ``root`` (default: :func:`source_root`)."""
+    root = Path(root) if root is not None else source_root()
+    h = hashlib.sha256()
+    for rel in source_files(root, dirs):
+        h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def sha256_fd(fd: int) -> str:
+    """sha256 of the whole file open as ``fd`` (read with pread: the offset is untouched)."""
+    h, offset = hashlib.sha256(), 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
+
+
 def cache_root() -> Path:
     given = env.get("AITER_AUX_CACHE_DIR")
     return Path(given).expanduser() if given else Path.home() / ".cache" / "aiter_aux"
+
+
+def cache_root_problem(path: Path | None = None) -> str | None:
+    """Why ``path`` (default: the cache root) cannot be or become a directory, or None.
+    Writes nothing."""
+    path = cache_root() if path is None else Path(path)
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if p.is_dir():
+                return None
+            where = "it" if p == path else f"{p}"
+            return (
+                f"the build cache {path} cannot be used: {where} is not a directory. Fix: "
+                f"point AITER_AUX_CACHE_DIR at a directory (or move {p} away)"
+            )
+    return None
+
+
+def check_safe(path: Path, st: os.stat_result | None = None) -> None:
+    """Refuse a path that another user could write (group/world-writable or foreign owner).
+    ``st`` is its stat when the caller already holds it open.  Raises
+    :class:`CacheSafetyError` naming the path, the reason and the fix."""
+    if st is None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return
+    reason = None
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        reason = f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        reason = f"it is group- or world-writable (mode {stat.filemode(st.st_mode)})"
+    if reason:
+        raise CacheSafetyError(
+            f"refusing to use {path}: {reason}; another user could plant code that this "
+            f"process would load. Fix: `chmod go-w {path}` (if it is yours), or point "
+            f"AITER_AUX_CACHE_DIR at a private directory."
+        )
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` (mode 0700, parents too) if needed and check that it is safe.
+    Raises :class:`CacheDirError` when it cannot be a directory."""
+    problem = cache_root_problem(path)
+    if problem is None:
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except FileExistsError:
+            problem = cache_root_problem(path)
+        except OSError as e:
+            problem = f"cannot create the cache directory {path}: {e.strerror}"
+    if problem:
+        raise CacheDirError(problem)
+    check_safe(path)
+
+
+_IMPORTED: dict[str, str] = {}  # "codegen" -> digest of codegen/ when it was imported
 
 
 @cache
@@ -55,6 +169,7 @@ def codegen():
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    _IMPORTED["codegen"] = sources_digest(dirs=("codegen",))
     spec.loader.exec_module(module)
     return module
 
@@ -63,3 +178,15 @@ def codegen_module(submodule: str):
     """``codegen.<submodule>`` (e.g. "instances", "gen_instances") of the source root."""
     codegen()
     return importlib.import_module(f"aiter_aux_codegen.{submodule}")
+
+
+def codegen_digest() -> str:
+    """The digest of codegen/ (the generator and the catalog) as this process imported it."""
+    codegen()
+    return _IMPORTED.get("codegen") or sources_digest(dirs=("codegen",))
+
+
+def codegen_changed() -> bool:
+    """True when codegen/ on disk differs from what this process imported (e.g. a shape
+    was added since): the process's catalog is then older than the files."""
+    return codegen_digest() != sources_digest(dirs=("codegen",))

@@ -6,9 +6,9 @@ A wheel built with ``AITER_AUX_PREBUILD=1`` (see setup.py and :mod:`.aot`) holds
 ``aiter_aux/_src``.  At run time :func:`find` returns the prebuilt module that can serve a
 backend on this machine: same backend, the target arch among the ones it was built for,
 same ABI version, operating system and processor, an intact module file (sha256) and the
-same digest of the shipped sources (:func:`sources_digest`).  :func:`aiter_aux.jit.module.
-load_module` uses it for every key its manifest lists; the JIT builds only the catalog
-shapes outside it (:func:`jit_shapes`) and says so once (:func:`announce_jit`).
+same digest of the shipped sources (:func:`aiter_aux.jit.paths.sources_digest`).  The
+load path (:mod:`.spec`) uses it only when it holds every key of the catalog (or under
+``AITER_AUX_DISABLE_JIT=1``); otherwise the JIT builds the whole catalog into the cache.
 
 Manifest fields: ``format``, ``module``, ``module_sha256``, ``backend``, ``arch`` (list;
 empty for cpu), ``abi_version``, ``package_version``, ``sources_digest``,
@@ -17,48 +17,18 @@ empty for cpu), ``abi_version``, ``package_version``, ``sources_digest``,
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import platform
 import re
-import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .paths import codegen_module, source_root
+from .paths import source_files, source_root, sources_digest  # noqa: F401 (re-exported)
 
 FORMAT = 1
 PREBUILT_DIR = Path(__file__).resolve().parents[1] / "_prebuilt"
 MANIFEST = "manifest.json"
-SOURCE_DIRS = ("codegen", "templates", "csrc")
-_SKIP_PARTS = {"__pycache__"}
-_SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".d", ".tmp")
-
-log = logging.getLogger("aiter_aux")
-
-
-def source_files(root: Path) -> list[Path]:
-    """The files the JIT needs under ``root`` (codegen/, templates/, csrc/), sorted, as
-    paths relative to ``root``; Python caches and build outputs are left out."""
-    files = []
-    for sub in SOURCE_DIRS:
-        for p in (Path(root) / sub).rglob("*"):
-            rel = p.relative_to(root)
-            if p.is_file() and not _SKIP_PARTS & set(rel.parts) and p.suffix not in _SKIP_SUFFIXES:
-                files.append(rel)
-    return sorted(files)
-
-
-def sources_digest(root: Path | None = None) -> str:
-    """sha256 over the relative path and bytes of every :func:`source_files` file of
-    ``root`` (default: :func:`aiter_aux.jit.paths.source_root`)."""
-    root = Path(root) if root is not None else source_root()
-    h = hashlib.sha256()
-    for rel in source_files(root):
-        h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def platform_tag() -> dict[str, str]:
@@ -170,46 +140,3 @@ def find(backend: str) -> tuple[Prebuilt | None, str]:
             return pb, ""
         reasons.append(f"{pb.name}: {why}")
     return None, "; ".join(reasons)
-
-
-def jit_shapes(backend: str) -> list[tuple[int, int, int, int]] | None:
-    """The catalog shapes the JIT must build for ``backend``: those with a key outside the
-    usable prebuilt module, or None (the whole catalog) when there is none."""
-    pb, _ = find(backend)
-    if pb is None:
-        return None
-    inst = codegen_module("instances")
-    shapes = [
-        s
-        for s in codegen_module("gen_instances").SHAPES
-        if not {i.key for i in inst.instances_for_shape(s)} <= pb.keys
-    ]
-    return shapes or None
-
-
-_ANNOUNCED: set[str] = set()
-_ANNOUNCE_LOCK = threading.Lock()
-
-
-def announce_jit(backend: str, key: str | None) -> None:
-    """Log once per process and backend (a single warning line) that the JIT serves keys the
-    shipped prebuilt module lacks; silent for installs that ship none."""
-    pb, reason = find(backend)
-    with _ANNOUNCE_LOCK:
-        if backend in _ANNOUNCED or (pb is None and not reason):
-            return
-        _ANNOUNCED.add(backend)
-    if pb is not None:
-        shapes = jit_shapes(backend)
-        what = "the whole catalog" if shapes is None else f"{len(shapes)} catalog shape(s)"
-        log.warning(
-            "aiter_aux: %s is not in the prebuilt %s module (%s, %d keys); JIT-compiling %s "
-            "outside it",
-            key or "a key",
-            backend,
-            pb.directory,
-            len(pb.keys),
-            what,
-        )
-    else:
-        log.warning("aiter_aux: prebuilt module not used (%s); JIT-compiling", reason)

@@ -1,0 +1,259 @@
+"""The load path of ``module_moe_mxfp4_aux``: one :class:`ModuleSpec` per backend.
+
+A first op call reads top to bottom: :func:`load_module` -> :meth:`ModuleSpec.load` ->
+:meth:`~ModuleSpec.try_load` (the sources below, in order) -> lock -> re-check ->
+:meth:`~ModuleSpec.build` -> load -> :class:`~.module.AuxModule`.
+
+Contract
+--------
+``ModuleSpec(backend)`` stands for the module that serves this process's catalog (``SHAPES``
+of codegen/gen_instances.py, as imported) on ``backend``.
+
+* ``try_load()`` returns the module of the first source below that serves the whole
+  catalog, loaded, or None.  It never builds, locks or writes, and never raises for a
+  stale, missing, corrupt or foreign build (other backend, arch, platform, sources or
+  inputs); it raises only ``CacheSafetyError`` (a cache another user could write).
+* ``build()`` JIT-builds the whole catalog into the cache and is idempotent: when the
+  published module is current it compiles nothing, locks nothing and writes nothing.
+* ``load()`` returns the module already loaded for the backend, else ``try_load()``, else
+  (JIT enabled) takes the build lock, re-checks the cache, builds, and loads what it built.
+  Raises ``JitDisabledError`` (``AITER_AUX_DISABLE_JIT=1`` and no source serves), or the
+  build's errors (``BuildError``, ``ToolchainError``, ``CacheSafetyError`` /
+  ``CacheDirError``, ``LockTimeoutError``).
+
+At most one module per backend is ever loaded in a process: loading a module registers
+its ops, so a second one would register them twice.  A key the loaded module lacks raises
+``InstanceMissingError`` (or ``JitDisabledError`` under ``AITER_AUX_DISABLE_JIT=1``),
+telling to restart the process after ``aiter-aux build``.
+
+Sources, in order
+-----------------
+1. **prebuilt**: the module shipped in the wheel (:mod:`.prebuilt`) when it is usable here
+   (backend, arch, ABI, platform, shipped sources) and holds every catalog key; under
+   ``AITER_AUX_DISABLE_JIT=1`` also when it holds only part of the catalog.
+2. **cache**: the module published in the toolchain's build directory for exactly this
+   process's build inputs (:class:`.build.BuildInputs`: toolchain, codegen/ with the
+   catalog, templates/, csrc/, shapes).
+3. **JIT**: the whole catalog built into the cache (:mod:`.build`), then loaded as in 2.
+
+Every module file is opened once, its sha256 is checked against its manifest through that
+descriptor, and the loader is given ``/proc/self/fd/N``: a concurrent republish (which
+replaces the manifest and removes the old file) cannot remove or swap the file between
+the check and the load.  The descriptor stays open while the process runs, so the name
+stays unique.  Without ``/proc`` the path is loaded right after the check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from .. import env as aux_env
+from . import build as build_mod
+from . import prebuilt as prebuilt_mod
+from . import toolchain as toolchain_mod
+from .build import BuildResult, JitDisabledError
+from .module import AuxModule, InstanceMissingError
+from .paths import MODULE_NAME, check_safe, codegen_module, sha256_fd
+
+log = logging.getLogger("aiter_aux")
+
+_LOCK = threading.RLock()
+_LOADED: dict[str, AuxModule] = {}  # backend -> the one module loaded for it
+_CHECKED: set[tuple[str, str]] = set()  # (backend, key) known to be in the loaded module
+_PINNED: list[int] = []  # descriptors of loaded modules, kept open (see the module doc)
+_ANNOUNCED: set[str] = set()
+
+
+def _jit_disabled() -> bool:
+    return bool(aux_env.get("AITER_AUX_DISABLE_JIT"))
+
+
+def _open_verified(path: Path, sha256: str, safe: bool) -> int | None:
+    """A read-only descriptor of ``path`` if its bytes have ``sha256``; None if the file is
+    missing or differs.  ``safe``: refuse (``CacheSafetyError``) a file others can write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        if safe:
+            check_safe(path, os.fstat(fd))
+        if sha256_fd(fd) == sha256:
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+def _load(path: Path, sha256: str, *, safe: bool, strict: bool = False) -> AuxModule | None:
+    """Open, verify and load ``path``.  None when it is missing, differs from ``sha256``
+    or (unless ``strict``) the loader refuses it."""
+    fd = _open_verified(path, sha256, safe)
+    if fd is None:
+        return None
+    proc = Path(f"/proc/self/fd/{fd}")
+    try:
+        module = AuxModule(path, load_from=proc if proc.exists() else path)
+    except (OSError, RuntimeError, AttributeError):  # not a loadable module of this ABI
+        os.close(fd)
+        if strict:
+            raise
+        return None
+    _PINNED.append(fd)
+    return module
+
+
+class ModuleSpec:
+    """The module of ``backend`` for this process's catalog (see the module doc)."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.shapes = list(codegen_module("gen_instances").SHAPES)
+        enumerate_instances = codegen_module("instances").enumerate_instances
+        self.keys = frozenset(i.key for i in enumerate_instances(self.shapes))
+        self._inputs: build_mod.BuildInputs | None = None
+
+    @property
+    def inputs(self) -> build_mod.BuildInputs:
+        """The build inputs of the catalog (selects the toolchain: needs a compiler)."""
+        if self._inputs is None:
+            self._inputs = build_mod.BuildInputs.of(toolchain_mod.select(self.backend))
+        return self._inputs
+
+    # ---------------------------------------------------------------- the sources
+    def prebuilt(self) -> tuple[prebuilt_mod.Prebuilt | None, str]:
+        """``(prebuilt, "")`` when the shipped prebuilt module serves, else ``(None, why)``;
+        ``why`` is ``""`` when the install ships none."""
+        pb, why = prebuilt_mod.find(self.backend)
+        if pb is None:
+            return None, why
+        missing = self.keys - pb.keys
+        if missing and not _jit_disabled():
+            return None, (
+                f"{pb.directory} holds {len(self.keys) - len(missing)} of the catalog's "
+                f"{len(self.keys)} keys (not {sorted(missing)[0]})"
+            )
+        return pb, ""
+
+    def _from_prebuilt(self) -> AuxModule | None:
+        pb, _ = self.prebuilt()
+        if pb is None:
+            return None
+        return _load(pb.module_path, pb.manifest.get("module_sha256", ""), safe=False)
+
+    def _from_cache(self, strict: bool = False) -> AuxModule | None:
+        try:
+            inputs = self.inputs
+        except toolchain_mod.ToolchainError:
+            if strict:
+                raise
+            return None
+        for _attempt in range(3):  # a republish between manifest and open: read it again
+            hit = build_mod.published(inputs)
+            if hit is None:
+                return None
+            module = _load(*hit, safe=True, strict=strict)
+            if module is not None:
+                return module
+        return None
+
+    # ---------------------------------------------------------------- the contract
+    def try_load(self) -> AuxModule | None:
+        """The catalog's module from the prebuilt or the cache source, loaded; or None."""
+        return self._from_prebuilt() or self._from_cache()
+
+    def build(self, progress=None) -> BuildResult:
+        """Build the whole catalog into the cache (a no-op when it is current)."""
+        return build_mod.build_module(backend=self.backend, progress=progress)
+
+    def load(self, key: str | None = None) -> AuxModule:
+        """The backend's module (loaded once per process), holding ``key`` if given."""
+        module = _LOADED.get(self.backend)
+        if module is None:
+            with _LOCK:
+                module = _LOADED.get(self.backend)
+                if module is None:
+                    module = self.try_load() or self._build_and_load()
+                    _LOADED[self.backend] = module
+        if key is not None and (self.backend, key) not in _CHECKED:
+            self._require(module, key)
+        return module
+
+    def _build_and_load(self) -> AuxModule:
+        from .progress import Reporter
+
+        if _jit_disabled():
+            raise JitDisabledError(
+                f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this catalog on "
+                f"{self.backend}: {self.plan()[1]}; unset AITER_AUX_DISABLE_JIT or run "
+                "`aiter-aux build` first"
+            )
+        self._announce()
+        inputs = self.inputs
+        with build_mod.locked(inputs) as lock:
+            module = self._from_cache()  # re-check: a concurrent builder may have built it
+            if module is None:
+                reporter = Reporter()
+                result = build_mod.build_locked(inputs, lock, progress=reporter)
+                reporter.finish(result)
+                module = self._from_cache(strict=True)
+        if module is None:
+            raise build_mod.BuildError(f"{inputs.directory}: no module after its build")
+        return module
+
+    def _require(self, module: AuxModule, key: str) -> None:
+        if module.has(key):
+            _CHECKED.add((self.backend, key))
+            return
+        msg = (
+            f"{key} is not in the {self.backend} module this process loaded "
+            f"({module.path}); a process loads one module per backend (loading registers its "
+            "ops), so restart the process"
+        )
+        if _jit_disabled():
+            raise JitDisabledError(
+                f"AITER_AUX_DISABLE_JIT=1: {msg} without AITER_AUX_DISABLE_JIT (the whole "
+                "catalog is then JIT-built), or after `aiter-aux build`"
+            )
+        raise InstanceMissingError(f"{msg} after `aiter-aux build`")
+
+    def plan(self) -> tuple[str, str]:
+        """``(source, detail)`` that :meth:`load` would use now, without loading anything:
+        ``"prebuilt"`` / ``"cache"`` (the module path) or ``"jit"`` (why)."""
+        pb, why = self.prebuilt()
+        if pb is not None:
+            return "prebuilt", str(pb.module_path)
+        path = build_mod.current_module(self.inputs)
+        if path is not None:
+            return "cache", str(path)
+        why = f"prebuilt module not used ({why}); " if why else ""
+        return "jit", f"{why}no current module in {self.inputs.directory}"
+
+    def _announce(self) -> None:
+        """One warning line per process and backend when a shipped prebuilt module exists
+        but the JIT builds instead; silent for installs that ship none."""
+        _pb, why = self.prebuilt()
+        if why and self.backend not in _ANNOUNCED:
+            _ANNOUNCED.add(self.backend)
+            log.warning(
+                "aiter_aux: prebuilt %s module not used (%s); JIT-compiling the whole catalog",
+                self.backend,
+                why,
+            )
+
+
+def load_module(backend: str, key: str | None = None) -> AuxModule:
+    """The module of ``backend`` (see :meth:`ModuleSpec.load`)."""
+    module = _LOADED.get(backend)
+    if module is not None and (key is None or (backend, key) in _CHECKED):
+        return module
+    return ModuleSpec(backend).load(key)
+
+
+def loaded_modules() -> dict[str, AuxModule]:
+    return dict(_LOADED)

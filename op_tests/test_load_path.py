@@ -1,0 +1,397 @@
+"""The load path (aiter_aux/jit/spec.py) and the build cache's edge cases (issue 15: D1, D6,
+D10, D11, D13), CPU backend.
+
+Every case runs in child processes on a copy of the sources whose catalog holds one shape
+(``AITER_AUX_SOURCE_DIR``) and a cache of its own, so an edit never touches the checkout.
+
+* D1: after a template edit, a fresh process's op call rebuilds, and ``aiter-aux doctor``
+  agrees with its own dry run.
+* D6: a build whose process read the catalog before an add-shape never republishes it.
+* D10: a complete build on a read-only mount loads, builds as a no-op, and ``doctor`` runs.
+* D11: ``AITER_AUX_CACHE_DIR`` naming a file: a typed one-line error; doctor reports it.
+* D13: processes loading while another republishes all load a verified module.
+* One module per backend and process: the prebuilt module only when it covers the whole
+  catalog; a key outside the loaded module raises, it is never loaded twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE_A = (256, 3072, 256, 8)
+SHAPE_B = (128, 3072, 512, 4)
+KEY_A = "mxfp4_quant_d3072"
+KEY_B = "moe_sort_e128_k4"  # in SHAPE_B only
+
+
+def set_catalog(src: Path, shapes) -> None:
+    gen = src / "codegen" / "gen_instances.py"
+    text = gen.read_text()
+    start = text.index("SHAPES = [")
+    end = text.index("]\n", start)
+    lines = "".join(f"    {tuple(s)},\n" for s in shapes)
+    gen.write_text(text[:start] + "SHAPES = [\n" + lines + text[end:])
+
+
+def make_sources(dst: Path, shapes=(SHAPE_A,)) -> Path:
+    for sub in ("codegen", "templates", "csrc"):
+        shutil.copytree(ROOT / sub, dst / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    set_catalog(dst, shapes)
+    return dst
+
+
+def env_for(cache: Path, src: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AITER_AUX_")}
+    env.update(AITER_AUX_CACHE_DIR=str(cache), AITER_AUX_SOURCE_DIR=str(src), **extra)
+    return env
+
+
+def py(code: str, env: dict, *args: str, prefix=(), **kw) -> subprocess.CompletedProcess:
+    cmd = [*prefix, sys.executable, "-c", code, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, **kw)
+
+
+def last_json(p: subprocess.CompletedProcess) -> dict:
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+BUILD = """
+import json
+from aiter_aux.jit.build import build_module
+r = build_module(backend="cpu")
+print(json.dumps({"module": str(r.module_path), "dir": str(r.build_dir),
+                  "compiled": r.compiled, "linked": r.linked}))
+"""
+LOAD = """
+import json, sys
+from aiter_aux.jit.module import load_module, loaded_modules
+m = load_module("cpu", sys.argv[1])
+print(json.dumps({"module": str(m.path), "keys": m.keys(), "n": len(loaded_modules())}))
+"""
+
+
+@pytest.fixture
+def small(tmp_path):
+    """(sources, cache, env, first build) for a one-shape catalog."""
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    env = env_for(cache, src)
+    return src, cache, env, last_json(py(BUILD, env))
+
+
+def doctor(env: dict, prefix=()) -> subprocess.CompletedProcess:
+    code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
+    return py(code, env, "doctor", "--backend", "cpu", prefix=prefix)
+
+
+# ------------------------------------------------------------------------------------ D1
+def test_template_edit_rebuilds_on_the_op_path_and_doctor_agrees(small):
+    src, _cache, env, first = small
+    template = src / "templates" / "instance.j2"
+    old = template.stat()
+    template.write_text(template.read_text() + "// D1: an edit of the template\n")
+    os.utime(template, (old.st_atime - 10_000, old.st_mtime - 10_000))  # mtime goes back
+
+    p = doctor(env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "sources changed since" in p.stdout and "sources current" not in p.stdout, p.stdout
+    assert "ninja -n: 6 of 9 translation unit(s) to compile" in p.stdout, p.stdout
+    assert "JIT-build the catalog first" in p.stdout, p.stdout
+
+    got = last_json(py(LOAD, env, KEY_A))  # a fresh process's first op call
+    rendered = Path(first["dir"]) / "src" / f"inst_{KEY_A}.cpp"
+    assert "D1: an edit of the template" in rendered.read_text(), "the op path did not rebuild"
+    manifest = json.loads((Path(first["dir"]) / "manifest.json").read_text())
+    assert got["module"].endswith(manifest["module"])
+
+    p = doctor(env)
+    assert "sources current" in p.stdout and "ninja -n: nothing to do" in p.stdout, p.stdout
+
+
+# ------------------------------------------------------------------------------------ D6
+STALE = """
+import json, os, sys, time
+from aiter_aux.jit import build
+from aiter_aux.jit.paths import codegen_module
+codegen_module("gen_instances")  # the process reads the catalog (one shape) now
+print("READY", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+try:
+    r = build.build_module(backend="cpu")
+    print(json.dumps({"published": r.num_shapes}))
+except build.BuildError as e:
+    print(json.dumps({"error": type(e).__name__, "msg": str(e)}))
+"""
+
+
+def test_build_never_republishes_an_older_catalog(small, tmp_path):
+    src, _cache, env, first = small
+    go = tmp_path / "go"
+    old = subprocess.Popen([sys.executable, "-c", STALE, str(go)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    assert old.stdout.readline().strip() == "READY"
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape, built by another process
+    new = last_json(py(BUILD, env))
+    go.touch()
+    out, err = old.communicate(timeout=120)
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got.get("error") == "StaleCatalogError", (got, err[-2000:])
+    assert "changed on disk" in got["msg"] and "aiter-aux build" in got["msg"]
+    manifest = json.loads((Path(first["dir"]) / "manifest.json").read_text())
+    assert len(manifest["shapes"]) == 2 and new["module"].endswith(manifest["module"])
+    assert last_json(py(BUILD, env))["compiled"] == 0, "the next build recompiled"
+
+
+# ----------------------------------------------------------------------------------- D10
+def _read_only(cache: Path) -> tuple[str, ...]:
+    """A command prefix that runs its command with ``cache`` mounted read-only."""
+    if not shutil.which("unshare"):
+        pytest.skip("needs unshare(1)")
+    c = str(cache)
+    script = f'mount --bind {c} {c} && mount -o remount,bind,ro {c} && exec "$@"'
+    prefix = ("unshare", "-m", "--map-root-user", "sh", "-c", script, "sh")
+    if os.geteuid() == 0:
+        prefix = ("unshare", "-m", "sh", "-c", script, "sh")
+    probe = subprocess.run([*prefix, "sh", "-c", f"touch {c}/.probe"], capture_output=True,
+                           text=True)  # fmt: skip
+    if "Read-only file system" not in probe.stderr:
+        pytest.skip(f"cannot mount read-only here: {probe.stderr.strip()[:200]}")
+    return prefix
+
+
+def test_read_only_cache_loads_builds_as_noop_and_doctor_runs(small):
+    src, cache, env, first = small
+    ro = _read_only(cache)
+    code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = py(code, env, "build", "--backend", "cpu", prefix=ro)
+    assert p.returncode == 0 and "(0 instance TUs compiled" in p.stdout, p.stdout + p.stderr
+    got = last_json(py(LOAD, env, KEY_A, prefix=ro))
+    assert got["module"] == first["module"]
+    op = (
+        "import torch; from aiter_aux.ops import aux_ops as ops; from aiter_aux import "
+        "reference as ref; x = torch.randn(3, 3072).bfloat16(); "
+        "assert all(map(torch.equal, ops.mxfp4_quant(x), ref.mxfp4_quant(x))); print('{}')"
+    )
+    last_json(py(op, env, prefix=ro))
+    p = doctor(env, prefix=ro)
+    assert p.returncode == 0 and "module intact, sources current" in p.stdout, p.stdout + p.stderr
+
+    # a stale module on a read-only cache: one clear, typed error
+    (src / "templates" / "instance.j2").write_text(
+        (src / "templates" / "instance.j2").read_text() + "// stale\n"
+    )
+    p = py(BUILD, env, prefix=ro)
+    assert p.returncode != 0 and "CacheDirError" in p.stderr and "not writable" in p.stderr
+    assert str(cache) in p.stderr.splitlines()[-1]
+
+
+# ----------------------------------------------------------------------------------- D11
+def test_cache_dir_that_is_a_file(tmp_path):
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    cache.write_text("not a directory\n")
+    env = env_for(cache, src)
+    p = py(BUILD, env)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("aiter_aux.jit.paths.CacheDirError: ") and str(cache) in last, last
+    assert "not a directory" in last and "AITER_AUX_CACHE_DIR" in last
+    from aiter_aux.jit.build import CacheSafetyError
+    from aiter_aux.jit.paths import CacheDirError
+
+    assert issubclass(CacheDirError, CacheSafetyError)
+    p = doctor(env)
+    assert p.returncode == 1 and "PROBLEM" in p.stdout and "not a directory" in p.stdout
+    assert "does not exist yet" not in p.stdout
+    env = env_for(cache / "sub", src)  # a file above the cache directory
+    p = py(BUILD, env)
+    assert p.returncode != 0 and "CacheDirError" in p.stderr and str(cache) in p.stderr
+
+
+# ----------------------------------------------------------------------------------- D13
+# The child republishes the module (as a concurrent build does: a new file, the manifest
+# replaced, the old file removed) just before the first open of a module file ("before"),
+# or just after every open of one ("after": only a load through the opened descriptor can
+# succeed then), and loads with AITER_AUX_DISABLE_JIT=1 (no rebuild can hide a failure).
+RACE = """
+import builtins, hashlib, io, json, os, sys
+from pathlib import Path
+directory, mode, done = Path(sys.argv[2]), sys.argv[3], []
+
+def republish():
+    m = json.loads((directory / "manifest.json").read_text())
+    old = directory / m["module"]
+    blob = old.read_bytes() + bytes(64)  # trailing bytes: another sha, the same module
+    sha = hashlib.sha256(blob).hexdigest()
+    new = directory / f"module_moe_mxfp4_aux-{sha[:16]}.so"
+    new.write_bytes(blob)
+    os.chmod(new, 0o755)
+    (directory / ".m.tmp").write_text(json.dumps(dict(m, module=new.name, module_sha256=sha)))
+    os.replace(directory / ".m.tmp", directory / "manifest.json")
+    old.unlink()
+
+def wrap(real):
+    def opener(file, *args, **kwargs):
+        hit = "module_moe_mxfp4_aux-" in str(file) and "busy" not in done
+        hit = hit and (mode == "after" or not done)
+        if hit:
+            done.append("busy")
+            if mode == "before":
+                republish()
+        result = real(file, *args, **kwargs)
+        if hit and mode == "after":
+            republish()
+        if hit:
+            done[-1] = file
+        return result
+    return opener
+
+os.open, io.open = wrap(os.open), wrap(io.open)
+builtins.open = io.open
+from aiter_aux.jit.module import load_module
+m = load_module("cpu", sys.argv[1])
+print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_loading_while_another_process_republishes(small, when):
+    _src, _cache, env, first = small
+    got = last_json(py(RACE, dict(env, AITER_AUX_DISABLE_JIT="1"), KEY_A, first["dir"], when))
+    assert got == {"keys": 6, "raced": True}
+
+
+# --------------------------------------------------------- one module per backend/process
+PREBUILT = """
+import json, sys
+from pathlib import Path
+from aiter_aux.jit import abi, prebuilt
+prebuilt.PREBUILT_DIR = Path(sys.argv[1])
+from aiter_aux.jit.build import JitDisabledError
+from aiter_aux.jit.module import InstanceMissingError, load_module
+m = load_module("cpu", sys.argv[2])
+out = {"module": str(m.path)}
+try:
+    load_module("cpu", sys.argv[3])
+    out["second"] = "ok"
+except (InstanceMissingError, JitDisabledError) as e:
+    out["second"] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+
+
+def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
+    from aiter_aux.jit import abi, prebuilt
+    from aiter_aux.jit.build import _sha256
+
+    src, _cache, env, first = small
+    pre = tmp_path / "prebuilt" / "cpu-host"
+    pre.mkdir(parents=True)
+    shutil.copyfile(first["module"], pre / "m.so")
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # the prebuilt module holds SHAPE_A's keys only
+    keys = ["moe_sort_e256_k8", KEY_A, "moe_sort_quant_e256_k8_d3072", "moe_sort_scales_d3072",
+            "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8"]  # fmt: skip
+    manifest = {"format": prebuilt.FORMAT, "module": "m.so", "backend": "cpu", "arch": [],
+                "module_sha256": _sha256(pre / "m.so"), "abi_version": abi.ABI_VERSION,
+                "sources_digest": prebuilt.sources_digest(src), **prebuilt.platform_tag(),
+                "keys": sorted(keys), "shapes": [list(SHAPE_A)]}  # fmt: skip
+    (pre / "manifest.json").write_text(json.dumps(manifest))
+    args = (str(pre.parent), KEY_A, KEY_B)
+
+    # JIT disabled: the partial prebuilt module serves, a key outside it names the fix
+    p = py(PREBUILT, dict(env, AITER_AUX_DISABLE_JIT="1"), *args)
+    got = last_json(p)
+    assert got["module"] == str(pre / "m.so"), got
+    assert got["second"].startswith("JitDisabledError: AITER_AUX_DISABLE_JIT=1"), got
+    assert "restart the process" in got["second"] and KEY_B in got["second"]
+
+    # JIT enabled: the whole catalog is built into the cache; the prebuilt one is not loaded
+    p = py(PREBUILT, env, *args)
+    got = last_json(p)
+    assert got["module"].startswith(str(Path(first["dir"]))) and got["second"] == "ok", got
+    warned = [ln for ln in p.stderr.splitlines() if "prebuilt cpu module not used" in ln]
+    assert len(warned) == 1 and "6 of the catalog's 10 keys" in warned[0], p.stderr
+
+
+SECOND = """
+import json, sys
+from aiter_aux.jit.build import build_module
+from aiter_aux.jit.module import InstanceMissingError, load_module, loaded_modules
+first = load_module("cpu", sys.argv[1])
+build_module(shapes=[(256, 3072, 256, 8), (128, 3072, 512, 4)], backend="cpu")
+try:
+    second = str(load_module("cpu", sys.argv[2]).path)
+except InstanceMissingError as e:
+    second = "InstanceMissingError: " + str(e)
+print(json.dumps({"second": second, "n": len(loaded_modules()),
+                  "same": loaded_modules()["cpu"] is first}))
+"""
+
+
+def test_one_module_per_backend_and_process(small):
+    _src, _cache, env, _first = small
+    got = last_json(py(SECOND, env, KEY_A, KEY_B))
+    assert got["second"].startswith("InstanceMissingError: "), got
+    assert KEY_B in got["second"] and "aiter-aux build" in got["second"]
+    assert "restart the process" in got["second"]
+    assert got["n"] == 1 and got["same"]
+
+
+# ------------------------------------------------------------------ the ModuleSpec contract
+CONTRACT = """
+import json, sys
+from pathlib import Path
+from aiter_aux.jit.spec import ModuleSpec
+spec = ModuleSpec("cpu")
+if sys.argv[1] == "try_load":
+    m = spec.try_load()
+    print(json.dumps({"loaded": None if m is None else str(m.path)}))
+else:
+    r1, r2 = spec.build(), spec.build()
+    print(json.dumps({"compiled": [r1.compiled, r2.compiled], "linked": r2.linked,
+                      "same": r1.module_path == r2.module_path, "plan": spec.plan()}))
+"""
+
+
+def test_try_load_never_raises_and_build_is_idempotent(tmp_path):
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    env = env_for(cache, src)
+
+    def try_load(**extra):
+        return last_json(py(CONTRACT, dict(env, **extra), "try_load"))["loaded"]
+
+    assert try_load() is None  # no cache at all
+    got = last_json(py(CONTRACT, env, "build"))
+    assert got["compiled"][1] == 0 and not got["linked"] and got["same"], got
+    assert got["compiled"][0] == 6 and got["plan"][0] == "cache", got
+    module = Path(got["plan"][1])
+    manifest = module.parent / "manifest.json"
+    assert try_load() == str(module)
+
+    data, text = module.read_bytes(), manifest.read_text()
+    module.write_bytes(data[: len(data) // 2])  # corrupt (sha256 differs)
+    assert try_load() is None
+    module.write_bytes(data)
+    manifest.write_text("[1, 2]")  # garbage manifest
+    assert try_load() is None
+    manifest.write_text(json.dumps(dict(json.loads(text), module="../../elsewhere.so")))
+    assert try_load() is None
+    manifest.write_text(text)
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # another catalog: another build's inputs
+    assert try_load() is None
+    set_catalog(src, [SHAPE_A])
+    assert try_load() == str(module)
+    assert try_load(AITER_AUX_CACHE_DIR=str(tmp_path / "nothing")) is None
