@@ -70,6 +70,40 @@ def main() -> int:
         ok &= same(
             outq, ref.moe_scatter_reduce_q(eq, es, want.reverse_sorted, want.sorted_weights, k)
         )
+        # the serving options: an expert map over 2E global experts (half local, with holes),
+        # the accumulator initialised from another buffer, a routed scaling factor
+        gids = torch.randint(-1, 2 * e, (m, k), generator=g, dtype=torch.int32)
+        emap = torch.full((2 * e,), -1, dtype=torch.int32)
+        emap[torch.randperm(2 * e, generator=g)[:e]] = torch.randperm(e, generator=g).int()
+        emap[::7] = -1
+        init = torch.randn(m, d, generator=g).bfloat16()
+        zb = torch.empty(m, d, dtype=torch.bfloat16, device=dev)
+        srt3, _q3, _s3 = ops.moe_sort_quant(
+            gids.to(dev),
+            w,
+            x,
+            e,
+            32,
+            zero_buf=zb,
+            expert_map=emap.to(dev),
+            zero_buf_init=init.to(dev),
+        )
+        want3 = ref.moe_sort(gids, w.cpu(), e, 32, expert_map=emap)
+        nv3 = int(want3.num_valid_ids[0])
+        ok &= all(
+            same(a[:n], b[:n])
+            for a, b, n in zip(srt3, want3, (nv3, nv3, nv3, nv3 // 32, 2, m * k), strict=True)
+        )
+        ok &= same(zb, init)
+        outs = ops.moe_scatter_reduce(
+            eo.to(dev), srt.reverse_sorted, srt.sorted_weights, k, routed_scaling_factor=2.5
+        )
+        ok &= same(
+            outs,
+            ref.moe_scatter_reduce(
+                eo, want.reverse_sorted, want.sorted_weights, k, routed_scaling_factor=2.5
+            ),
+        )
         torch.cuda.synchronize()
         print(f"shape {shape} M={m}: {'ok' if ok else 'MISMATCH'}", flush=True)
         bad += not ok
