@@ -237,8 +237,12 @@ def tensor_names(kw: dict) -> set[str]:
 
 
 def outside_catalog(op, d) -> tuple[int, int, int, int]:
-    """A shape none of whose instances of ``op`` is in the catalog."""
-    e = d.draw(st.sampled_from([1, 7, 100, 1000, 1024]), "E")
-    k = d.draw(st.sampled_from([1, 5, 7]), "k")
-    dim = d.draw(st.sampled_from([256, 1024, 2048, 8192]), "d")
+    """A shape none of whose instances of ``op`` is in the catalog (the values are drawn
+    from lists that leave out whatever the catalog holds)."""
+    dims = sorted({256, 1024, 2048, 8192, 12288} - {s[1] for s in CATALOG})
+    experts = sorted({1, 7, 100, 1000, 1024} - {s[0] for s in CATALOG})
+    topks = sorted({1, 5, 7} - {s[3] for s in CATALOG})
+    e = d.draw(st.sampled_from(experts), "E")
+    k = d.draw(st.sampled_from(topks), "k")
+    dim = d.draw(st.sampled_from(dims), "d")
     return (e, dim, 256, min(k, e))
