@@ -81,10 +81,14 @@ def parse_list(values, conv) -> list:
 
 
 def parse_shape(text: str) -> tuple[int, int, int, int]:
-    parts = tuple(int(x) for x in text.replace("(", "").replace(")", "").split(","))
-    if len(parts) != 4:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: expected E,MODEL_DIM,INTER,TOPK")
-    return parts  # type: ignore[return-value]
+    """``E,MODEL_DIM,INTER,TOPK`` (parentheses allowed) through the package's one shape
+    parser, :func:`aiter_aux.shapes.parse_shape`."""
+    from aiter_aux.shapes import parse_shape as parse
+
+    try:
+        return parse(text.replace("(", "").replace(")", ""))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,21 +40,12 @@ def prebuild_requested() -> bool:
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
-    """``"256,3072,256,8;128,3072,512,4"`` -> ``[(256, 3072, 256, 8), (128, 3072, 512, 4)]``."""
-    shapes = []
-    for item in text.replace("\n", ";").split(";"):
-        if not item.strip():
-            continue
-        try:
-            shape = tuple(int(p) for p in item.replace(" ", "").split(","))
-        except ValueError:
-            shape = ()
-        if len(shape) != 4:
-            raise ValueError(f"{ENV_SHAPES}: expected E,MODEL_DIM,INTER,TOPK, got {item!r}")
-        shapes.append(shape)
-    if not shapes:
-        raise ValueError(f"{ENV_SHAPES} is set but names no shape")
-    return shapes
+    """``"256,3072,256,8;128,3072,512,4"`` -> ``[(256, 3072, 256, 8), (128, 3072, 512, 4)]``
+    (:func:`aiter_aux.shapes.parse_shapes`, the one shape parser; ValueError naming
+    the variable)."""
+    from ..shapes import parse_shapes as parse
+
+    return parse(text, what=ENV_SHAPES)
 
 
 def ship_sources(src_root: Path, dest: Path) -> int:

@@ -108,6 +108,14 @@ typedef struct AiterAuxScatterArgs {
   int32_t reserved1;
 } AiterAuxScatterArgs;
 
+// The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
+// (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
+// is aiter_aux.validation.ints.validate_sort_sizes).
+static inline int64_t aiter_aux_sort_capacity(int64_t num_tokens, int64_t topk, int64_t num_experts,
+                                              int64_t block_m) {
+  return (num_tokens * topk + num_experts * (block_m - 1) + block_m - 1) / block_m * block_m;
+}
+
 // Every instance function: `args` points to the struct of its op kind;
 // `stream` is the backend's stream (cudaStream_t / hipStream_t), NULL on CPU.
 typedef int (*AiterAuxFn)(const void* args, void* stream);

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
+
+#include "../mxfp4_moe_aux_abi.h"
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 
@@ -272,8 +274,7 @@ inline int64_t sort_capacity(int64_t m, int64_t k, int64_t e, int64_t b) {
   if (e < 1 || e > kMaxNumExperts)
     fail("ValueError", cat("num_experts must be in [1, ", kMaxNumExperts, "], got ", e));
   check_block_m(b);
-  const int64_t need = m * k + e * (b - 1);
-  const int64_t max_rows = (need + b - 1) / b * b;
+  const int64_t max_rows = aiter_aux_sort_capacity(m, k, e, b);
   if (max_rows > kMaxRowsLimit)
     fail("ValueError", cat("max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = ",
                            max_rows, " must fit in int32 (<= ", kMaxRowsLimit, "); M=", m,

@@ -50,9 +50,9 @@ inline int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
 
 inline bool valid_block_m(int bm) { return bm == 16 || bm == 32 || bm == 64 || bm == 128; }
 
-// Capacity of the sorted buffers (docs/ops.md).
+// Capacity of the sorted buffers (docs/ops.md; the ABI header's one definition).
 inline int64_t sort_capacity(int64_t m, int64_t topk, int64_t e, int64_t bm) {
-  return ceil_div_i64(m * topk + e * (bm - 1), bm) * bm;
+  return aiter_aux_sort_capacity(m, topk, e, bm);
 }
 
 // ---------------------------------------------------------- device side ----

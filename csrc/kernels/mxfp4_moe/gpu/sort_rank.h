@@ -1,4 +1,4 @@
-// moe_sort ranking helpers shared by the sort paths: key match / load_key,
+// moe_sort ranking helpers shared by the sort paths: key match / load_keys,
 // warp ranges, the per-warp counting (pass 1) and placing (pass 2) passes, the
 // per-warp bases, the pad-row writer and the tiny path's byte-row sums.  Part
 // of sort.h, which includes it after its constants (kSortWarps, kBatch, ...);
@@ -42,16 +42,37 @@ __device__ __forceinline__ lane_mask_t match_key(int key) {
   return peers;
 }
 
-// The key of pair j: its local expert, or E when it is not local (or past `end`).  With an
-// expert map (expert parallelism) the id is global and its expert is expert_map[id].
-template <int E>
-__device__ __forceinline__ int load_key(const AiterAuxSortArgs& a, int j, int end) {
-  if (j >= end) return E;
-  int id = a.topk_ids[j];
-  if (a.expert_map != nullptr)
-    id = static_cast<uint32_t>(id) < static_cast<uint64_t>(a.num_global_experts)
-             ? a.expert_map[id] : -1;
-  return (id >= 0 && id < E) ? id : E;
+// keys[s] = the key of pair j0 + s * stride: its local expert, or E when it is not local (or
+// at/past `end`).  With an expert map (expert parallelism) the ids are global and a pair's
+// expert is expert_map[id].  One warp-uniform branch per batch: without a map the loop is
+// the plain one (the N id loads independent, their latencies overlapped); with one, the N
+// map loads follow the N id loads.
+template <int E, int N>
+__device__ __forceinline__ void load_keys(const AiterAuxSortArgs& a, int j0, int stride, int end,
+                                          int* keys) {
+  const int32_t* ids = a.topk_ids;
+  if (a.expert_map == nullptr) {
+#pragma unroll
+    for (int s = 0; s < N; ++s) {
+      const int j = j0 + s * stride;
+      const int id = j < end ? ids[j] : E;
+      keys[s] = (id >= 0 && id < E) ? id : E;
+    }
+    return;
+  }
+  const int32_t* map = a.expert_map;
+  const uint64_t num_global = static_cast<uint64_t>(a.num_global_experts);
+#pragma unroll
+  for (int s = 0; s < N; ++s) {
+    const int j = j0 + s * stride;
+    keys[s] = j < end ? ids[j] : -1;
+  }
+#pragma unroll
+  for (int s = 0; s < N; ++s) {
+    const uint32_t g = static_cast<uint32_t>(keys[s]);
+    const int e = g < num_global ? map[g] : -1;
+    keys[s] = (e >= 0 && e < E) ? e : E;
+  }
 }
 
 // Contiguous range of warp `warp` inside the chunk [cb, ce).
@@ -75,8 +96,7 @@ __device__ __forceinline__ void warp_count(const AiterAuxSortArgs& a, int wb, in
   const lane_mask_t lt = lanemask_lt(lane);
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
     int keys[kBatch];
-#pragma unroll
-    for (int s = 0; s < kBatch; ++s) keys[s] = load_key<E>(a, j0 + s * kWarpSize + lane, we);
+    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
       if (j0 + s * kWarpSize >= we) break;  // warp-uniform
@@ -118,10 +138,10 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
     int keys[kBatch];
     float wts[kBatch];
+    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
       const int j = j0 + s * kWarpSize + lane;
-      keys[s] = load_key<E>(a, j, we);
       wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
     }
 #pragma unroll

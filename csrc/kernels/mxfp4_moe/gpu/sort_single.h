@@ -154,10 +154,10 @@ __device__ __forceinline__ void lean_sort_block(const AiterAuxSortArgs& a, LeanS
   for (int e = tid; e < E; e += kLeanThreads) sm.cnt[e] = 0u;
   int key[kLeanPer];
   float wt[kLeanPer];
+  load_keys<E, kLeanPer>(a, tid, kLeanThreads, n, key);
 #pragma unroll
   for (int i = 0; i < kLeanPer; ++i) {
     const int j = i * kLeanThreads + tid;
-    key[i] = load_key<E>(a, j, n);
     wt[i] = key[i] < E ? a.topk_weights[j] : 0.0f;
   }
   block_sync();
@@ -309,7 +309,8 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
     for (int i = tid; i < kVec; i += kLeanThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
   }
   const int j = tid;
-  const int key = load_key<E>(a, j, n);
+  int key;
+  load_keys<E, 1>(a, j, 0, n, &key);
   const float wt = key < E ? a.topk_weights[j] : 0.0f;
   block_sync();
 
