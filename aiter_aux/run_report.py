@@ -5,18 +5,18 @@ table shows the median, the spread p10-p90 (nearest-rank over the samples; with 
 10 samples, min-max), the bytes the op must move and those bytes divided by the median.
 Stdlib only.
 
-Bytes (the same minimum-traffic model as ``benchmarks/auxbench/cases.py``): M tokens,
-K = topk, D = model_dim, N = M*K pairs (all local here), R = num_valid_ids[0] (sorted rows
-with padding), bm = block_m, T = tokens with a local pair, R_out = ceil(max_rows / BM) * BM
-with BM = max(32, bm):
+Bytes (the one minimum-traffic model; ``benchmarks/auxbench/cases.py`` builds on it): M
+tokens, K = topk, D = model_dim, N = M*K pairs, L = local pairs (N unless told),
+R = num_valid_ids[0] (sorted rows with padding), bm = block_m, T = tokens with a local pair,
+R_out = ceil(max_rows / BM) * BM with BM = max(32, bm):
 
 * moe_sort: 12N + 12R + 4R/bm + 8 (ids and weights read; sorted_token_ids, sorted_weights,
   m_indices, sorted_expert_ids, num_valid_ids and reverse_sorted written);
 * mxfp4_quant: 2MD + MD/2 + MD/32 (x read; a_q, a_scale written);
-* moe_sort_quant: moe_sort + mxfp4_quant;
+* moe_sort_quant: moe_sort + mxfp4_quant (+ 2MD with a zero_buf written);
 * moe_sort_scales: T*D/32 + 4R + 4 + R_out*D/32;
-* moe_scatter_reduce: 4N + N*(2D + 4) + 2MD;
-* moe_scatter_reduce_q: 4N + N*(D/2 + D/32 + 4) + 2MD.
+* moe_scatter_reduce: 4N + L*(2D + 4) + 2MD;
+* moe_scatter_reduce_q: 4N + L*(D/2 + D/32 + 4) + 2MD.
 """
 
 from __future__ import annotations
@@ -70,10 +70,16 @@ class Sizes:
     rows: int  # R
     max_rows: int
     tokens_read: int  # T
+    n_local: int | None = None  # L (None: every pair is local)
+    e: int = 0  # num_experts (the benchmarks' expert_map rows)
 
     @property
     def n(self) -> int:
         return self.m * self.k
+
+    @property
+    def local(self) -> int:
+        return self.n if self.n_local is None else self.n_local
 
     @property
     def out_rows(self) -> int:
@@ -81,20 +87,22 @@ class Sizes:
         return -(-self.max_rows // big) * big
 
 
-def bytes_moved(op: str, s: Sizes) -> int:
-    m, d, n, r = s.m, s.d, s.n, s.rows
+def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
+    """The minimum bytes of ``op`` (the module docstring's model)."""
+    m, d, n, r, ell = s.m, s.d, s.n, s.rows, s.local
     if op == "moe_sort":
         return 12 * n + 12 * r + 4 * (r // s.bm) + 8
     if op == "mxfp4_quant":
         return 2 * m * d + m * d // 2 + m * d // 32
     if op == "moe_sort_quant":
-        return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s)
+        z = 2 * m * d if zero_buf else 0
+        return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s) + z
     if op == "moe_sort_scales":
         return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
     if op == "moe_scatter_reduce":
-        return 4 * n + n * (2 * d + 4) + 2 * m * d
+        return 4 * n + ell * (2 * d + 4) + 2 * m * d
     if op == "moe_scatter_reduce_q":
-        return 4 * n + n * (d // 2 + d // 32 + 4) + 2 * m * d
+        return 4 * n + ell * (d // 2 + d // 32 + 4) + 2 * m * d
     raise KeyError(op)
 
 

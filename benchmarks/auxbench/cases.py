@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from aiter_aux.run_report import Sizes
+from aiter_aux.run_report import bytes_moved as op_bytes
+
 from .common import MoeSortOutput, draw_routing, ops, ref
 
 if TYPE_CHECKING:
@@ -83,53 +86,18 @@ HBM_PEAK_BYTES_S = 4.3e12  # the floor used in docs/perf.md
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Sizes:
-    m: int
-    k: int
-    e: int
-    d: int
-    bm: int
-    n_local: int  # L
-    rows: int  # R = num_valid_ids[0]
-    max_rows: int
-    tokens_read: int  # T
-
-    @property
-    def n(self) -> int:
-        return self.m * self.k
-
-    @property
-    def out_rows(self) -> int:
-        big = max(32, self.bm)
-        return -(-self.max_rows // big) * big
-
-
 def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
-    """The minimum bytes of ``op`` (see ``BYTES_FORMULAS``)."""
-    m, d, n, r, ell = s.m, s.d, s.n, s.rows, s.n_local
-    if op == "moe_sort_ep":
-        return bytes_moved("moe_sort", s) + 4 * s.e
-    if op == "moe_sort_quant_init":
-        return bytes_moved("moe_sort_quant", s) + 4 * m * d
-    if op in VARIANTS:
-        return bytes_moved(VARIANTS[op][0], s)
-    if op == "moe_sort":
-        return 12 * n + 12 * r + 4 * (r // s.bm) + 8
-    if op == "mxfp4_quant":
-        return 2 * m * d + m * d // 2 + m * d // 32
-    if op == "moe_sort_quant":
-        z = 2 * m * d if zero_buf else 0
-        return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s) + z
-    if op == "moe_sort_scales":
-        return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
-    if op == "moe_scatter_reduce":
-        return 4 * n + ell * (2 * d + 4) + 2 * m * d
-    if op == "moe_scatter_reduce_q":
-        return 4 * n + ell * (d // 2 + d // 32 + 4) + 2 * m * d
+    """The minimum bytes of ``op`` (see ``BYTES_FORMULAS``): the package's model
+    (:func:`aiter_aux.run_report.bytes_moved`) plus the benchmark's composite ops."""
     if op == "decode_pipeline":
-        return bytes_moved("moe_sort_quant", s, zero_buf) + bytes_moved("moe_sort_scales", s)
-    raise KeyError(op)
+        return bytes_moved("moe_sort_quant", s, zero_buf) + op_bytes("moe_sort_scales", s)
+    if op == "moe_sort_ep":
+        return op_bytes("moe_sort", s) + 4 * s.e
+    if op == "moe_sort_quant_init":
+        return op_bytes("moe_sort_quant", s) + 4 * s.m * s.d
+    if op in VARIANTS:
+        return op_bytes(VARIANTS[op][0], s)
+    return op_bytes(op, s, zero_buf)
 
 
 def routing_sizes(ids: torch.Tensor, e: int, d: int, bm: int) -> Sizes:
@@ -141,7 +109,15 @@ def routing_sizes(ids: torch.Tensor, e: int, d: int, bm: int) -> Sizes:
     rows = int(((counts + bm - 1) // bm * bm).sum())
     tokens_read = int(local.view(m, k).any(dim=1).sum()) if m else 0
     return Sizes(
-        m, k, e, d, bm, int(local.sum()), rows, ref.moe_sort_capacity(m, k, e, bm), tokens_read
+        m=m,
+        k=k,
+        d=d,
+        bm=bm,
+        rows=rows,
+        max_rows=ref.moe_sort_capacity(m, k, e, bm),
+        tokens_read=tokens_read,
+        n_local=int(local.sum()),
+        e=e,
     )
 
 
