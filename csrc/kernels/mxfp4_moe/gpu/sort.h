@@ -13,9 +13,14 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
-// Paths by M*topk: <= kLeanThreads (1024): tiny; <= kLeanMaxPairs (4096):
-// lean (both one launch of G redundant ranking blocks that each write a slice
-// of the rows, see "lean path" below); <= kSmallSortMaxPairs: small; else large.
+// Paths by n = M*topk: <= kLeanThreads (1024): tiny (one launch of G redundant
+// ranking blocks that each write a slice of the rows, see "lean path" below);
+// else the large path as soon as every chunk can hold 2E pairs (n >= kUnit, the
+// chunk granule: 1024 pairs for E <= 512, 2048 for E <= 1024); below that (E > 512,
+// n < 2048) lean; small only where large cannot run and lean cannot hold n (never
+// with the current constants).  The H200 showed the one-block lean and small paths
+// 3-5x slower than the large path's 3 launches from n ~ 2000 on (issue 14: 12.9 us
+// at E = 256, M = 256; 33.6 us at M = 1024 on the small path; 12.2 us at 4096, large).
 //
 // Small path (M*topk <= kSmallSortMaxPairs): ONE launch.  Block 0 is the
 // whole sort (the chunk is all pairs; counts -> per-expert totals -> block scan
@@ -168,7 +173,10 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     q_al4 = is_aligned(q.a_q, 4);
   }
 
-  if (n <= kLeanMaxPairs) {
+  // the large path's chunk granule (>= 2E pairs: a chunk's count row and the E totals)
+  constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
+  const bool large = n > kLeanThreads && n >= kUnit;
+  if (!large && n <= kLeanMaxPairs) {
     // quant / zero blocks of kLeanThreads threads
     int qb = 0, zb = 0;
     if (quant_blocks > 0) {
@@ -191,19 +199,17 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     return check_launch(op);
   }
 
-  if (n <= kSmallSortMaxPairs) {
+  if (!large && n <= kSmallSortMaxPairs) {
     const int grid = 1 + quant_blocks + zero_blocks;
     AITER_AUX_LAUNCH((sort_small_kernel<E, K, D>), dim3(grid), dim3(kSortThreads), st)(
         a, q, quant_blocks, zero_blocks, x_al16, q_al4);
     return check_launch(op);
   }
 
-  // num_chunks = n / chunk (>= 4 here: chunk <= max(kUnit, n/160 + kUnit) and
-  // n > kSmallSortMaxPairs >= 4 kUnit) chunks of q or q + 1 pairs:
-  // q >= chunk >= 2E, so a chunk's count row and the E totals fit in its own pair range;
-  // q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the uint16 counters
-  // exact.
-  constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
+  // num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= kUnit here):
+  // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
+  // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
+  // uint16 counters exact.
   const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kUnit) * kUnit,
                                   kUnit, kMaxChunk);
   const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
