@@ -295,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, f"{what} both catalog lists, then rebuild",
                 f"{what[0].upper()}{what[1:]} SHAPES in codegen/gen_instances.py and "
                 "MXFP4_MOE_SUPPORTED_SHAPES in aiter_aux/ops/moe_mxfp4_aux.py (one line each, "
-                "under a lock), then build the new catalog (only new instances compile).",
+                "under a lock), then build the new catalog (" + (
+                    "only new instances compile)." if name == "add-shape"
+                    else "nothing compiles: the lookup and the link)."),
                 backend)  # fmt: skip
         p.add_argument("shape", type=_type(parse_shape), metavar="E,D,INTER,TOPK",
                        help="expert (a fused shared expert counts), model_dim, inter (rounded "
@@ -341,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     verbose = args.verbose or _env_flag("AITER_AUX_VERBOSE")
     t0 = time.perf_counter()
     try:
+        from .env import check_all
+
+        check_all()  # a bad variable is refused before a command edits or builds anything
         return args.func(args)
     except KeyboardInterrupt:
         return 130

@@ -124,6 +124,13 @@ def get(name: str) -> Any:
         raise EnvError(name, raw, var.expected) from None
 
 
+def check_all() -> None:
+    """Parse every variable that is set (the CLI's first step, so that a bad value is
+    refused before anything is done, also by commands that would not read it)."""
+    for name in VARS:
+        get(name)
+
+
 def is_set(name: str) -> bool:
     """Whether ``name`` (in :data:`VARS`) holds a non-empty value."""
     return bool(os.environ.get(VARS[name].name, "").strip())

@@ -13,14 +13,14 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
-// Paths by n = M*topk: <= kLeanThreads (1024): tiny (one launch of G redundant
-// ranking blocks that each write a slice of the rows, see "lean path" below);
-// else the large path as soon as every chunk can hold 2E pairs (n >= kUnit, the
-// chunk granule: 1024 pairs for E <= 512, 2048 for E <= 1024); below that (E > 512,
-// n < 2048) lean; small only where large cannot run and lean cannot hold n (never
-// with the current constants).  The H200 showed the one-block lean and small paths
-// 3-5x slower than the large path's 3 launches from n ~ 2000 on (issue 14: 12.9 us
-// at E = 256, M = 256; 33.6 us at M = 1024 on the small path; 12.2 us at 4096, large).
+// Paths by n = M*topk: <= kLeanThreads (1024): tiny; <= kLeanPathPairs (3072): lean
+// (both one launch of G redundant ranking blocks that each write a slice of the rows,
+// see "lean path" below); else large (every chunk then holds >= 2E pairs).  The small
+// path is kept only for a large path that cannot run (never with these constants).
+// H200, same call (docs/perf.md log 47): lean vs large at n = 1152 (E 257) 8.2 vs 14.7
+// us, 2048 (E 896) 13.0 vs 27.5, 2816 (E 513) 18.2 vs 26.0; 2048 (E 256) 12.9 vs 11.9,
+// 2304 (E 257) 14.6 vs 13.2; 4096 (E 256) 32.3 vs 11.2, (E 896) 32.8 vs 22.5; small
+// 22-51 us at 4608-8192 pairs vs large 11-20.
 //
 // Small path (M*topk <= kSmallSortMaxPairs): ONE launch.  Block 0 is the
 // whole sort (the chunk is all pairs; counts -> per-expert totals -> block scan
@@ -80,7 +80,8 @@ constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 
 constexpr int kLeanThreads = 1024;
 constexpr int kLeanWarps = kLeanThreads / kWarpSize;
-constexpr int kLeanMaxPairs = 4096;
+constexpr int kLeanMaxPairs = 4096;   // what the lean kernel can hold
+constexpr int kLeanPathPairs = 3072;  // what it is launched for (faster than large below)
 constexpr int kLeanPer = kLeanMaxPairs / kLeanThreads;
 constexpr int kLeanRowsPerBlock = 2048;  // host: G = ceil(capacity / this)
 constexpr int kLeanMaxBlocks = 32;
@@ -175,7 +176,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
 
   // the large path's chunk granule (>= 2E pairs: a chunk's count row and the E totals)
   constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
-  const bool large = n > kLeanThreads && n >= kUnit;
+  const bool large = n > kLeanPathPairs && n >= kUnit;
   if (!large && n <= kLeanMaxPairs) {
     // quant / zero blocks of kLeanThreads threads
     int qb = 0, zb = 0;
