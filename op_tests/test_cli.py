@@ -119,6 +119,16 @@ def test_build_user_errors_are_one_line(env, fragment, small_tree, tmp_path):
     assert fragment in line, line
 
 
+@pytest.mark.parametrize("command", [["list"], ["remove-shape", "128,3072,512,4"]])
+def test_a_bad_variable_is_refused_before_any_command_acts(command, small_tree, tmp_path):
+    """Every variable is parsed first: a command that would not read MAX_JOBS (list), or
+    would read it only after editing the catalog (remove-shape), refuses it up front."""
+    before = {p: p.read_text() for p in small_tree.rglob("*.py")}
+    p = aiter_aux_cli(*command, tree=small_tree, cache=tmp_path, MAX_JOBS="abc")
+    assert "EnvError: MAX_JOBS='abc'" in one_line_error(p, command[0])
+    assert {p: p.read_text() for p in small_tree.rglob("*.py")} == before
+
+
 def test_cache_safety_error_is_one_line_and_verbose_shows_the_traceback(small_tree, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
