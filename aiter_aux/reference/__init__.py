@@ -25,7 +25,9 @@ One op family per module:
 * :mod:`.sort`: ``moe_sort[_out]`` (routing pairs sorted by expert, block_m-padded).
 * :mod:`.mxfp4`: the e2m1/e8m0 codec (quantisation of rows, decode tables, fp32 -> bf16
   round-to-nearest-even with NaN -> 0x7FC0).
-* :mod:`.quant`: ``mxfp4_quant[_out]`` and the fused ``moe_sort_quant[_out]``.
+* :mod:`.mxfp8`: the E4M3/e8m0 (MXFP8) codec: the scale formula, the bf16 -> E4M3 table.
+* :mod:`.quant`: ``mxfp4_quant[_out]``, ``mxfp8_quant[_out]`` and the fused
+  ``moe_sort_quant[_out]`` (``quant_dtype="mxfp4"`` or ``"mxfp8"``).
 * :mod:`.sort_scales`: ``moe_sort_scales[_out]`` (scales in the a4w4 GEMM layout).
 * :mod:`.scatter`: ``moe_scatter_reduce[_out]`` and ``moe_scatter_reduce_q[_out]``.
 * :mod:`.chunks`: the row-chunk size of the loops (``chunks.CHUNK_ELEMS``, read at call time).
@@ -39,7 +41,14 @@ from aiter_aux.validation import moe_sort_capacity
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
-from .quant import moe_sort_quant, moe_sort_quant_out, mxfp4_quant, mxfp4_quant_out
+from .quant import (
+    moe_sort_quant,
+    moe_sort_quant_out,
+    mxfp4_quant,
+    mxfp4_quant_out,
+    mxfp8_quant,
+    mxfp8_quant_out,
+)
 from .scatter import (
     moe_scatter_reduce,
     moe_scatter_reduce_out,
@@ -56,6 +65,8 @@ __all__ = [
     "moe_sort_out",
     "mxfp4_quant",
     "mxfp4_quant_out",
+    "mxfp8_quant",
+    "mxfp8_quant_out",
     "moe_sort_quant",
     "moe_sort_quant_out",
     "moe_sort_scales",

@@ -10,6 +10,7 @@ from aiter_aux.types import MoeSortOutput
 
 from . import chunks
 from .mxfp4 import _quant_rows
+from .mxfp8 import _quant_rows_fp8
 from .sort import _alloc_sort_out, _sort_into
 
 # --------------------------------------------------------------------------------------------
@@ -18,12 +19,15 @@ from .sort import _alloc_sort_out, _sort_into
 
 
 @torch.no_grad()
-def _quant_into(x: torch.Tensor, a_q: torch.Tensor, a_scale: torch.Tensor) -> None:
+def _quant_into(
+    x: torch.Tensor, a_q: torch.Tensor, a_scale: torch.Tensor, fp8: bool = False
+) -> None:
     m, d = x.shape
     step = chunks.rows_per_chunk(d)
+    rows = _quant_rows_fp8 if fp8 else _quant_rows
     for r0 in range(0, m, step):
         r1 = min(m, r0 + step)
-        q, s = _quant_rows(x[r0:r1])
+        q, s = rows(x[r0:r1])
         a_q[r0:r1].copy_(q)
         a_scale[r0:r1].copy_(s)
 
@@ -80,6 +84,61 @@ def mxfp4_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # --------------------------------------------------------------------------------------------
+# mxfp8_quant
+# --------------------------------------------------------------------------------------------
+
+
+def mxfp8_quant_out(
+    x: torch.Tensor, a_q: torch.Tensor, a_scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP8 (E4M3 elements, per_1x32 e8m0 scales) quantisation of ``x`` into ``a_q``, ``a_scale``.
+
+    Per block of 32 consecutive elements of a row (OCP MX spec v1.0, E4M3 "fn" + e8m0):
+
+    * any NaN or +-Inf in the block -> scale byte 255 and the block's 32 bytes 0;
+    * ``amax = max |x| == 0`` -> scale 0; the elements keep their sign (-0.0 -> 0x80);
+    * else ``s = clamp(((bits(fp32(amax)) + 0x1FFFFF) >> 23) - 8, 1, 254)``, which is
+      ``ceil(log2(amax / 448)) + 127`` exactly: the smallest s with ``amax <= 448 * 2^(s-127)``;
+    * each element: ``q = x * 2^(127 - s)`` exactly, rounded to the nearest E4M3 value
+      (subnormals with step 2^-9 included), ties to the even code, the sign bit 0x80 from x,
+      saturating at 448 (never reached under this scale).
+
+    Args:
+        x: bf16 ``[M, model_dim]``, contiguous, ``model_dim`` a positive multiple of 32.
+        a_q: uint8 ``[>= M, model_dim]``: E4M3 bytes (``a_q.view(torch.float8_e4m3fn)``).
+        a_scale: uint8 ``[>= M, model_dim / 32]``: e8m0 scale bytes, row-major.
+
+    Returns:
+        ``(a_q, a_scale)``; only their first M rows are written.
+
+    Raises:
+        TypeError, ValueError: as :func:`mxfp4_quant_out`.
+    """
+    V.check_mxfp4_quant_call(x, a_q, a_scale, fp8=True)
+    _quant_into(x, a_q, a_scale, fp8=True)
+    return a_q, a_scale
+
+
+def mxfp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocating form of :func:`mxfp8_quant_out`: returns uint8 ``a_q [M, model_dim]`` (E4M3
+    bytes) and uint8 ``a_scale [M, model_dim / 32]`` (e8m0), on the device of ``x``."""
+    m, d = V.validate_mxfp4_quant(x)
+    a_q = torch.empty(m, d, dtype=torch.uint8, device=x.device)
+    a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=x.device)
+    return mxfp8_quant_out(x, a_q, a_scale)
+
+
+QUANT_DTYPES = ("mxfp4", "mxfp8")
+
+
+def check_quant_dtype(quant_dtype: object) -> bool:
+    """True for ``"mxfp8"``, False for ``"mxfp4"``; ValueError otherwise."""
+    if not isinstance(quant_dtype, str) or quant_dtype not in QUANT_DTYPES:
+        raise ValueError(f"quant_dtype must be 'mxfp4' or 'mxfp8', got {quant_dtype!r}")
+    return quant_dtype == "mxfp8"
+
+
+# --------------------------------------------------------------------------------------------
 # moe_sort_quant
 # --------------------------------------------------------------------------------------------
 
@@ -97,8 +156,10 @@ def moe_sort_quant_out(
     zero_buf: torch.Tensor | None = None,
     expert_map: torch.Tensor | None = None,
     zero_buf_init: torch.Tensor | None = None,
+    quant_dtype: str = "mxfp4",
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
-    """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU).
+    """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU);
+    with ``quant_dtype="mxfp8"``, :func:`mxfp8_quant_out` instead (``a_q`` ``[M, model_dim]``).
 
     ``x`` is bf16 ``[M, model_dim]`` with the same M as ``topk_ids``; every other argument is
     as in the two ops, and the outputs are identical to those of the separate ops.  All
@@ -110,15 +171,16 @@ def moe_sort_quant_out(
     Raises:
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
     """
+    fp8 = check_quant_dtype(quant_dtype)
     *_, out = V.check_moe_sort_quant_call(
         topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf,
-        expert_map, zero_buf_init,
+        expert_map, zero_buf_init, fp8,
     )  # fmt: skip
     _sort_into(
         topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
         zero_buf_init,
     )  # fmt: skip
-    _quant_into(x, a_q, a_scale)
+    _quant_into(x, a_q, a_scale, fp8)
     return out, a_q, a_scale
 
 
@@ -132,21 +194,24 @@ def moe_sort_quant(
     zero_buf: torch.Tensor | None = None,
     expert_map: torch.Tensor | None = None,
     zero_buf_init: torch.Tensor | None = None,
+    quant_dtype: str = "mxfp4",
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
     """Allocating form of :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``
-    shaped as by :func:`moe_sort` and :func:`mxfp4_quant`.
+    shaped as by :func:`moe_sort` and :func:`mxfp4_quant` (:func:`mxfp8_quant` for
+    ``quant_dtype="mxfp8"``).
 
     Raises:
         TypeError, ValueError: as :func:`moe_sort_quant_out`.
     """
+    fp8 = check_quant_dtype(quant_dtype)
     m, topk, max_rows, d = V.validate_moe_sort_quant(
         topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
     )
     dev = topk_ids.device
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), dev)
-    a_q = torch.empty(m, d // 2, dtype=torch.uint8, device=dev)
+    a_q = torch.empty(m, d if fp8 else d // 2, dtype=torch.uint8, device=dev)
     a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=dev)
     return moe_sort_quant_out(
         topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf,
-        expert_map=expert_map, zero_buf_init=zero_buf_init,
+        expert_map=expert_map, zero_buf_init=zero_buf_init, quant_dtype=quant_dtype,
     )  # fmt: skip

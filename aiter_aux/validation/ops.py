@@ -127,7 +127,7 @@ def validate_moe_sort_out(
 
 
 def validate_mxfp4_quant(x: object) -> tuple[int, int]:
-    """Check the input of ``mxfp4_quant``: ``x`` bf16 ``[M, model_dim]`` contiguous, with
+    """Check the input of ``mxfp4_quant`` (and of ``mxfp8_quant``, the same checks): ``x`` bf16 ``[M, model_dim]`` contiguous, with
     ``model_dim`` a positive multiple of 32.
 
     Returns:
@@ -143,15 +143,21 @@ def validate_mxfp4_quant(x: object) -> tuple[int, int]:
 
 
 def validate_mxfp4_quant_out(
-    a_q: object, a_scale: object, num_tokens: int, model_dim: int, device: torch.device
+    a_q: object,
+    a_scale: object,
+    num_tokens: int,
+    model_dim: int,
+    device: torch.device,
+    fp8: bool = False,
 ) -> None:
     """Check the outputs of ``mxfp4_quant_out``: ``a_q`` uint8 2-D ``[>= M, model_dim / 2]`` and
-    ``a_scale`` uint8 2-D ``[>= M, model_dim / 32]``, contiguous, on ``device``.
+    ``a_scale`` uint8 2-D ``[>= M, model_dim / 32]``, contiguous, on ``device``.  With ``fp8``
+    (``mxfp8_quant_out``), ``a_q`` is uint8 ``[>= M, model_dim]`` (one E4M3 byte per element).
 
     Raises:
         TypeError, ValueError: see :func:`check_buffer`.
     """
-    cq, cs = model_dim // 2, model_dim // 32
+    cq, cs = (model_dim if fp8 else model_dim // 2), model_dim // 32
     check_buffer(a_q, "a_q", torch.uint8, num_tokens * cq, device, ndim=2, cols=cq)
     check_buffer(a_scale, "a_scale", torch.uint8, num_tokens * cs, device, ndim=2, cols=cs)
 
@@ -402,10 +408,11 @@ def check_moe_sort_call(
     return m, k, max_rows, out
 
 
-def check_mxfp4_quant_call(x, a_q, a_scale) -> tuple[int, int]:
-    """All checks of ``mxfp4_quant_out``; returns ``(M, model_dim)``."""
+def check_mxfp4_quant_call(x, a_q, a_scale, fp8: bool = False) -> tuple[int, int]:
+    """All checks of ``mxfp4_quant_out`` (``mxfp8_quant_out`` with ``fp8``); returns
+    ``(M, model_dim)``."""
     m, d = validate_mxfp4_quant(x)
-    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device, fp8)
     check_no_overlap({"a_q": a_q, "a_scale": a_scale}, {"x": x})
     return m, d
 
@@ -422,13 +429,15 @@ def check_moe_sort_quant_call(
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
+    fp8: bool = False,
 ) -> tuple[int, int, int, int, MoeSortOutput]:
-    """All checks of ``moe_sort_quant_out``; returns ``(M, topk, max_rows, model_dim, out)``."""
+    """All checks of ``moe_sort_quant_out`` (``moe_sort_quant_fp8_out`` with ``fp8``); returns
+    ``(M, topk, max_rows, model_dim, out)``."""
     m, k, max_rows, d = validate_moe_sort_quant(
         topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
     )
     out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
-    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device)
+    validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device, fp8)
     check_no_overlap(
         {**out._asdict(), "a_q": a_q, "a_scale": a_scale, "zero_buf": zero_buf},
         _sort_reads(topk_ids, topk_weights, x, expert_map, zero_buf_init),
