@@ -78,6 +78,13 @@ OPS: dict[str, OpSpec] = {
                "Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, "
                "Tensor sorted_weights, int topk",
                ("out",), _SCALE),
+        # MXFP8 (a8w4): a_q holds one E4M3 byte per element, uint8 [M, model_dim]
+        OpSpec("mxfp8_quant", ("model_dim",), "AiterAuxQuantArgs", "AITER_AUX_OP_MXFP8_QUANT",
+               ("d",), "Tensor x", ("a_q", "a_scale")),
+        OpSpec("moe_sort_quant_fp8", ("num_experts", "topk", "model_dim"),
+               "AiterAuxSortQuantArgs", "AITER_AUX_OP_MOE_SORT_QUANT_FP8", ("e", "k", "d"),
+               "Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m",
+               _SORT_OUTPUTS + ("a_q", "a_scale"), _ZERO_BUF),
     )
 }  # fmt: skip
 

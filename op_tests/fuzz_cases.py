@@ -13,6 +13,10 @@ from aiter_aux.ops.moe_mxfp4_aux import MXFP4_MOE_SUPPORTED_SHAPES
 CATALOG = sorted(MXFP4_MOE_SUPPORTED_SHAPES)
 POISON, GUARD = 0x5A, 16
 SPECIAL_IDS = (-1, -2, 2**31 - 1, -(2**31), 1 << 24, 1025)
+SORTS = ("moe_sort", "moe_sort_quant", "moe_sort_quant_fp8")  # the ops that sort
+FUSED = ("moe_sort_quant", "moe_sort_quant_fp8")
+QUANTS = ("mxfp4_quant", "mxfp8_quant") + FUSED  # the ops that quantise x
+FP8 = ("mxfp8_quant", "moe_sort_quant_fp8")  # a_q [M, model_dim] (E4M3 bytes)
 
 
 def guarded(shape, dtype, slack=0):
@@ -58,7 +62,7 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
     bm = d.draw(st.sampled_from([16, 32, 64, 128]), "block_m")
     a: dict = {}
     outs: dict = {}
-    if op in ("moe_sort", "moe_sort_quant"):
+    if op in SORTS:
         p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
         a["topk_ids"] = routing(g, m, e, k, p)
         a["topk_weights"] = values(g, (m, k), torch.float32, kind)
@@ -71,11 +75,11 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
             ((2,), torch.int32),
             ((m * k,), torch.int32),
         ]
-    if op in ("mxfp4_quant", "moe_sort_quant"):
+    if op in QUANTS:
         a["x"] = values(g, (m, dim), torch.bfloat16, kind)
-        outs["a_q"] = ((m, dim // 2), torch.uint8)
+        outs["a_q"] = ((m, dim if op in FP8 else dim // 2), torch.uint8)
         outs["a_scale"] = ((m, dim // 32), torch.uint8)
-    if op in ("moe_sort", "moe_sort_quant"):
+    if op in SORTS:
         a["num_experts"], a["block_m"] = e, bm
         if d.draw(st.booleans(), "zero_buf"):
             a["zero_buf"] = values(g, (d.draw(st.integers(0, 300)),), torch.bfloat16, "bits")
@@ -134,12 +138,12 @@ def guards_ok(whole: torch.Tensor) -> bool:
 def defined(op, result, bm):
     """The bytes an allocating op defines (sort rows past num_valid_ids[0] are not)."""
     result = result if isinstance(result, tuple) else (result,)
-    if op in ("moe_sort", "moe_sort_quant"):
-        s = result[0] if op == "moe_sort_quant" else result
+    if op in SORTS:
+        s = result[0] if op in FUSED else result
         n = int(s.num_valid_ids[0])
         parts = [s.sorted_token_ids[:n], s.sorted_weights[:n], s.m_indices[:n],
                  s.sorted_expert_ids[: n // bm], s.num_valid_ids, s.reverse_sorted]  # fmt: skip
-        result = parts + (list(result[1:]) if op == "moe_sort_quant" else [])
+        result = parts + (list(result[1:]) if op in FUSED else [])
     return [raw(p) for p in result]
 
 

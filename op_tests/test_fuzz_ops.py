@@ -39,7 +39,18 @@ from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.ops import aux_ops as ops  # noqa: E402
 
 OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
-       "moe_scatter_reduce_q")  # fmt: skip
+       "moe_scatter_reduce_q", "mxfp8_quant", "moe_sort_quant_fp8")  # fmt: skip
+
+
+def fn(module, name: str):
+    """``module``'s function for the torch op ``name``: ``moe_sort_quant_fp8[_out]`` is
+    ``moe_sort_quant[_out](..., quant_dtype="mxfp8")`` in Python."""
+    if name.startswith("moe_sort_quant_fp8"):
+        f = getattr(module, name.replace("_fp8", ""))
+        return lambda *a, **kw: f(*a, **kw, quant_dtype="mxfp8")
+    return getattr(module, name)
+
+
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -70,15 +81,15 @@ def test_valid_inputs_match_reference_bytes(op, d):
     theirs, their_wholes = alloc_outs(outs, slack)
     zb = a.get("zero_buf")
     mine_in = dict(a, zero_buf=zb.clone()) if zb is not None else a
-    getattr(ops, op + "_out")(**mine_in, **mine)
-    getattr(ref, op + "_out")(**a, **theirs)
+    fn(ops, op + "_out")(**mine_in, **mine)
+    fn(ref, op + "_out")(**a, **theirs)
     for got, want in zip(my_wholes, their_wholes, strict=True):  # written and untouched bytes
         assert guards_ok(got), "a write outside an out= buffer"
         assert raw(got) == raw(want)
     if zb is not None:
         assert raw(mine_in["zero_buf"]) == raw(torch.zeros_like(zb))
     bm = a.get("block_m", 32)
-    assert defined(op, getattr(ops, op)(**a), bm) == defined(op, getattr(ref, op)(**a), bm)
+    assert defined(op, fn(ops, op)(**a), bm) == defined(op, fn(ref, op)(**a), bm)
 
 
 @pytest.fixture
@@ -97,12 +108,12 @@ def test_invalid_inputs_raise_naming_argument_before_any_kernel(op, d, spy):
     call = {**a, **kw, **changes}
     calls = spy.calls
     with pytest.raises(exc) as mine:
-        getattr(ops, op + variant)(**call)
+        fn(ops, op + variant)(**call)
     assert spy.calls == calls, f"{label}: a kernel ran"
     assert untouched(wholes), f"{label}: an out= buffer was written"
     assert any(n in str(mine.value) for n in names), f"{label}: {mine.value} names none of {names}"
     with pytest.raises(exc) as theirs:
-        getattr(ref, op + variant)(**call)
+        fn(ref, op + variant)(**call)
     assert str(theirs.value) == str(mine.value)
     if not _python_level(changes):  # the binding itself, without the Python wrapper
         with pytest.raises((RuntimeError, exc)) as binding:
@@ -143,10 +154,10 @@ def test_meta_tensors_run_the_fake_implementation(op, d, spy):
     for _name, t, put in list(slots(call)):
         call.update(put(t.to("meta")))
     calls = spy.calls
-    got = getattr(ops, op + variant)(**call)
+    got = fn(ops, op + variant)(**call)
     assert spy.calls == calls
     if not variant:  # the fake's shapes and dtypes are the real op's
-        want = getattr(ops, op)(**a)
+        want = fn(ops, op)(**a)
         flat = lambda r: [t for x in (r if isinstance(r, tuple) else (r,))  # noqa: E731
                           for t in (x if isinstance(x, tuple) else (x,))]  # fmt: skip
         assert [(t.device.type, t.shape, t.dtype) for t in flat(got)] == [
@@ -162,6 +173,6 @@ def test_parameters_outside_catalog_rejected_before_any_kernel(op, d, spy):
     kw, wholes = alloc_outs(outs, 0)
     calls = spy.calls
     with pytest.raises(ops.UnsupportedShapeError, match="no instance .*add-shape"):
-        getattr(ops, op + "_out")(**a, **kw)
+        fn(ops, op + "_out")(**a, **kw)
     assert spy.calls == calls and untouched(wholes)
-    getattr(ref, op + "_out")(**a, **alloc_outs(outs, 0)[0])  # the spec accepts it
+    fn(ref, op + "_out")(**a, **alloc_outs(outs, 0)[0])  # the spec accepts it

@@ -324,8 +324,8 @@ def test_errors_match_reference(device):
         ops().mxfp8_quant_out(x, small, sc)
     assert str(got.value) == str(want.value)
     with pytest.raises(ValueError, match="quant_dtype"):
-        ops().moe_sort_quant(torch.zeros(4, K, dtype=torch.int32, device=device),
-                             torch.ones(4, K, device=device), x, E, 32, quant_dtype="e4m3")  # fmt: skip
+        ids = torch.zeros(4, K, dtype=torch.int32, device=device)
+        ops().moe_sort_quant(ids, torch.ones(4, K, device=device), x, E, 32, quant_dtype="e4m3")
 
 
 @pytest.mark.parametrize("name", ["mxfp8_quant", "mxfp8_quant_out", "moe_sort_quant_fp8",
@@ -333,27 +333,22 @@ def test_errors_match_reference(device):
 def test_opcheck(name, cpu_module):
     import aiter_aux.ops.aux_ops  # noqa: F401  (defines the ops)
 
+    e, d, k = 256, 3072, 8  # catalog shape (256, 3072, 256, 8): every expert one pair, so
+    m = e // k  # num_valid_ids[0] == max_rows and opcheck compares whole outputs
+    ids = torch.arange(m * k, dtype=torch.int32).view(m, k)
     g = torch.Generator().manual_seed(3)
-    m = E // K + 1
-    ids = torch.arange(m * K, dtype=torch.int32).view(m, K) % E
-    w = torch.rand(m, K, generator=g)
-    x = (torch.randn(m, D, generator=g) * 5).bfloat16()
+    w = torch.rand(m, k, generator=g)
+    x = (torch.randn(m, d, generator=g) * 5).bfloat16()
     op = getattr(torch.ops.aiter_aux, name).default
+    q_s = (torch.empty(m, d, dtype=torch.uint8), torch.empty(m, d // 32, dtype=torch.uint8))
     if name.startswith("mxfp8"):
-        args = (
-            (x,)
-            if name == "mxfp8_quant"
-            else (x, torch.empty(m, D, dtype=torch.uint8), torch.empty(m, NB, dtype=torch.uint8))
-        )
-        torch.library.opcheck(op, args)
+        torch.library.opcheck(op, (x,) if name == "mxfp8_quant" else (x, *q_s))
         return
     zb = torch.ones(3, 5, dtype=torch.bfloat16)
     if name == "moe_sort_quant_fp8":
-        torch.library.opcheck(op, (ids, w, x, E, 16), {"zero_buf": zb})
+        torch.library.opcheck(op, (ids, w, x, e, 16), {"zero_buf": zb})
         return
-    mr = ref.moe_sort_capacity(m, K, E, 16)
-    outs = (torch.empty(mr, dtype=torch.int32), torch.empty(mr), torch.empty(mr, dtype=torch.int32),
-            torch.empty(mr // 16, dtype=torch.int32), torch.empty(2, dtype=torch.int32),
-            torch.empty(m * K, dtype=torch.int32), torch.empty(m, D, dtype=torch.uint8),
-            torch.empty(m, NB, dtype=torch.uint8))  # fmt: skip
-    torch.library.opcheck(op, (ids, w, x, E, 16, *outs), {"zero_buf": zb})
+    mr = ref.moe_sort_capacity(m, k, e, 16)
+    i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
+    outs = (i32(mr), torch.empty(mr), i32(mr), i32(mr // 16), i32(2), i32(m * k), *q_s)
+    torch.library.opcheck(op, (ids, w, x, e, 16, *outs), {"zero_buf": zb})

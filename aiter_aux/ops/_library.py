@@ -91,21 +91,30 @@ def _fake_sort(topk_ids, topk_weights, num_experts, block_m, *, zero_buf=None, e
             i32(max_rows // block_m), i32(2), i32(m * k))  # fmt: skip
 
 
-def _fake_quant(x):
+def _fake_quant(x, fp8=False):
     if _static(x):
         V.validate_mxfp4_quant(x)
     else:
         V.check_tensor(x, "x", torch.bfloat16, 2, "[M, model_dim]")
     m, d = x.shape
-    return x.new_empty(m, d // 2, dtype=torch.uint8), x.new_empty(m, d // 32, dtype=torch.uint8)
+    cq = d if fp8 else d // 2
+    return x.new_empty(m, cq, dtype=torch.uint8), x.new_empty(m, d // 32, dtype=torch.uint8)
+
+
+def _fake_quant_fp8(x):
+    return _fake_quant(x, fp8=True)
 
 
 def _fake_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None,
-                     expert_map=None, zero_buf_init=None):  # fmt: skip
+                     expert_map=None, zero_buf_init=None, fp8=False):  # fmt: skip
     _sort_shapes(
         topk_ids, topk_weights, num_experts, block_m, zero_buf, x, (expert_map, zero_buf_init)
     )
-    return (*_fake_sort(topk_ids, topk_weights, num_experts, block_m), *_fake_quant(x))
+    return (*_fake_sort(topk_ids, topk_weights, num_experts, block_m), *_fake_quant(x, fp8))
+
+
+def _fake_sort_quant_fp8(*args, **kwargs):
+    return _fake_sort_quant(*args, **kwargs, fp8=True)
 
 
 def _fake_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m):
@@ -142,18 +151,26 @@ def _fake_sort_out(topk_ids, topk_weights, num_experts, block_m, *outs, zero_buf
                               expert_map, zero_buf_init)  # fmt: skip
 
 
-def _fake_quant_out(x, a_q, a_scale):
+def _fake_quant_out(x, a_q, a_scale, fp8=False):
     if _static(x, a_q, a_scale):
-        V.check_mxfp4_quant_call(x, a_q, a_scale)
+        V.check_mxfp4_quant_call(x, a_q, a_scale, fp8)
+
+
+def _fake_quant_fp8_out(x, a_q, a_scale):
+    _fake_quant_out(x, a_q, a_scale, fp8=True)
 
 
 def _fake_sort_quant_out(topk_ids, topk_weights, x, num_experts, block_m, *outs, zero_buf=None,
-                         expert_map=None, zero_buf_init=None):  # fmt: skip
+                         expert_map=None, zero_buf_init=None, fp8=False):  # fmt: skip
     if _static(topk_ids, topk_weights, x, zero_buf, expert_map, zero_buf_init, *outs):
         V.check_moe_sort_quant_call(
             topk_ids, topk_weights, x, num_experts, block_m, outs[:6], outs[6], outs[7], zero_buf,
-            expert_map, zero_buf_init,
+            expert_map, zero_buf_init, fp8,
         )  # fmt: skip
+
+
+def _fake_sort_quant_fp8_out(*args, **kwargs):
+    _fake_sort_quant_out(*args, **kwargs, fp8=True)
 
 
 def _fake_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales):
@@ -186,6 +203,10 @@ FAKES = {
     "mxfp4_quant_out": _fake_quant_out,
     "moe_sort_quant": _fake_sort_quant,
     "moe_sort_quant_out": _fake_sort_quant_out,
+    "mxfp8_quant": _fake_quant_fp8,
+    "mxfp8_quant_out": _fake_quant_fp8_out,
+    "moe_sort_quant_fp8": _fake_sort_quant_fp8,
+    "moe_sort_quant_fp8_out": _fake_sort_quant_fp8_out,
     "moe_sort_scales": _fake_sort_scales,
     "moe_sort_scales_out": _fake_sort_scales_out,
     "moe_scatter_reduce": _fake_scatter,

@@ -35,6 +35,8 @@ __all__ = [
     "moe_sort_out",
     "mxfp4_quant",
     "mxfp4_quant_out",
+    "mxfp8_quant",
+    "mxfp8_quant_out",
     "moe_sort_quant",
     "moe_sort_quant_out",
     "moe_sort_scales",
@@ -87,6 +89,10 @@ _mxfp4_quant = _ops.mxfp4_quant.default
 _mxfp4_quant_out = _ops.mxfp4_quant_out.default
 _moe_sort_quant = _ops.moe_sort_quant.default
 _moe_sort_quant_out = _ops.moe_sort_quant_out.default
+_mxfp8_quant = _ops.mxfp8_quant.default
+_mxfp8_quant_out = _ops.mxfp8_quant_out.default
+_moe_sort_quant_fp8 = _ops.moe_sort_quant_fp8.default
+_moe_sort_quant_fp8_out = _ops.moe_sort_quant_fp8_out.default
 _moe_sort_scales = _ops.moe_sort_scales.default
 _moe_sort_scales_out = _ops.moe_sort_scales_out.default
 _scatter = _ops.moe_scatter_reduce.default
@@ -175,6 +181,26 @@ def mxfp4_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     return a_q, a_scale
 
 
+def mxfp8_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Tensor]:
+    """Quantise bf16 ``x`` [M, model_dim] to MXFP8 per_1x32 into ``a_q`` uint8 [M, model_dim]
+    (E4M3 bytes; ``a_q.view(torch.float8_e4m3fn)``) and ``a_scale`` uint8 [M, model_dim/32]
+    (e8m0), as :func:`aiter_aux.reference.mxfp8_quant`.  Returns ``(a_q, a_scale)``."""
+    try:
+        _mxfp8_quant_out(x, a_q, a_scale)
+    except (RuntimeError, TypeError) as e:
+        raise translate(e, lambda: V.check_mxfp4_quant_call(x, a_q, a_scale, fp8=True)) from None
+    return a_q, a_scale
+
+
+def mxfp8_quant(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Allocating :func:`mxfp8_quant_out`: returns ``(a_q, a_scale)``."""
+    try:
+        a_q, a_scale = _mxfp8_quant(x)
+    except (RuntimeError, TypeError) as e:
+        raise translate(e, lambda: V.validate_mxfp4_quant(x)) from None
+    return a_q, a_scale
+
+
 def moe_sort_quant_out(
     topk_ids: Tensor,
     topk_weights: Tensor,
@@ -188,14 +214,18 @@ def moe_sort_quant_out(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
+    quant_dtype: str = "mxfp4",
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
-    """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU);
-    outputs identical to the separate ops.  Returns ``(out, a_q, a_scale)``."""
+    """:func:`moe_sort_out` and :func:`mxfp4_quant_out` (``quant_dtype="mxfp8"``:
+    :func:`mxfp8_quant_out`, the torch op ``moe_sort_quant_fp8_out``) in one call (one launch
+    on GPU); outputs identical to the separate ops.  Returns ``(out, a_q, a_scale)``."""
+    fp8 = V.validate_quant_dtype(quant_dtype)
     try:
+        op = _moe_sort_quant_fp8_out if fp8 else _moe_sort_quant_out
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            _moe_sort_quant_out(topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale)
+            op(topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale)
         else:
-            _moe_sort_quant_out(
+            op(
                 topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale,
                 zero_buf=zero_buf, expert_map=expert_map, zero_buf_init=zero_buf_init,
             )  # fmt: skip
@@ -203,7 +233,7 @@ def moe_sort_quant_out(
         raise translate(
             e, lambda: V.check_moe_sort_quant_call(topk_ids, topk_weights, x, num_experts,
                                                    block_m, out, a_q, a_scale, zero_buf,
-                                                   expert_map, zero_buf_init)
+                                                   expert_map, zero_buf_init, fp8)
         ) from None  # fmt: skip
     return out, a_q, a_scale
 
@@ -218,14 +248,16 @@ def moe_sort_quant(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
+    quant_dtype: str = "mxfp4",
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``."""
+    op = _moe_sort_quant_fp8 if V.validate_quant_dtype(quant_dtype) else _moe_sort_quant
     try:
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            r = _moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m)
+            r = op(topk_ids, topk_weights, x, num_experts, block_m)
         else:
-            r = _moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf,
-                                expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
+            r = op(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf,
+                   expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.validate_moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m,

@@ -7,8 +7,10 @@ For every op of the op table there are two torch ops, with the schemas of
     moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, *,
              Tensor(z!)? zero_buf=None) -> (Tensor x 6)      # MoeSortOutput fields
     mxfp4_quant(Tensor x) -> (Tensor a_q, Tensor a_scale)
+    mxfp8_quant(Tensor x) -> (Tensor a_q, Tensor a_scale)    # a_q uint8 [M, model_dim] E4M3
     moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None)
         -> (Tensor x 6, Tensor a_q, Tensor a_scale)
+    moe_sort_quant_fp8(...)   # the same with MXFP8 a_q (quant_dtype="mxfp8" of the wrappers)
     moe_sort_scales(Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids,
                     int block_m) -> Tensor
     moe_scatter_reduce(Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights,
@@ -46,6 +48,8 @@ from .aux_ops import (  # noqa: F401 (re-exported)
     moe_sort_scales_out,
     mxfp4_quant,
     mxfp4_quant_out,
+    mxfp8_quant,
+    mxfp8_quant_out,
 )
 
 __all__ = [
@@ -55,6 +59,8 @@ __all__ = [
     "moe_sort_out",
     "mxfp4_quant",
     "mxfp4_quant_out",
+    "mxfp8_quant",
+    "mxfp8_quant_out",
     "moe_sort_quant",
     "moe_sort_quant_out",
     "moe_sort_scales",

@@ -128,16 +128,6 @@ def mxfp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mxfp8_quant_out(x, a_q, a_scale)
 
 
-QUANT_DTYPES = ("mxfp4", "mxfp8")
-
-
-def check_quant_dtype(quant_dtype: object) -> bool:
-    """True for ``"mxfp8"``, False for ``"mxfp4"``; ValueError otherwise."""
-    if not isinstance(quant_dtype, str) or quant_dtype not in QUANT_DTYPES:
-        raise ValueError(f"quant_dtype must be 'mxfp4' or 'mxfp8', got {quant_dtype!r}")
-    return quant_dtype == "mxfp8"
-
-
 # --------------------------------------------------------------------------------------------
 # moe_sort_quant
 # --------------------------------------------------------------------------------------------
@@ -171,7 +161,7 @@ def moe_sort_quant_out(
     Raises:
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
     """
-    fp8 = check_quant_dtype(quant_dtype)
+    fp8 = V.validate_quant_dtype(quant_dtype)
     *_, out = V.check_moe_sort_quant_call(
         topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf,
         expert_map, zero_buf_init, fp8,
@@ -203,7 +193,7 @@ def moe_sort_quant(
     Raises:
         TypeError, ValueError: as :func:`moe_sort_quant_out`.
     """
-    fp8 = check_quant_dtype(quant_dtype)
+    fp8 = V.validate_quant_dtype(quant_dtype)
     m, topk, max_rows, d = V.validate_moe_sort_quant(
         topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
     )

@@ -62,6 +62,7 @@ from .ops import (
     validate_moe_sort_scales_out,
     validate_mxfp4_quant,
     validate_mxfp4_quant_out,
+    validate_quant_dtype,
     validate_reverse_sorted_range,
 )
 from .tensors import (
@@ -106,6 +107,7 @@ __all__ = [
     "validate_moe_sort_out",
     "validate_mxfp4_quant",
     "validate_mxfp4_quant_out",
+    "validate_quant_dtype",
     "validate_moe_sort_quant",
     "validate_moe_sort_scales",
     "validate_moe_sort_scales_out",

@@ -127,8 +127,8 @@ def validate_moe_sort_out(
 
 
 def validate_mxfp4_quant(x: object) -> tuple[int, int]:
-    """Check the input of ``mxfp4_quant`` (and of ``mxfp8_quant``, the same checks): ``x`` bf16 ``[M, model_dim]`` contiguous, with
-    ``model_dim`` a positive multiple of 32.
+    """Check the input of ``mxfp4_quant`` (and of ``mxfp8_quant``, the same checks): ``x``
+    bf16 ``[M, model_dim]`` contiguous, with ``model_dim`` a positive multiple of 32.
 
     Returns:
         ``(M, model_dim)``.
@@ -160,6 +160,17 @@ def validate_mxfp4_quant_out(
     cq, cs = (model_dim if fp8 else model_dim // 2), model_dim // 32
     check_buffer(a_q, "a_q", torch.uint8, num_tokens * cq, device, ndim=2, cols=cq)
     check_buffer(a_scale, "a_scale", torch.uint8, num_tokens * cs, device, ndim=2, cols=cs)
+
+
+QUANT_DTYPES = ("mxfp4", "mxfp8")
+
+
+def validate_quant_dtype(quant_dtype: object) -> bool:
+    """Check ``quant_dtype`` of ``moe_sort_quant[_out]``: True for ``"mxfp8"``, False for
+    ``"mxfp4"``; ValueError for anything else."""
+    if not isinstance(quant_dtype, str) or quant_dtype not in QUANT_DTYPES:
+        raise ValueError(f"quant_dtype must be 'mxfp4' or 'mxfp8', got {quant_dtype!r}")
+    return quant_dtype == "mxfp8"
 
 
 def validate_moe_sort_quant(

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 3
+#define AITER_AUX_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +27,8 @@ enum AiterAuxOp {
   AITER_AUX_OP_MOE_SORT_SCALES = 4,
   AITER_AUX_OP_MOE_SCATTER_REDUCE = 5,
   AITER_AUX_OP_MOE_SCATTER_REDUCE_Q = 6,
+  AITER_AUX_OP_MXFP8_QUANT = 7,            // AiterAuxQuantArgs, a_q: E4M3 bytes [M, model_dim]
+  AITER_AUX_OP_MOE_SORT_QUANT_FP8 = 8,     // AiterAuxSortQuantArgs, the same a_q
 };
 
 // Return codes of an instance function.
@@ -63,17 +65,18 @@ typedef struct AiterAuxSortArgs {
   const uint16_t* zero_init;    // optional bf16 [zero_numel] copied into zero_buf instead of zeros
 } AiterAuxSortArgs;
 
-// mxfp4_quant (per_1x32).  Compile-time parameter: model_dim.
+// mxfp4_quant and mxfp8_quant (per_1x32).  Compile-time parameter: model_dim.
 typedef struct AiterAuxQuantArgs {
   const uint16_t* x;            // bf16 bits [num_tokens, model_dim], row-major
   int64_t num_tokens;
   int32_t model_dim;            // must equal the instance's
   int32_t reserved0;
-  uint8_t* a_q;                 // [num_tokens, model_dim / 2]  e2m1, element 2j in the low nibble
+  uint8_t* a_q;                 // mxfp4: [num_tokens, model_dim / 2]  e2m1, element 2j in the
+                                //   low nibble; mxfp8: [num_tokens, model_dim] E4M3 bytes
   uint8_t* a_scale;             // [num_tokens, model_dim / 32] e8m0
 } AiterAuxQuantArgs;
 
-// moe_sort_quant: both in one call.  Compile-time: num_experts, topk, model_dim.
+// moe_sort_quant / moe_sort_quant_fp8: both in one call.  Compile-time: num_experts, topk, model_dim.
 typedef struct AiterAuxSortQuantArgs {
   AiterAuxSortArgs sort;
   AiterAuxQuantArgs quant;

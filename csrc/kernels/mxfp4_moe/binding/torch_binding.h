@@ -188,10 +188,11 @@ inline void check_sort_out(const SortOut& o, const SortSizes& s, int64_t block_m
   check_buffer(o.rev, kInt32(), s.m * s.k, on, 1);
 }
 
-// validate_mxfp4_quant_out
+// validate_mxfp4_quant_out (fp8: mxfp8, a_q [M, model_dim])
 inline void check_quant_out(const Meta& a_q, const Meta& a_scale, int64_t m, int64_t d,
-                            const Meta& on) {
-  check_buffer(a_q, kUInt8(), m * (d / 2), on, 2, d / 2);
+                            const Meta& on, bool fp8 = false) {
+  const int64_t cq = fp8 ? d : d / 2;
+  check_buffer(a_q, kUInt8(), m * cq, on, 2, cq);
   check_buffer(a_scale, kUInt8(), m * (d / 32), on, 2, d / 32);
 }
 
@@ -262,15 +263,16 @@ inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_sort(
   return out;
 }
 
-inline void moe_sort_quant_out(const Tensor& topk_ids, const Tensor& topk_weights,
-                               const Tensor& x_, int64_t num_experts, int64_t block_m,
-                               const Tensor& sorted_token_ids, const Tensor& sorted_weights,
-                               const Tensor& m_indices, const Tensor& sorted_expert_ids,
-                               const Tensor& num_valid_ids, const Tensor& reverse_sorted,
-                               const Tensor& a_q_, const Tensor& a_scale_,
-                               const std::optional<Tensor>& zero_buf,
-                               const std::optional<Tensor>& expert_map,
-                               const std::optional<Tensor>& zero_buf_init) {
+template <int32_t Op>
+void sort_quant_out_impl(const Tensor& topk_ids, const Tensor& topk_weights, const Tensor& x_,
+                         int64_t num_experts, int64_t block_m, const Tensor& sorted_token_ids,
+                         const Tensor& sorted_weights, const Tensor& m_indices,
+                         const Tensor& sorted_expert_ids, const Tensor& num_valid_ids,
+                         const Tensor& reverse_sorted, const Tensor& a_q_, const Tensor& a_scale_,
+                         const std::optional<Tensor>& zero_buf,
+                         const std::optional<Tensor>& expert_map,
+                         const std::optional<Tensor>& zero_buf_init) {
+  constexpr bool kFp8 = Op == AITER_AUX_OP_MOE_SORT_QUANT_FP8;
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
   const SortOptions opt(zero_buf, expert_map, zero_buf_init);
   const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
@@ -278,28 +280,34 @@ inline void moe_sort_quant_out(const Tensor& topk_ids, const Tensor& topk_weight
                   reverse_sorted);
   check_sort_out(o, s, block_m, ids);
   const Meta a_q(a_q_, "a_q"), a_scale(a_scale_, "a_scale");
-  check_quant_out(a_q, a_scale, s.m, s.d, x);
+  check_quant_out(a_q, a_scale, s.m, s.d, x, kFp8);
   check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, &a_q, &a_scale, opt.z()},
                    {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
-  const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT_QUANT, values);
+  const AiterAuxInstance& inst = find_instance(Op, values);
   const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, opt),
                                    quant_args(x, s.m, s.d, a_q, a_scale)};
   launch(inst, &args, x);
 }
 
-inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_sort_quant(
-    const Tensor& topk_ids, const Tensor& topk_weights, const Tensor& x_, int64_t num_experts,
-    int64_t block_m, const std::optional<Tensor>& zero_buf,
-    const std::optional<Tensor>& expert_map, const std::optional<Tensor>& zero_buf_init) {
+using SortQuantResult = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+template <int32_t Op>
+SortQuantResult sort_quant_impl(const Tensor& topk_ids, const Tensor& topk_weights,
+                                const Tensor& x_, int64_t num_experts, int64_t block_m,
+                                const std::optional<Tensor>& zero_buf,
+                                const std::optional<Tensor>& expert_map,
+                                const std::optional<Tensor>& zero_buf_init) {
+  constexpr bool kFp8 = Op == AITER_AUX_OP_MOE_SORT_QUANT_FP8;
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
   const SortOptions opt(zero_buf, expert_map, zero_buf_init);
   const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
   check_no_overlap({opt.z()}, {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
-  const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MOE_SORT_QUANT, values);
+  const AiterAuxInstance& inst = find_instance(Op, values);
   auto so = alloc_sort(x, s, block_m);
-  Tensor q = empty(x, {s.m, s.d / 2}, kUInt8()), sc = empty(x, {s.m, s.d / 32}, kUInt8());
+  Tensor q = empty(x, {s.m, kFp8 ? s.d : s.d / 2}, kUInt8()),
+         sc = empty(x, {s.m, s.d / 32}, kUInt8());
   const SortOut o(std::get<0>(so), std::get<1>(so), std::get<2>(so), std::get<3>(so),
                   std::get<4>(so), std::get<5>(so));
   const Meta a_q(q, "a_q"), a_scale(sc, "a_scale");
@@ -309,35 +317,76 @@ inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor
   return std::tuple_cat(so, std::make_tuple(q, sc));
 }
 
-// ----------------------------------------------------------------------- mxfp4_quant
+#define AITER_AUX_SORT_QUANT_OPS(NAME, OP)                                                   \
+  inline void NAME##_out(                                                                    \
+      const Tensor& topk_ids, const Tensor& topk_weights, const Tensor& x, int64_t num_experts, \
+      int64_t block_m, const Tensor& sorted_token_ids, const Tensor& sorted_weights,           \
+      const Tensor& m_indices, const Tensor& sorted_expert_ids, const Tensor& num_valid_ids,  \
+      const Tensor& reverse_sorted, const Tensor& a_q, const Tensor& a_scale,                 \
+      const std::optional<Tensor>& zero_buf, const std::optional<Tensor>& expert_map,        \
+      const std::optional<Tensor>& zero_buf_init) {                                          \
+    sort_quant_out_impl<OP>(topk_ids, topk_weights, x, num_experts, block_m, sorted_token_ids, \
+                            sorted_weights, m_indices, sorted_expert_ids, num_valid_ids,      \
+                            reverse_sorted, a_q, a_scale, zero_buf, expert_map,               \
+                            zero_buf_init);                                                   \
+  }                                                                                          \
+  inline SortQuantResult NAME(const Tensor& topk_ids, const Tensor& topk_weights,            \
+                              const Tensor& x, int64_t num_experts, int64_t block_m,         \
+                              const std::optional<Tensor>& zero_buf,                         \
+                              const std::optional<Tensor>& expert_map,                       \
+                              const std::optional<Tensor>& zero_buf_init) {                  \
+    return sort_quant_impl<OP>(topk_ids, topk_weights, x, num_experts, block_m, zero_buf,    \
+                               expert_map, zero_buf_init);                                   \
+  }
+AITER_AUX_SORT_QUANT_OPS(moe_sort_quant, AITER_AUX_OP_MOE_SORT_QUANT)
+AITER_AUX_SORT_QUANT_OPS(moe_sort_quant_fp8, AITER_AUX_OP_MOE_SORT_QUANT_FP8)
+#undef AITER_AUX_SORT_QUANT_OPS
+
+// --------------------------------------------------------------- mxfp4/mxfp8_quant
 inline std::pair<int64_t, int64_t> check_quant_input(const Meta& x) {
   check_tensor(x, kBFloat16(), 2, "[M, model_dim]");
   check_model_dim(x.size(1), 32);
   return {x.size(0), x.size(1)};
 }
 
-inline void mxfp4_quant_out(const Tensor& x_, const Tensor& a_q_, const Tensor& a_scale_) {
+template <int32_t Op>
+void quant_out_impl(const Tensor& x_, const Tensor& a_q_, const Tensor& a_scale_) {
   const Meta x(x_, "x");
   const auto [m, d] = check_quant_input(x);
   const Meta a_q(a_q_, "a_q"), a_scale(a_scale_, "a_scale");
-  check_quant_out(a_q, a_scale, m, d, x);
+  check_quant_out(a_q, a_scale, m, d, x, Op == AITER_AUX_OP_MXFP8_QUANT);
   check_no_overlap({&a_q, &a_scale}, {&x});
   const int32_t values[] = {int32_t(d)};
-  const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MXFP4_QUANT, values);
+  const AiterAuxInstance& inst = find_instance(Op, values);
   const AiterAuxQuantArgs args = quant_args(x, m, d, a_q, a_scale);
   launch(inst, &args, x);
 }
 
-inline std::tuple<Tensor, Tensor> mxfp4_quant(const Tensor& x_) {
+template <int32_t Op>
+std::tuple<Tensor, Tensor> quant_impl(const Tensor& x_) {
   const Meta x(x_, "x");
   const auto [m, d] = check_quant_input(x);
   const int32_t values[] = {int32_t(d)};
-  const AiterAuxInstance& inst = find_instance(AITER_AUX_OP_MXFP4_QUANT, values);
-  Tensor q = empty(x, {m, d / 2}, kUInt8()), sc = empty(x, {m, d / 32}, kUInt8());
+  const AiterAuxInstance& inst = find_instance(Op, values);
+  const int64_t cq = Op == AITER_AUX_OP_MXFP8_QUANT ? d : d / 2;
+  Tensor q = empty(x, {m, cq}, kUInt8()), sc = empty(x, {m, d / 32}, kUInt8());
   const Meta a_q(q, "a_q"), a_scale(sc, "a_scale");
   const AiterAuxQuantArgs args = quant_args(x, m, d, a_q, a_scale);
   launch(inst, &args, x);
   return {q, sc};
+}
+
+inline void mxfp4_quant_out(const Tensor& x, const Tensor& a_q, const Tensor& a_scale) {
+  quant_out_impl<AITER_AUX_OP_MXFP4_QUANT>(x, a_q, a_scale);
+}
+inline std::tuple<Tensor, Tensor> mxfp4_quant(const Tensor& x) {
+  return quant_impl<AITER_AUX_OP_MXFP4_QUANT>(x);
+}
+inline void mxfp8_quant_out(const Tensor& x, const Tensor& a_q, const Tensor& a_scale) {
+  quant_out_impl<AITER_AUX_OP_MXFP8_QUANT>(x, a_q, a_scale);
+}
+inline std::tuple<Tensor, Tensor> mxfp8_quant(const Tensor& x) {
+  return quant_impl<AITER_AUX_OP_MXFP8_QUANT>(x);
 }
 
 // ------------------------------------------------------------------- moe_sort_scales

@@ -490,3 +490,5 @@ int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
 
 }  // namespace cpu
 }  // namespace aiter_aux
+
+#include "mxfp8_cpu.h"  // the MXFP8 ops (after the detail helpers they use)

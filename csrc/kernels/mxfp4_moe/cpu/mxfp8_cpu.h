@@ -1,0 +1,77 @@
+// CPU kernels of the MXFP8 ops (issue 16): mxfp8_quant and the fused moe_sort_quant_fp8.
+// Included at the end of mxfp4_moe_aux_cpu.h; the E4M3 encode is the shared integer code
+// of ../mxfp8_e4m3.h (docs/ops.md "mxfp8_quant").
+#pragma once
+
+#include "../mxfp8_e4m3.h"
+
+namespace aiter_aux {
+namespace cpu {
+namespace detail {
+
+// One block of 32: the e8m0 scale byte; 32 E4M3 bytes into q.
+inline uint8_t quant_block32_fp8(const uint16_t* __restrict x, uint8_t* __restrict q) {
+  uint32_t amax = 0;
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t a = x[i] & 0x7FFFu;
+    amax = a > amax ? a : amax;
+  }
+  if (amax >= 0x7F80u) {  // a NaN or +-Inf in the block
+    std::memset(q, 0, 32);
+    return 255;
+  }
+  const uint32_t s = e4m3::scale_from_amax_bits(amax);
+  for (int i = 0; i < 32; ++i) q[i] = e4m3::encode(x[i], s);
+  return static_cast<uint8_t>(s);
+}
+
+template <int ModelDim>
+void quant_fp8_impl(const AiterAuxQuantArgs& a) {
+  constexpr int kBlocks = ModelDim / 32;
+  const int64_t M = a.num_tokens;
+  constexpr int64_t kRowsPerTask = ModelDim >= 65536 ? 1 : 65536 / ModelDim;
+  const int64_t ntask = ceil_div(M, kRowsPerTask);
+#pragma omp parallel for schedule(static) if (ntask > 1)
+  for (int64_t task = 0; task < ntask; ++task) {
+    const int64_t r1 = (task + 1) * kRowsPerTask < M ? (task + 1) * kRowsPerTask : M;
+    for (int64_t r = task * kRowsPerTask; r < r1; ++r) {
+      const uint16_t* xr = a.x + r * ModelDim;
+      uint8_t* qr = a.a_q + r * ModelDim;
+      uint8_t* sr = a.a_scale + r * kBlocks;
+      for (int b = 0; b < kBlocks; ++b) sr[b] = quant_block32_fp8(xr + 32 * b, qr + 32 * b);
+    }
+  }
+}
+
+}  // namespace detail
+
+template <int ModelDim>
+int mxfp8_quant(const AiterAuxQuantArgs& a) {
+  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
+  int rc = detail::check_quant<ModelDim>(a, "mxfp8_quant");
+  if (rc != AITER_AUX_OK) return rc;
+  detail::quant_fp8_impl<ModelDim>(a);
+  return AITER_AUX_OK;
+}
+
+template <int NumExperts, int TopK, int ModelDim>
+int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a) {
+  static_assert(NumExperts >= 1, "num_experts >= 1");
+  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
+  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
+  int rc = detail::check_sort<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
+  if (rc != AITER_AUX_OK) return rc;
+  rc = detail::check_quant<ModelDim>(a.quant, "moe_sort_quant_fp8");
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.sort.num_tokens != a.quant.num_tokens)
+    return detail::invalid_arg(
+        "moe_sort_quant_fp8: num_tokens of sort (%lld) and quant (%lld) differ",
+        (long long)a.sort.num_tokens, (long long)a.quant.num_tokens);
+  rc = detail::sort_impl<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
+  if (rc != AITER_AUX_OK) return rc;
+  detail::quant_fp8_impl<ModelDim>(a.quant);
+  return AITER_AUX_OK;
+}
+
+}  // namespace cpu
+}  // namespace aiter_aux
