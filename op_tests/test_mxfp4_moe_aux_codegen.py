@@ -107,6 +107,8 @@ def _expected_keys(shape):
         f"moe_sort_scales_d{d}",
         f"moe_scatter_reduce_d{d}_k{k}",
         f"moe_scatter_reduce_q_d{d}_k{k}",
+        f"mxfp8_quant_d{d}",
+        f"moe_sort_quant_fp8_e{e}_k{k}_d{d}",
     }
 
 
@@ -147,7 +149,7 @@ def test_shapes_differing_only_in_inter_share_instances(tmp_path):
     assert shared, "the catalog should contain shapes that differ only in inter"
     keys = set(_lookup_keys(_generate(tmp_path)))
     n_expected = len(set().union(*(_expected_keys(s) for s in shapes)))
-    assert len(keys) == n_expected < 6 * len(shapes)
+    assert len(keys) == n_expected < 8 * len(shapes)
 
 
 def test_gpu_backend_renders_same_instance_list(tmp_path):
@@ -174,7 +176,7 @@ def test_only_the_catalog_independent_binding_includes_torch(tmp_path):
             "from codegen.gen_instances import generate; "
             f"generate({str(one)!r}, 'cpu', [(256, 3072, 256, 8)])")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    assert len(list(one.glob("inst_*"))) == 6
+    assert len(list(one.glob("inst_*"))) == 8
     assert (one / "binding.cpp").read_text() == binding
 
 

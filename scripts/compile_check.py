@@ -7,9 +7,12 @@ one TU per op (each instance TU #included once), and compiled:
 
 * gfx950 / gfx942: Debian's clang-22 with libamdhip64-dev, device code only, to assembly
   (``-S``: unlike ``-fsyntax-only`` it runs the backend, which catches target-feature
-  errors).  The gfx950 assembly of the quantising ops must contain
+  errors).  The gfx950 assembly of the MXFP4 quantising ops must contain
   ``v_cvt_scalef32_pk_fp4_bf16`` (the hardware scaled fp4 conversion) and gfx942's must not.
-* sm_90: nvcc, host + device object.
+  The MXFP8 ops (``mxfp8_quant``, ``moe_sort_quant_fp8``) take the exact software E4M3 path
+  on every AMD target: their assembly must hold no fp4 or fp8 conversion instruction.
+* sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
+  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -35,6 +38,9 @@ from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
 
 HW_FP4 = "v_cvt_scalef32_pk_fp4_bf16"
 QUANTISING_OPS = ("mxfp4_quant", "moe_sort_quant")
+FP8_OPS = ("mxfp8_quant", "moe_sort_quant_fp8")
+AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v_cvt_sr_fp8")
+PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
 
 
 def amd_command(arch: str, src: Path, out: Path) -> list[str]:
@@ -87,11 +93,27 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
     if p.returncode:
         problems.append(f"compile failed:\n{' '.join(cmd)}\n{p.stderr[-3000:]}")
     elif amd:
-        n_hw = out.read_text().count(HW_FP4)
+        asm = out.read_text()
+        n_hw = asm.count(HW_FP4)
         if target == "gfx950" and op in QUANTISING_OPS and n_hw == 0:
             problems.append(f"{HW_FP4} missing from the gfx950 assembly")
         if target != "gfx950" and n_hw:
             problems.append(f"{HW_FP4} in {target} assembly (gfx950-only instruction)")
+        if op in FP8_OPS and (n_hw or any(i in asm for i in AMD_FP8_CVT)):
+            problems.append(
+                f"a hardware fp4/fp8 conversion in the {target} assembly of {op} "
+                "(its software E4M3 path is the one proven equal to the spec)"
+            )
+    elif op in FP8_OPS:
+        ptx = workdir / f"{op}.{target}.ptx"
+        cmd = [c for c in cuda_command(target, src, ptx) if c not in ("-Xcompiler", "-fPIC")]
+        cmd[cmd.index("-c")] = "-ptx"
+        p2 = subprocess.run(cmd, capture_output=True, text=True)
+        secs = time.perf_counter() - t0
+        if p2.returncode:
+            problems.append(f"PTX compile failed:\n{' '.join(cmd)}\n{p2.stderr[-3000:]}")
+        elif PTX_FP8 not in ptx.read_text():
+            problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
     warnings = p.stderr.count("warning:")
     return target, op, count, secs, warnings, problems
 

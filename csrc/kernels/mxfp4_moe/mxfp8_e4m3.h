@@ -26,6 +26,15 @@ AITER_AUX_HD uint32_t scale_from_amax_bits(uint32_t amax_bits) {
   return static_cast<uint32_t>(s < 1 ? 1 : (s > 254 ? 254 : s));
 }
 
+// Bits of v (1 <= v < 2^8).
+AITER_AUX_HD int bit_width(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return 32 - __clz(static_cast<int>(v));
+#else
+  return 32 - __builtin_clz(v);
+#endif
+}
+
 // The E4M3 byte of bf16 `x` (finite) times 2^(127 - s), rounded to nearest, ties to the even
 // code, subnormals with step 2^-9, saturating at 448 (code 0x7E), sign bit 0x80 from x.
 AITER_AUX_HD uint8_t encode(uint32_t x, uint32_t s) {
@@ -36,14 +45,13 @@ AITER_AUX_HD uint8_t encode(uint32_t x, uint32_t s) {
   // |x| = mant * 2^lsb exactly; mant has 8 bits (normal) or fewer (subnormal)
   const uint32_t mant = e == 0 ? (a & 0x7Fu) : (0x80u | (a & 0x7Fu));
   const int lsb = (e == 0 ? -133 : e - 134) + 127 - static_cast<int>(s);  // of q = |x| 2^(127-s)
-  int nb = 0;
-  for (uint32_t t = mant; t; t >>= 1) ++nb;  // significant bits of mant
+  const int nb = bit_width(mant);            // significant bits of mant
   const int eq = lsb + nb - 1;               // q = 1.f * 2^eq
   const int ulp = eq < -6 ? -9 : eq - 3;     // E4M3 step at q's binade
   const int sh = ulp - lsb;                  // q / 2^ulp = mant >> sh
   uint32_t n;
   if (sh <= 0) {
-    n = mant << (-sh);  // exact (sh >= -3 at most: q keeps <= 8 bits above ulp... see below)
+    n = mant << (-sh);  // exact: sh >= -3 (normal binade: sh = nb - 4; subnormal: sh >= nb - 3)
   } else if (sh > 10) {
     n = 0;  // mant < 2^8 <= 2^(sh - 2): below half an ulp
   } else {

@@ -159,14 +159,11 @@ __device__ __forceinline__ void quant_tensor_tiles(const AiterAuxQuantArgs& a, i
   }
 }
 
-// The quant blocks of moe_sort_quant (warps gwarp of nwarps): one tile per
-// step, which keeps the sort kernels' register counts where they were (the
-// two-tile loop on top of their own code would add up to 16).
-template <int D>
-__device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                             int64_t nwarps, bool x_al16, bool q_al4) {
-  quant_tensor_tiles<D, 1>(a, gwarp, nwarps, x_al16, q_al4);
-}
+// The quant blocks of moe_sort_quant[_fp8] (warps gwarp of nwarps) take one tile per
+// step, which keeps the sort kernels' register counts where they were (the two-tile loop
+// on top of their own code would add up to 16): quant_tensor<D> in quant_fp8.h.
+// kFp8Dim: the tag bit of the fused kernels' D for MXFP8 (model_dim | kFp8Dim).
+constexpr int kFp8Dim = 1 << 24;
 
 constexpr int kQuantThreads = 256;
 
@@ -228,3 +225,5 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
 
 }  // namespace gpu
 }  // namespace aiter_aux
+
+#include "quant_fp8.h"  // mxfp8_quant, quant_tensor<D> (both formats' fused quant blocks)

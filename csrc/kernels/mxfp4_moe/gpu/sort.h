@@ -158,6 +158,8 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   hipStream_t st = static_cast<hipStream_t>(stream);
   const int64_t n = a.num_tokens * K;
+  // D: model_dim of the fused quant (0: none), tagged with kFp8Dim for MXFP8
+  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
 
   int zero_blocks = 0;
   if (a.zero_buf != nullptr && a.zero_numel > 0) {
@@ -167,7 +169,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   int quant_blocks = 0;
   bool x_al16 = false, q_al4 = false;
   if (D > 0 && q.num_tokens > 0) {
-    const int64_t units = q.num_tokens * static_cast<int64_t>(D / 8);
+    const int64_t units = q.num_tokens * static_cast<int64_t>(kDim / 8);
     quant_blocks = static_cast<int>(clamp_i64(
         ceil_div_i64(units, kSortThreads * quant_detail::kQuantUnroll), 1, kQuantBlocksMax));
     x_al16 = is_aligned(q.x, 16);
@@ -181,7 +183,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
     // quant / zero blocks of kLeanThreads threads
     int qb = 0, zb = 0;
     if (quant_blocks > 0) {
-      const int64_t units = q.num_tokens * static_cast<int64_t>(D > 0 ? D / 8 : 1);
+      const int64_t units = q.num_tokens * static_cast<int64_t>(D > 0 ? kDim / 8 : 1);
       qb = static_cast<int>(clamp_i64(ceil_div_i64(units, kLeanThreads), 1, kQuantBlocksMax));
     }
     if (zero_blocks > 0) {
@@ -258,6 +260,22 @@ int moe_sort_quant(const AiterAuxSortQuantArgs& a, void* stream) {
                         (long long)a.quant.num_tokens, (long long)a.sort.num_tokens);
   return sort_detail::launch_sort<NumExperts, TopK, ModelDim>(a.sort, a.quant, stream,
                                                               "moe_sort_quant");
+}
+
+// The same with MXFP8 quant blocks (quant_fp8.h), in the same single launch.
+template <int NumExperts, int TopK, int ModelDim>
+int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a, void* stream) {
+  static_assert(ModelDim > 0 && ModelDim % 32 == 0 && ModelDim < quant_detail::kFp8Dim,
+                "model_dim must be a positive multiple of 32 below 2^24");
+  int rc = sort_detail::check_sort_args<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
+  if (rc != AITER_AUX_OK) return rc;
+  rc = quant_detail::check_quant_args<ModelDim>(a.quant, "moe_sort_quant_fp8");
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.quant.num_tokens != a.sort.num_tokens)
+    return fail_invalid("moe_sort_quant_fp8: x has %lld rows, topk_ids %lld",
+                        (long long)a.quant.num_tokens, (long long)a.sort.num_tokens);
+  return sort_detail::launch_sort<NumExperts, TopK, ModelDim | quant_detail::kFp8Dim>(
+      a.sort, a.quant, stream, "moe_sort_quant_fp8");
 }
 
 }  // namespace gpu

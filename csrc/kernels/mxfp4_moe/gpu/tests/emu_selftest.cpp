@@ -797,6 +797,8 @@ void test_arg_checks() {
 
 }  // namespace
 
+#include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
+
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
   printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
@@ -937,6 +939,8 @@ int main() {
   run_scatter_case<2560, 11, true>(3, 40, 58);  // batches 4 + 4 + 3: a pad slot in the last
   run_scatter_case<256, 9, true>(40, 300, 48, true);  // fast and general decode mixed in a warp
   run_scatter_case<7168, 9, true>(5, 60, 49);
+
+  test_fp8();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;

@@ -1,0 +1,192 @@
+// mxfp8_quant (E4M3 elements + e8m0 per 1x32) on the GPU, and the quant blocks of the fused
+// moe_sort_quant_fp8; docs/ops.md "mxfp8_quant" is the spec.  Included at the end of
+// quant.h: the work layout is mxfp4_quant's (lanes 2p, 2p+1 hold block p of a warp tile,
+// lane 2p + o its 16-byte units o and o + 2), only the output differs: each lane writes the
+// 8 E4M3 bytes of each of its units (a_q bytes 8o..8o+7 and 16+8o..23+8o of the block's 32).
+//
+// Element conversion (quant8_fp8):
+// * sm_90: cvt.rn.satfinite.e4m3x2.f32 of q = fp32(x) * 2^(127-s).  The product is exact
+//   whenever it is a normal fp32 (x has 8 significant bits; 2^(127-s) is a power of two, a
+//   normal fp32 for 1 <= s <= 253) and then the instruction rounds it to nearest-even E4M3
+//   (subnormals included) -- the spec.  When |q| < 2^-126 (an fp32 subnormal or zero, with the
+//   sign of x: mul.rn.f32 without .ftz keeps subnormals) the spec's result is the sign alone
+//   (|q| < 2^-10, half the smallest E4M3 subnormal), which the instruction gives whether it
+//   keeps or flushes such an input.  |q| <= 448 under the scale, so satfinite never clamps.
+//   Blocks with s = 0 (all zeros), s >= 254 (not reachable from bf16) or NaN/Inf go to the
+//   software path.
+// * elsewhere (gfx950, gfx942, gfx90a, the CPU emulation): the exact integer encoder of
+//   ../mxfp8_e4m3.h, the CPU kernels' code.  No gfx950 scaled FP8 conversion is used: its
+//   rounding/subnormal behaviour is not proven here against the spec (see README.md).
+#pragma once
+
+#include "../mxfp8_e4m3.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace quant_detail {
+
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
+#define AITER_AUX_FP8_CVT_HW 1
+#else
+#define AITER_AUX_FP8_CVT_HW 0
+#endif
+
+// The 8 E4M3 bytes of 8 elements (w[j]: elements 2j (low half), 2j+1) of a block with scale
+// byte s (finite block); out[0] = bytes 0-3, out[1] = bytes 4-7.
+__device__ __forceinline__ void quant8_fp8(const uint32_t w[4], uint32_t s, uint32_t out[2]) {
+#if AITER_AUX_FP8_CVT_HW
+  if (s - 1u < 253u) {  // 1 <= s <= 253
+    const float mult = as_f32((254u - s) << 23);  // 2^(127 - s)
+    uint32_t h[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = f32_mul_rn(as_f32(w[j] << 16), mult);
+      const float hi = f32_mul_rn(as_f32(w[j] & 0xFFFF0000u), mult);
+      unsigned short d;
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+      h[j] = d;  // byte 0: element 2j, byte 1: element 2j + 1
+    }
+    out[0] = h[0] | (h[1] << 16);
+    out[1] = h[2] | (h[3] << 16);
+    return;
+  }
+#endif
+  uint32_t b[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    b[2 * j] = e4m3::encode(w[j] & 0xFFFFu, s);
+    b[2 * j + 1] = e4m3::encode(w[j] >> 16, s);
+  }
+  out[0] = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+  out[1] = b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24);
+}
+
+// One step of a warp over kTiles consecutive tiles (as quant_step of quant.h): px, pq, ps
+// this lane's x / a_q / a_scale positions in the first tile.
+template <int kTiles, bool kAligned, bool kFull>
+__device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, uint8_t* ps,
+                                               int odd, int pair, int rem, bool x_al16,
+                                               bool q_al4) {
+  x_al16 = kAligned || x_al16;
+  q_al4 = kAligned || q_al4;
+  uint32_t w[kTiles][8];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    const bool act = kFull || t * kTileBlocks + pair < rem;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[t][j] = 0u;
+    if (act) {
+      load_bf16x8(px + t * kTileBlocks * 32, x_al16, &w[t][0]);       // unit odd
+      load_bf16x8(px + t * kTileBlocks * 32 + 16, x_al16, &w[t][4]);  // unit odd + 2
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    if (!kFull && t * kTileBlocks >= rem) break;  // warp-uniform
+    const bool act = kFull || t * kTileBlocks + pair < rem;
+    uint32_t m = w[t][0] & 0x7FFF7FFFu;
+#pragma unroll
+    for (int j = 1; j < 8; ++j) m = pk_max_u16(m, w[t][j] & 0x7FFF7FFFu);
+    m = pk_max_u16(m, pair_other(m));
+    const uint32_t amax16 = (m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16);
+    const bool bad = amax16 >= 0x7F80u;  // a NaN or an Inf in the block
+    const uint32_t s = bad ? 255u : e4m3::scale_from_amax_bits(amax16);
+    uint32_t q0[2] = {0u, 0u}, q1[2] = {0u, 0u};
+    if (!bad) {
+      quant8_fp8(&w[t][0], s, q0);
+      quant8_fp8(&w[t][4], s, q1);
+    }
+    if (act) {
+      uint8_t* p = pq + t * kTileBlocks * 32;
+      store_u8x4(p, q_al4, q0[0]);
+      store_u8x4(p + 4, q_al4, q0[1]);
+      store_u8x4(p + 16, q_al4, q1[0]);
+      store_u8x4(p + 20, q_al4, q1[1]);
+      if (!odd) ps[t * kTileBlocks] = static_cast<uint8_t>(s);
+    }
+  }
+}
+
+template <int D, int kTiles, bool kAligned>
+__device__ __forceinline__ void quant_steps_fp8(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                                int64_t nwarps, bool x_al16, bool q_al4) {
+  const int64_t nblocks = a.num_tokens * static_cast<int64_t>(D / 32);
+  const int lane = lane_id();
+  const int odd = lane & 1;
+  const int pair = lane >> 1;
+  constexpr int kStepBlocks = kTiles * kTileBlocks;
+  int64_t bw = gwarp * kStepBlocks;
+  const int64_t b0 = bw + pair;
+  const int64_t stride = nwarps * kStepBlocks;
+  const uint16_t* px = a.x + b0 * 32 + odd * 8;
+  uint8_t* pq = a.a_q + b0 * 32 + odd * 8;
+  uint8_t* ps = a.a_scale + b0;
+  for (; bw + kStepBlocks <= nblocks; bw += stride) {
+    quant_step_fp8<kTiles, kAligned, true>(px, pq, ps, odd, pair, kStepBlocks, x_al16, q_al4);
+    px += stride * 32;
+    pq += stride * 32;
+    ps += stride;
+  }
+  if (bw < nblocks)
+    quant_step_fp8<kTiles, kAligned, false>(px, pq, ps, odd, pair,
+                                            static_cast<int>(nblocks - bw), x_al16, q_al4);
+}
+
+template <int D, int kTiles>
+__device__ __forceinline__ void quant_fp8_tiles(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                                int64_t nwarps, bool x_al16, bool q_al4) {
+  static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
+  if (x_al16 && q_al4) {
+    quant_steps_fp8<D, kTiles, true>(a, gwarp, nwarps, true, true);
+  } else {
+    quant_steps_fp8<D, 1, false>(a, gwarp, nwarps, x_al16, q_al4);
+  }
+}
+
+// The quant blocks of the fused launches: D is the model_dim, with kFp8Dim set for MXFP8
+// (sort.h passes the tagged value through its kernels' template parameter D).
+template <int D>
+__device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                             int64_t nwarps, bool x_al16, bool q_al4) {
+  if constexpr ((D & kFp8Dim) != 0) {
+    quant_fp8_tiles<(D & ~kFp8Dim), 1>(a, gwarp, nwarps, x_al16, q_al4);
+  } else {
+    quant_tensor_tiles<D, 1>(a, gwarp, nwarps, x_al16, q_al4);
+  }
+}
+
+template <int D, int kTiles>
+__global__ AITER_AUX_QUANT_BOUNDS void mxfp8_quant_kernel(AiterAuxQuantArgs a, int num_blocks,
+                                                          bool x_al16, bool q_al4) {
+  constexpr int kWarps = kQuantThreads / kWarpSize;
+  const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
+  quant_fp8_tiles<D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16, q_al4);
+}
+
+}  // namespace quant_detail
+
+template <int ModelDim>
+int mxfp8_quant(const AiterAuxQuantArgs& a, void* stream) {
+  using namespace quant_detail;
+  const int rc = check_quant_args<ModelDim>(a, "mxfp8_quant");
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.num_tokens == 0) return AITER_AUX_OK;
+  const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
+  const int64_t want = ceil_div_i64(units, int64_t(kQuantThreads) * kQuantUnroll);
+  const bool x_al16 = is_aligned(a.x, 16);
+  const bool q_al4 = is_aligned(a.a_q, 4);
+  hipStream_t st = static_cast<hipStream_t>(stream);
+  if (want >= 264) {
+    const int blocks = static_cast<int>(clamp_i64(want, 1, 8192));
+    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, kStepTiles>), dim3(blocks), dim3(kQuantThreads),
+                     st)(a, blocks, x_al16, q_al4);
+  } else {
+    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, 264));
+    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, 1>), dim3(blocks), dim3(kQuantThreads), st)(
+        a, blocks, x_al16, q_al4);
+  }
+  return check_launch("mxfp8_quant");
+}
+
+}  // namespace gpu
+}  // namespace aiter_aux
