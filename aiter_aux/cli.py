@@ -120,7 +120,7 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     from .pipeline import Options, run_pipeline
 
-    options = Options(args.ep_ranks, args.shared_init, args.routed_scaling)
+    options = Options(args.ep_ranks, args.shared_init, args.routed_scaling, args.quant)
     return run_pipeline(args.shape, args.tokens, args.block_m, args.seed, args.device,
                         repeat=args.repeat, csv_path=args.csv, json_path=args.json,
                         options=options)  # fmt: skip
@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--routed-scaling", type=float, default=1.0, metavar="F",
                    help="also run both reduces with routed_scaling_factor=F")  # fmt: skip
+    p.add_argument("--quant", choices=("mxfp4", "mxfp8"), default="mxfp4",
+                   help="activation format of the quant and fused ops: mxfp4 (a4w4, default) "
+                   "or mxfp8 (a8w4: E4M3 elements, the same e8m0 scales)")  # fmt: skip
     p.set_defaults(func=cmd_run)
 
     p = add("clean", "remove builds from the build cache",

@@ -124,6 +124,7 @@ class Options(NamedTuple):
     ep_ranks: int = 1  # > 1: simulated expert parallelism, every rank's sort checked
     shared_init: bool = False  # the fused op copies zero_buf_init into zero_buf
     routed_scaling: float = 1.0  # the reduces scale the routed sum
+    quant: str = "mxfp4"  # the activation format: "mxfp4" (a4w4) or "mxfp8" (a8w4)
 
 
 def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
@@ -154,18 +155,23 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         lambda: ops.moe_sort(ids, weights, expert, block_m),
         _check_sort(got_sort, want_sort, block_m))  # fmt: skip
 
-    say("mxfp4_quant")
-    want_q, want_s = ref.mxfp4_quant(x)
-    got_q, got_s = ops.mxfp4_quant(x)
-    add("mxfp4_quant", f"d={model_dim}", lambda: ops.mxfp4_quant(x),
+    fp8 = options.quant == "mxfp8"
+    qop, fop = ("mxfp8_quant", "moe_sort_quant_fp8") if fp8 else ("mxfp4_quant", "moe_sort_quant")
+    qdt = options.quant
+    say(qop)
+    want_q, want_s = getattr(ref, qop)(x)
+    got_q, got_s = getattr(ops, qop)(x)
+    add(qop, f"d={model_dim}", lambda: getattr(ops, qop)(x),
         _same(got_q, want_q) and _same(got_s, want_s))  # fmt: skip
 
-    say("moe_sort_quant")
+    say(fop)
     zero_buf = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
-    fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zero_buf)
+    fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zero_buf,
+                                       quant_dtype=qdt)  # fmt: skip
     ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(fs, want_s)
     ok = ok and not bool(zero_buf.view(torch.int16).any())
-    add("moe_sort_quant", "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m), ok)
+    add(fop, "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m,
+                                                 quant_dtype=qdt), ok)  # fmt: skip
 
     say("moe_sort_scales")
     sort_args = (want_s, want_sort.sorted_token_ids, want_sort.num_valid_ids, block_m)
@@ -203,10 +209,11 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         init = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
         zb = torch.empty_like(init)
         fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zb,
-                                           zero_buf_init=init)  # fmt: skip
+                                           zero_buf_init=init, quant_dtype=qdt)  # fmt: skip
         ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(zb, init)
-        add("moe_sort_quant", "shared-init", lambda: ops.moe_sort_quant(
-            ids, weights, x, expert, block_m, zero_buf=zb, zero_buf_init=init), ok)  # fmt: skip
+        add(fop, "shared-init", lambda: ops.moe_sort_quant(
+            ids, weights, x, expert, block_m, zero_buf=zb, zero_buf_init=init,
+            quant_dtype=qdt), ok)  # fmt: skip
     if options.ep_ranks > 1:
         rows += _expert_parallel(shape, num_tokens, block_m, gen, device, options.ep_ranks, add)
     return rows
@@ -270,6 +277,8 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     if repeat is not None and repeat < 1:
         raise ValueError(f"--repeat {repeat}: must be at least 1")
     options = options or Options()
+    if options.quant not in ("mxfp4", "mxfp8"):
+        raise ValueError(f"--quant {options.quant}: must be mxfp4 or mxfp8")
     if not 1 <= options.ep_ranks <= 64:
         raise ValueError(f"--ep-ranks {options.ep_ranks}: must be in [1, 64]")
     for flag, path in (("--csv", csv_path), ("--json", json_path)):
@@ -290,10 +299,10 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     if options != Options():
         print(f"  options: EP ranks {options.ep_ranks}, shared-expert init "
               f"{'on' if options.shared_init else 'off'}, routed scaling "
-              f"{options.routed_scaling:g}")  # fmt: skip
+              f"{options.routed_scaling:g}, activations {options.quant}")  # fmt: skip
     print("\n".join("  " + line for line in _timer_note(device, repeat)))
     meta = dict(expert=expert, model_dim=model_dim, inter=inter, inter_rounded=rounded, topk=topk,
-                block_m=block_m, device=str(device), seed=seed,
+                block_m=block_m, device=str(device), seed=seed, quant=options.quant,
                 timer="cuda-events" if device.type == "cuda" else "wall-clock")  # fmt: skip
     records, failures = [], 0
     for m in tokens:

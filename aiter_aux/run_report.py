@@ -14,6 +14,8 @@ R_out = ceil(max_rows / BM) * BM with BM = max(32, bm):
   m_indices, sorted_expert_ids, num_valid_ids and reverse_sorted written);
 * mxfp4_quant: 2MD + MD/2 + MD/32 (x read; a_q, a_scale written);
 * moe_sort_quant: moe_sort + mxfp4_quant (+ 2MD with a zero_buf written);
+* mxfp8_quant: 2MD + MD + MD/32 (E4M3: one byte per element);
+* moe_sort_quant_fp8: moe_sort + mxfp8_quant (+ 2MD with a zero_buf written);
 * moe_sort_scales: T*D/32 + 4R + 4 + R_out*D/32;
 * moe_scatter_reduce: 4N + L*(2D + 4) + 2MD;
 * moe_scatter_reduce_q: 4N + L*(D/2 + D/32 + 4) + 2MD.
@@ -97,6 +99,11 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
     if op == "moe_sort_quant":
         z = 2 * m * d if zero_buf else 0
         return bytes_moved("moe_sort", s) + bytes_moved("mxfp4_quant", s) + z
+    if op == "mxfp8_quant":
+        return 2 * m * d + m * d + m * d // 32
+    if op == "moe_sort_quant_fp8":
+        z = 2 * m * d if zero_buf else 0
+        return bytes_moved("moe_sort", s) + bytes_moved("mxfp8_quant", s) + z
     if op == "moe_sort_scales":
         return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
     if op == "moe_scatter_reduce":
@@ -151,20 +158,25 @@ def table(rows) -> list[str]:
 
 
 FUSED_PATH = ("moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce_q")
+# a8w4: MXFP8 activations, bf16 GEMM2 output reduced by moe_scatter_reduce
+FUSED_PATH_FP8 = ("moe_sort_quant_fp8", "moe_sort_scales", "moe_scatter_reduce")
 
 
 def summary(tokens: int, rows, block_s: float) -> str:
     """One line: the checks, the medians of the fused path a serving engine runs
-    (sort+quant, sort_scales, scatter_reduce_q) added up, and the block's wall time (the
-    reference and the checks included)."""
+    (sort+quant, sort_scales, scatter_reduce_q; with MXFP8 activations sort+quant_fp8,
+    sort_scales, scatter_reduce) added up, and the block's wall time (the reference and the
+    checks included)."""
     bad = sum(not r.ok for r in rows)
+    fp8 = any(r.op == "moe_sort_quant_fp8" for r in rows)
+    ops, name = (FUSED_PATH_FP8, "sort_quant_fp8+sort_scales+scatter") if fp8 else (
+        FUSED_PATH, "sort_quant+sort_scales+scatter_q")  # fmt: skip
     first: dict[str, float] = {}  # the plain pipeline's row of each op (option rows follow)
     for r in rows:
         first.setdefault(r.op, r.stats.median)
-    path = sum(v for op, v in first.items() if op in FUSED_PATH)
+    path = sum(v for op, v in first.items() if op in ops)
     verdict = f"all {len(rows)} outputs match" if not bad else f"{bad} of {len(rows)} MISMATCH"
-    return (f"  tokens={tokens}: {verdict}; sort_quant+sort_scales+scatter_q {_us(path)} us; "
-            f"block {block_s:.1f} s")  # fmt: skip
+    return f"  tokens={tokens}: {verdict}; {name} {_us(path)} us; block {block_s:.1f} s"
 
 
 def write_csv(path: str, meta: dict, records: list[dict]) -> None:

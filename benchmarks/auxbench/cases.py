@@ -33,6 +33,8 @@ OPS = (
     "moe_sort",
     "mxfp4_quant",
     "moe_sort_quant",
+    "mxfp8_quant",  # a8w4 (issue 16): MXFP8 activations, E4M3 elements
+    "moe_sort_quant_fp8",
     "moe_sort_scales",
     "moe_scatter_reduce",
     "moe_scatter_reduce_q",
@@ -64,6 +66,8 @@ BYTES_FORMULAS = {
     "reverse_sorted 4N)",
     "mxfp4_quant": "2MD + MD/2 + MD/32   (read x bf16; write a_q, a_scale)",
     "moe_sort_quant": "moe_sort + mxfp4_quant  (+ 2MD with --zero-buf: zero_buf written)",
+    "mxfp8_quant": "2MD + MD + MD/32   (read x bf16; write a_q E4M3, a_scale)",
+    "moe_sort_quant_fp8": "moe_sort + mxfp8_quant  (+ 2MD with --zero-buf)",
     "moe_sort_scales": "T*D/32 + 4R + 4 + R_out*D/32   (read the a_scale rows of the tokens "
     "present, sorted_token_ids of the valid rows, num_valid_ids[0]; write all of sorted_scales)",
     "moe_scatter_reduce": "4N + L*(2D + 4) + 2MD   (read reverse_sorted, the L referenced bf16 "
@@ -171,9 +175,9 @@ def alloc_sort(s: Sizes, dev) -> MoeSortOutput:
     )
 
 
-def alloc_quant(s: Sizes, dev) -> tuple[torch.Tensor, torch.Tensor]:
+def alloc_quant(s: Sizes, dev, fp8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return (
-        torch.empty(s.m, s.d // 2, dtype=torch.uint8, device=dev),
+        torch.empty(s.m, s.d if fp8 else s.d // 2, dtype=torch.uint8, device=dev),
         torch.empty(s.m, s.d // 32, dtype=torch.uint8, device=dev),
     )
 
@@ -216,20 +220,22 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
             lambda c, i, o: c.call("moe_sort_out", i["ids"], i["w"], e, bm, o["sort"]),
             lambda g, w: same_sort(g["sort"], w["sort"], bm),
         )
-    if op == "mxfp4_quant":
+    if op in ("mxfp4_quant", "mxfp8_quant"):
+        ours_q, ref_q, fn = getattr(ops, op + "_out"), getattr(ref, op + "_out"), op + "_out"
         return OpSpec(
             {"x": base["x"]},
-            lambda: dict(zip(("q", "s"), alloc_quant(s, dev), strict=True)),
-            lambda i, o: ops.mxfp4_quant_out(i["x"], o["q"], o["s"]),
-            lambda i, o: ref.mxfp4_quant_out(i["x"], o["q"], o["s"]),
-            lambda c, i, o: c.call("mxfp4_quant_out", i["x"], o["q"], o["s"]),
+            lambda: dict(zip(("q", "s"), alloc_quant(s, dev, op == "mxfp8_quant"), strict=True)),
+            lambda i, o: ours_q(i["x"], o["q"], o["s"]),
+            lambda i, o: ref_q(i["x"], o["q"], o["s"]),
+            lambda c, i, o: c.call(fn, i["x"], o["q"], o["s"]),
             lambda g, w: _same(g["q"], w["q"]) and _same(g["s"], w["s"]),
         )
-    if op in ("moe_sort_quant", "decode_pipeline"):
+    if op in ("moe_sort_quant", "moe_sort_quant_fp8", "decode_pipeline"):
         pipe = op == "decode_pipeline"
+        qd = "mxfp8" if op == "moe_sort_quant_fp8" else "mxfp4"
 
         def new_out() -> dict:
-            q, sc = alloc_quant(s, dev)
+            q, sc = alloc_quant(s, dev, qd == "mxfp8")
             out = {"sort": alloc_sort(s, dev), "q": q, "s": sc, **zb()}
             if pipe:
                 out["scales"] = torch.empty(s.out_rows, s.d // 32, dtype=torch.uint8, device=dev)
@@ -237,7 +243,8 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
 
         def run(fns, i, o):
             srt, q, sc = o["sort"], o["q"], o["s"]
-            fns[0](i["ids"], i["w"], i["x"], e, bm, srt, q, sc, zero_buf=o.get("zero_buf"))
+            fns[0](i["ids"], i["w"], i["x"], e, bm, srt, q, sc, zero_buf=o.get("zero_buf"),
+                   quant_dtype=qd)  # fmt: skip
             if pipe:
                 fns[1](sc, srt.sorted_token_ids, srt.num_valid_ids, bm, o["scales"])
 

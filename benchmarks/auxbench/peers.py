@@ -22,6 +22,7 @@ class CompiledPeer:
         "moe_sort_out",
         "mxfp4_quant_out",
         "moe_sort_quant_out",
+        "mxfp8_quant_out",
         "moe_sort_scales_out",
         "moe_scatter_reduce_out",
         "moe_scatter_reduce_q_out",

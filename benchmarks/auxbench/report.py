@@ -13,6 +13,7 @@ from .common import log
 # the prefill bandwidth goals of the issue: op -> % of the copy bandwidth at M >= 4096
 BANDWIDTH_GOALS = {
     "mxfp4_quant": 85,
+    "mxfp8_quant": 85,  # issue 16
     "moe_scatter_reduce": 80,
     "moe_scatter_reduce_q": 70,
     "moe_sort_scales": 70,
@@ -205,6 +206,28 @@ def goals(rows: list[Row], have_compiled: bool) -> list[str]:
         lambda r: r.ours_us,
         lambda v: v <= 6.0,
         " us",
+        True,
+    )
+    check(
+        "decode M<=64: moe_sort_quant_fp8 (fused sort+mxfp8) <= 3.5 us",
+        sel("moe_sort_quant_fp8", decode),
+        lambda r: r.ours_us,
+        lambda v: v <= 3.5,
+        " us",
+        True,
+    )
+
+    def fused_ratio(r: Row) -> float | None:  # fused / max(sort, mxfp8_quant), same case
+        parts = [x.ours_us for x in rows if x.op in ("moe_sort", "mxfp8_quant")
+                 and x.shape == r.shape and x.tokens == r.tokens and x.ours_us]  # fmt: skip
+        return r.ours_us / max(parts) if len(parts) == 2 and r.ours_us else None
+
+    check(
+        "M>=1024: moe_sort_quant_fp8 <= 1.05 x max(moe_sort, mxfp8_quant)",
+        sel("moe_sort_quant_fp8", lambda m: m >= 1024),
+        fused_ratio,
+        lambda v: v <= 1.05,
+        "x",
         True,
     )
     check(
