@@ -16,7 +16,7 @@ echo "== build (cuda, full catalog)"
 /usr/bin/time -v python3 -m aiter_aux.cli build --backend cuda 2>&1 | tee "$OUT/build.log" \
   | grep -E "instances|wall time|module|Elapsed|error|FAILED"
 echo "== tests"
-python3 -m pytest ${PYTEST_TARGETS:-op_tests/test_backends.py op_tests/test_torch_ops.py} -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
+python3 -m pytest ${PYTEST_TARGETS:-op_tests/test_backends.py op_tests/test_torch_ops.py op_tests/test_mxfp8.py} -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
 echo "== compute-sanitizer"
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu_sanitize.py \

@@ -58,6 +58,12 @@ def main() -> int:
         q2, s2 = ops.mxfp4_quant(x)
         ok &= same(q, rq) and same(s, rs) and same(q2, rq) and same(s2, rs)
         ok &= not bool(zero_buf.view(torch.int16).any())
+        # MXFP8 (a8w4): the fused op and the separate quant
+        srt8, q8, s8 = ops.moe_sort_quant(ids, w, x, e, 32, zero_buf=zero_buf, quant_dtype="mxfp8")
+        rq8, rs8 = ref.mxfp8_quant(x.cpu())
+        q8b, s8b = ops.mxfp8_quant(x)
+        ok &= same(q8, rq8) and same(s8, rs8) and same(q8b, rq8) and same(s8b, rs8)
+        ok &= same(srt8.reverse_sorted, want.reverse_sorted)
         sc = ops.moe_sort_scales(s, srt.sorted_token_ids, srt.num_valid_ids, 32)
         ok &= same(sc, ref.moe_sort_scales(rs, want.sorted_token_ids, want.num_valid_ids, 32))
         eo = torch.randn(max(nv, 1), d, generator=g).bfloat16()

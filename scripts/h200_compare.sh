@@ -18,7 +18,7 @@ if [ -d .before ]; then
 fi
 echo "== tests"
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
-  ${PYTEST_TARGETS:-op_tests/test_backends.py op_tests/test_torch_ops.py op_tests/test_binding.py op_tests/test_fuzz_ops.py op_tests/test_serving_options.py op_tests/test_compat_aiter.py} \
+  ${PYTEST_TARGETS:-op_tests/test_backends.py op_tests/test_torch_ops.py op_tests/test_mxfp8.py op_tests/test_binding.py op_tests/test_fuzz_ops.py op_tests/test_serving_options.py op_tests/test_compat_aiter.py} \
   2>&1 | tee "$OUT/tests.log" | tail -6
 echo "== compute-sanitizer"
 for tool in ${SANITIZERS:-memcheck racecheck}; do
@@ -30,6 +30,9 @@ echo "== aiter-aux run on the GPU (serving options included)"
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 -m aiter_aux.cli run --device cuda \
   --shape 385,7168,512,9 --tokens 1,64,4096 --ep-ranks 4 --shared-init --routed-scaling 2.5 \
   > "$OUT/run_cuda.txt" 2>&1; echo "run: $? ; $(tail -1 "$OUT/run_cuda.txt")"
+AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 -m aiter_aux.cli run --device cuda \
+  --shape 96,5120,2304,6 --quant mxfp8 --tokens 1,16,512,4096 --shared-init \
+  > "$OUT/run_cuda_fp8.txt" 2>&1; echo "run mxfp8: $? ; $(tail -1 "$OUT/run_cuda_fp8.txt")"
 echo "== host cost"
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_host.py --csv "$OUT/host.csv" \
   2>&1 | tee "$OUT/host.txt" | tail -28
