@@ -367,9 +367,19 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   }
 }
 
+// CUDA: with MXFP8 quant blocks (D tagged kFp8Dim) ptxas otherwise picks 32 registers for
+// the lean kernel and spills; min 1 block keeps its choice free as for MXFP4 (0: no minimum,
+// the MXFP4 kernels' bounds unchanged).  (HIP reads a second argument as waves per EU.)
+#if defined(AITER_AUX_GPU_CUDA)
+#define AITER_AUX_LEAN_BOUNDS(D) \
+  __launch_bounds__(kLeanThreads, ((D) & quant_detail::kFp8Dim) != 0 ? 1 : 0)
+#else
+#define AITER_AUX_LEAN_BOUNDS(D) __launch_bounds__(kLeanThreads)
+#endif
+
 // Grid: num_g + quant_blocks + zero_blocks; the tiny (kTiny) or the lean sort blocks first.
 template <int E, int K, int D, bool kTiny>
-__global__ __launch_bounds__(kLeanThreads) void sort_single_kernel(AiterAuxSortArgs a,
+__global__ AITER_AUX_LEAN_BOUNDS(D) void sort_single_kernel(AiterAuxSortArgs a,
                                                                    AiterAuxQuantArgs q, int num_g,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,

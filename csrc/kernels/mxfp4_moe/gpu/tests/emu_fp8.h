@@ -73,14 +73,15 @@ void test_fp8_helpers() {
 }
 
 template <int D>
-void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid = 0) {
+void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int grid = 0) {
+  const bool mis_q = (q_off & 3) != 0;
   std::mt19937 rng(seed);
   const auto xs = make_x(m, D, rng);
   std::vector<uint16_t> xbuf(xs.size() + 8);
   uint16_t* x = xbuf.data() + (mis_x ? 1 : 0);
   memcpy(x, xs.data(), xs.size() * 2);
   std::vector<uint8_t> qbuf(m * D + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
-  uint8_t* q = qbuf.data() + (mis_q ? 1 : 0);
+  uint8_t* q = qbuf.data() + q_off;  // 0: 16-byte aligned (vector storage), 4/8: 4-aligned
   AiterAuxQuantArgs a = {};
   a.x = x;
   a.num_tokens = m;
@@ -97,7 +98,7 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int gr
   std::vector<uint8_t> wq(m * D), ws(m * D / 32);
   ref_quant_fp8(xs.data(), m, D, wq, ws);
   const std::string tag = "mxfp8_quant<" + std::to_string(D) + "> M=" + std::to_string(m) +
-                          (mis_x ? " x misaligned" : "") + (mis_q ? " a_q misaligned" : "") +
+                          (mis_x ? " x misaligned" : "") + " a_q +" + std::to_string(q_off) +
                           (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   std::vector<uint8_t> gq(q, q + m * D), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
@@ -144,15 +145,17 @@ void run_sort_quant_fp8_case(int m, int bm, uint32_t seed) {
 
 void test_fp8() {
   test_fp8_helpers();
-  run_quant_fp8_case<256>(5, 121, false, false);
-  run_quant_fp8_case<256>(33, 122, true, true);
-  run_quant_fp8_case<7168>(3, 123, false, false);
-  run_quant_fp8_case<2560>(9, 124, true, false);
-  run_quant_fp8_case<32>(17, 125, false, true);
-  run_quant_fp8_case<96>(11, 126, false, false);
-  run_quant_fp8_case<256>(0, 127, false, false);
-  run_quant_fp8_case<256>(333, 128, false, false, 3);
-  run_quant_fp8_case<7168>(70, 129, false, false);
+  run_quant_fp8_case<256>(5, 121, false, 0);
+  run_quant_fp8_case<256>(33, 122, true, 1);
+  run_quant_fp8_case<7168>(3, 123, false, 0);
+  run_quant_fp8_case<2560>(9, 124, true, 0);
+  run_quant_fp8_case<32>(17, 125, false, 1);
+  run_quant_fp8_case<96>(11, 126, false, 4);   // 4-aligned a_q: the 4-byte store path
+  run_quant_fp8_case<256>(40, 136, false, 8);
+  run_quant_fp8_case<256>(0, 127, false, 0);
+  run_quant_fp8_case<256>(333, 128, false, 0, 3);
+  run_quant_fp8_case<96>(101, 137, false, 0, 2);  // partial steps, several per warp
+  run_quant_fp8_case<7168>(70, 129, false, 0);
   run_sort_quant_fp8_case<257, 9, 512>(40, 32, 131);       // tiny path
   run_sort_quant_fp8_case<257, 9, 256>(1000, 64, 132);     // large path
   run_sort_quant_fp8_case<8, 2, 7168>(2, 16, 133);
