@@ -50,16 +50,17 @@ def copy_sources(dst: Path) -> Path:
 
 def test_cold_noop_add_remove(tmp_path):
     cold = run_build(tmp_path, [SHAPE_A])
-    assert cold["compiled"] == cold["n"] == 6 and cold["linked"]
+    assert cold["compiled"] == cold["n"] == 8 and cold["linked"]
     assert sorted(cold["keys"]) == sorted(
         ["moe_sort_e256_k8", "mxfp4_quant_d3072", "moe_sort_quant_e256_k8_d3072",
-         "moe_sort_scales_d3072", "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8"]
+         "moe_sort_scales_d3072", "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8",
+         "mxfp8_quant_d3072", "moe_sort_quant_fp8_e256_k8_d3072"]
     )  # fmt: skip
     noop = run_build(tmp_path, [SHAPE_A])
     assert noop["compiled"] == 0 and not noop["linked"] and noop["module"] == cold["module"]
     added = run_build(tmp_path, [SHAPE_A, SHAPE_B])
-    # new keys: sort e128_k4, sort_quant e128_k4_d3072, scatter d3072_k4 and scatter_q d3072_k4
-    assert added["compiled"] == 4 and added["linked"] and added["n"] == 10
+    # new keys: sort e128_k4, sort_quant[_fp8] e128_k4_d3072, scatter[_q] d3072_k4
+    assert added["compiled"] == 5 and added["linked"] and added["n"] == 13
     assert "moe_sort_e128_k4" in added["keys"]
     removed = run_build(tmp_path, [SHAPE_A])
     assert removed["compiled"] == 0 and removed["linked"]

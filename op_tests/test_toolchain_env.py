@@ -20,6 +20,8 @@ from aiter_aux import env
 from aiter_aux.jit import toolchain
 from aiter_aux.jit.paths import codegen_module
 
+N_OPS = len(codegen_module("instances").OPS)  # the instances of one shape: one per op
+
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (256, 3072, 256, 8)
 BUILD = r"""
@@ -120,7 +122,7 @@ def test_cxx_symlink_to_c_driver_builds_a_loadable_module(tmp_path):
     if subprocess.run(cmd, capture_output=True).returncode:
         pytest.skip(f"{name} cannot link with -fopenmp (libomp missing)")
     got = run_build(tmp_path / "cache", CXX=name)
-    assert got["compiled"] == 6  # and the module loaded (ctypes.CDLL in the subprocess)
+    assert got["compiled"] == N_OPS  # and the module loaded (ctypes.CDLL in the subprocess)
     ninja = (Path(got["dir"]) / "build.ninja").read_text()
     assert f"cxx = {shutil.which(name)}\n" in ninja
 
@@ -155,8 +157,7 @@ def test_launcher_prefixes_compiles_not_the_key(tmp_path):
     assert launched["fingerprint"] == plain["fingerprint"]
     assert launched["launcher"] == [str(launcher)] and plain["launcher"] == []
     lines = log.read_text().splitlines()
-    n_ops = len(codegen_module("instances").OPS)  # one instance per op + 3, no link
-    assert len(lines) == n_ops + 3 and all(" -c " in ln for ln in lines)
+    assert len(lines) == N_OPS + 3 and all(" -c " in ln for ln in lines)
 
 
 def test_ccache_masquerade_first_on_path(tmp_path):
@@ -170,7 +171,7 @@ def test_ccache_masquerade_first_on_path(tmp_path):
     plain = run_build(tmp_path / "a")
     path = f"{masq}{os.pathsep}{os.environ['PATH']}"
     got = run_build(tmp_path / "b", PATH=path, CCACHE_DIR=str(tmp_path / "ccache"))
-    assert got["compiled"] == 6 and got["fingerprint"] == plain["fingerprint"]
+    assert got["compiled"] == N_OPS and got["fingerprint"] == plain["fingerprint"]
     assert got["launcher"] == [os.path.realpath(ccache)]
 
 
@@ -183,12 +184,12 @@ def test_dollar_colon_space_in_source_and_cache_paths(tmp_path):
         shutil.copytree(ROOT / sub, weird / sub, ignore=shutil.ignore_patterns("__pycache__"))
     cache = tmp_path / "cache $x:y z"
     cold = run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))
-    assert cold["compiled"] == 6
+    assert cold["compiled"] == N_OPS
     noop = run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))
     assert noop["compiled"] == 0 and noop["module"] == cold["module"]
     header = weird / "csrc" / "kernels" / "mxfp4_moe" / "mxfp4_moe_aux_abi.h"
     header.write_text(header.read_text() + "\n// edited\n")
-    assert run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))["compiled"] == 6
+    assert run_build(cache, AITER_AUX_SOURCE_DIR=str(weird))["compiled"] == N_OPS
 
 
 def test_ninja_path_escaping():
