@@ -201,20 +201,20 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     assert p.returncode == 0, p.stderr
     p = cli(tree, "add-shape", "128,3072,512,4", "--note", "shares model_dim 3072")
     assert p.returncode == 0, p.stderr
-    # new keys: moe_sort_e128_k4, moe_sort_quant_e128_k4_d3072, scatter(_q)_d3072_k4
-    assert "10 instances, 4 instance TUs compiled, relinked" in p.stdout, p.stdout
+    # new keys: moe_sort_e128_k4, moe_sort_quant[_fp8]_e128_k4_d3072, scatter(_q)_d3072_k4
+    assert "13 instances, 5 instance TUs compiled, relinked" in p.stdout, p.stdout
     new = {"moe_sort_e128_k4", "moe_sort_quant_e128_k4_d3072", "moe_scatter_reduce_d3072_k4",
-           "moe_scatter_reduce_q_d3072_k4"}  # fmt: skip
+           "moe_scatter_reduce_q_d3072_k4", "moe_sort_quant_fp8_e128_k4_d3072"}  # fmt: skip
     slow = [ln for ln in p.stderr.splitlines() if "slowest: " in ln]
     assert slow, p.stderr
     named = {item.rsplit(" ", 2)[0] for item in slow[0].split("slowest: ")[1].split(", ")}
     assert new <= named <= new | {"lookup", "module_common"}, slow  # this build's TUs only
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
-    assert "moe_sort_e128_k4" in manifest["keys"] and len(manifest["keys"]) == 10
+    assert "moe_sort_e128_k4" in manifest["keys"] and len(manifest["keys"]) == 13
     p = cli(tree, "remove-shape", "128,3072,512,4")
     assert p.returncode == 0 and "0 instance TUs compiled, relinked" in p.stdout, p.stdout
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
-    assert len(manifest["keys"]) == 6 and manifest["shapes"] == [list(k) for k in keep]
+    assert len(manifest["keys"]) == 8 and manifest["shapes"] == [list(k) for k in keep]
 
 
 # ------------------------------------------------------------------ issue 15 D5, D7, D8

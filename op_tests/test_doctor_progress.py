@@ -142,9 +142,9 @@ def test_build_progress_then_doctor(tmp_path):
     p = run_py(["-c", BUILD], env)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    # 6 instances + lookup + module_common + binding + link
-    assert lines[0].startswith("aiter_aux: [1/") and any("[10/10]" in ln for ln in lines), lines
-    assert "compiled 6 instance TU(s)" in lines[-1] and "slowest: " in lines[-1], lines
+    # 8 instances (one per op) + lookup + module_common + binding + link
+    assert lines[0].startswith("aiter_aux: [1/") and any("[12/12]" in ln for ln in lines), lines
+    assert "compiled 8 instance TU(s)" in lines[-1] and "slowest: " in lines[-1], lines
 
     cache = tmp_path / "cache"
     before = snapshot(cache)
@@ -152,14 +152,14 @@ def test_build_progress_then_doctor(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert snapshot(cache) == before, "doctor wrote into the cache"
     out = p.stdout
-    assert "[current toolchain]: 6 keys, 1 shapes, module intact, sources current" in out, out
+    assert "[current toolchain]: 8 keys, 1 shapes, module intact, sources current" in out, out
     n_keys = len(codegen_module("instances").enumerate_instances(
         codegen_module("gen_instances").SHAPES))  # fmt: skip
-    # every catalog instance but the 6 built, plus the lookup; then the link
-    assert f"ninja -n: {n_keys - 6 + 1} of {n_keys + 3} translation unit(s) to compile, relink" in (
+    # every catalog instance but the 8 built, plus the lookup; then the link
+    assert f"ninja -n: {n_keys - 8 + 1} of {n_keys + 3} translation unit(s) to compile, relink" in (
         out
     ), out
-    assert f"{n_keys - 6} instance(s) to add" in out and out.rstrip().endswith("ok")
+    assert f"{n_keys - 8} instance(s) to add" in out and out.rstrip().endswith("ok")
 
     manifest = json.loads(next(cache.glob("*/manifest.json")).read_text())
     module = next(cache.glob("*/" + manifest["module"]))

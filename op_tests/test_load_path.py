@@ -106,7 +106,7 @@ def test_template_edit_rebuilds_on_the_op_path_and_doctor_agrees(small):
     p = doctor(env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "sources changed since" in p.stdout and "sources current" not in p.stdout, p.stdout
-    assert "ninja -n: 6 of 9 translation unit(s) to compile" in p.stdout, p.stdout
+    assert "ninja -n: 8 of 11 translation unit(s) to compile" in p.stdout, p.stdout
     assert "JIT-build the catalog first" in p.stdout, p.stdout
 
     got = last_json(py(LOAD, env, KEY_A))  # a fresh process's first op call
@@ -270,7 +270,7 @@ print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
 def test_loading_while_another_process_republishes(small, when):
     _src, _cache, env, first = small
     got = last_json(py(RACE, dict(env, AITER_AUX_DISABLE_JIT="1"), KEY_A, first["dir"], when))
-    assert got == {"keys": 6, "raced": True}
+    assert got == {"keys": 8, "raced": True}  # one key per op
 
 
 # --------------------------------------------------------- one module per backend/process
@@ -302,7 +302,8 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
     shutil.copyfile(first["module"], pre / "m.so")
     set_catalog(src, [SHAPE_A, SHAPE_B])  # the prebuilt module holds SHAPE_A's keys only
     keys = ["moe_sort_e256_k8", KEY_A, "moe_sort_quant_e256_k8_d3072", "moe_sort_scales_d3072",
-            "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8"]  # fmt: skip
+            "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8", "mxfp8_quant_d3072",
+            "moe_sort_quant_fp8_e256_k8_d3072"]  # fmt: skip
     manifest = {"format": prebuilt.FORMAT, "module": "m.so", "backend": "cpu", "arch": [],
                 "module_sha256": _sha256(pre / "m.so"), "abi_version": abi.ABI_VERSION,
                 "sources_digest": prebuilt.sources_digest(src), **prebuilt.platform_tag(),
@@ -322,7 +323,7 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
     got = last_json(p)
     assert got["module"].startswith(str(Path(first["dir"]))) and got["second"] == "ok", got
     warned = [ln for ln in p.stderr.splitlines() if "prebuilt cpu module not used" in ln]
-    assert len(warned) == 1 and "6 of the catalog's 10 keys" in warned[0], p.stderr
+    assert len(warned) == 1 and "8 of the catalog's 13 keys" in warned[0], p.stderr
 
 
 SECOND = """
@@ -376,7 +377,7 @@ def test_try_load_never_raises_and_build_is_idempotent(tmp_path):
     assert try_load() is None  # no cache at all
     got = last_json(py(CONTRACT, env, "build"))
     assert got["compiled"][1] == 0 and not got["linked"] and got["same"], got
-    assert got["compiled"][0] == 6 and got["plan"][0] == "cache", got
+    assert got["compiled"][0] == 8 and got["plan"][0] == "cache", got  # one key per op
     module = Path(got["plan"][1])
     manifest = module.parent / "manifest.json"
     assert try_load() == str(module)
