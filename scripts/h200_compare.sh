@@ -56,3 +56,10 @@ if [ "${MIDM:-1}" = 1 ]; then
       $MID --out "$OUT/mid_before" > "$OUT/mid_before.txt" 2>&1; echo "mid before: $?")
   fi
 fi
+if [ "${FP8BENCH:-1}" = 1 ]; then
+  echo "== a8w4: mxfp8 against mxfp4 and the sort (issue 16's goals)"
+  AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_aux.py --no-compile-peer \
+    --shapes 96,5120,2304,6 257,7168,256,9 --tokens 1 16 64 1024 4096 16384 \
+    --ops moe_sort mxfp4_quant mxfp8_quant moe_sort_quant moe_sort_quant_fp8 \
+    --out "$OUT/fp8" > "$OUT/fp8.txt" 2>&1; echo "fp8 bench: $?"
+fi
