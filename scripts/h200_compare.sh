@@ -33,9 +33,11 @@ AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 -m aiter_aux.cli run --
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 -m aiter_aux.cli run --device cuda \
   --shape 96,5120,2304,6 --quant mxfp8 --tokens 1,16,512,4096 --shared-init \
   > "$OUT/run_cuda_fp8.txt" 2>&1; echo "run mxfp8: $? ; $(tail -1 "$OUT/run_cuda_fp8.txt")"
+if [ "${HOST:-1}" = 1 ]; then
 echo "== host cost"
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_host.py --csv "$OUT/host.csv" \
   2>&1 | tee "$OUT/host.txt" | tail -28
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   echo "== bench_aux --quick: this tree, then the reference tree"
   AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_aux.py --quick \
