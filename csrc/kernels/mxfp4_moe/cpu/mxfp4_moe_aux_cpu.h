@@ -394,24 +394,32 @@ int mxfp4_quant(const AiterAuxQuantArgs& a) {
   return AITER_AUX_OK;
 }
 
-template <int NumExperts, int TopK, int ModelDim>
-int moe_sort_quant(const AiterAuxSortQuantArgs& a) {
+namespace detail {
+// The fused sort + quant of either format: every check first (the sort checks its capacity
+// before writing anything, so on failure nothing has been written), then both.
+template <int NumExperts, int TopK, int ModelDim, class QuantImpl>
+int sort_quant(const AiterAuxSortQuantArgs& a, const char* op, QuantImpl quant) {
   static_assert(NumExperts >= 1, "num_experts >= 1");
   static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  int rc = detail::check_sort<NumExperts, TopK>(a.sort, "moe_sort_quant");
+  int rc = check_sort<NumExperts, TopK>(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
-  rc = detail::check_quant<ModelDim>(a.quant, "moe_sort_quant");
+  rc = check_quant<ModelDim>(a.quant, op);
   if (rc != AITER_AUX_OK) return rc;
   if (a.sort.num_tokens != a.quant.num_tokens)
-    return detail::invalid_arg("moe_sort_quant: num_tokens of sort (%lld) and quant (%lld) differ",
-                               (long long)a.sort.num_tokens, (long long)a.quant.num_tokens);
-  // The sort checks its capacity before writing anything, so on failure
-  // nothing has been written.
-  rc = detail::sort_impl<NumExperts, TopK>(a.sort, "moe_sort_quant");
+    return invalid_arg("%s: num_tokens of sort (%lld) and quant (%lld) differ", op,
+                       (long long)a.sort.num_tokens, (long long)a.quant.num_tokens);
+  rc = sort_impl<NumExperts, TopK>(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
-  detail::quant_impl<ModelDim>(a.quant);
+  quant(a.quant);
   return AITER_AUX_OK;
+}
+}  // namespace detail
+
+template <int NumExperts, int TopK, int ModelDim>
+int moe_sort_quant(const AiterAuxSortQuantArgs& a) {
+  return detail::sort_quant<NumExperts, TopK, ModelDim>(
+      a, "moe_sort_quant", [](const AiterAuxQuantArgs& q) { detail::quant_impl<ModelDim>(q); });
 }
 
 template <int ModelDim>

@@ -85,21 +85,9 @@ int mxfp8_quant(const AiterAuxQuantArgs& a) {
 
 template <int NumExperts, int TopK, int ModelDim>
 int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a) {
-  static_assert(NumExperts >= 1, "num_experts >= 1");
-  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  int rc = detail::check_sort<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
-  if (rc != AITER_AUX_OK) return rc;
-  rc = detail::check_quant<ModelDim>(a.quant, "moe_sort_quant_fp8");
-  if (rc != AITER_AUX_OK) return rc;
-  if (a.sort.num_tokens != a.quant.num_tokens)
-    return detail::invalid_arg(
-        "moe_sort_quant_fp8: num_tokens of sort (%lld) and quant (%lld) differ",
-        (long long)a.sort.num_tokens, (long long)a.quant.num_tokens);
-  rc = detail::sort_impl<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
-  if (rc != AITER_AUX_OK) return rc;
-  detail::quant_fp8_impl<ModelDim>(a.quant);
-  return AITER_AUX_OK;
+  return detail::sort_quant<NumExperts, TopK, ModelDim>(
+      a, "moe_sort_quant_fp8",
+      [](const AiterAuxQuantArgs& q) { detail::quant_fp8_impl<ModelDim>(q); });
 }
 
 }  // namespace cpu
