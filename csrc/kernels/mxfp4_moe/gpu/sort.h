@@ -1,6 +1,6 @@
 // moe_sort and moe_sort_quant on the GPU; docs/ops.md is the spec.
 //
-// Ranking (both paths).  The pairs (t, k) are the flat indices j = t*topk + k.
+// Ranking (the mid and large paths).  The pairs (t, k) are the flat indices j = t*topk + k.
 // A chunk of pairs is split into kSortWarps contiguous warp ranges; a warp walks
 // its range kWarpSize pairs at a time in ascending j.  Lanes holding the same
 // key (expert, or the sentinel E for a pair that is not local / past the end)
@@ -13,20 +13,13 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
-// Paths by n = M*topk: <= kLeanThreads (1024): tiny; <= kLeanPathPairs (3072): lean
-// (both one launch of G redundant ranking blocks that each write a slice of the rows,
-// see "lean path" below); else large (every chunk then holds >= 2E pairs).  The small
-// path is kept only for a large path that cannot run (never with these constants).
-// H200, same call (docs/perf.md log 47): lean vs large at n = 1152 (E 257) 8.2 vs 14.7
-// us, 2048 (E 896) 13.0 vs 27.5, 2816 (E 513) 18.2 vs 26.0; 2048 (E 256) 12.9 vs 11.9,
-// 2304 (E 257) 14.6 vs 13.2; 4096 (E 256) 32.3 vs 11.2, (E 896) 32.8 vs 22.5; small
-// 22-51 us at 4608-8192 pairs vs large 11-20.
-//
-// Small path (M*topk <= kSmallSortMaxPairs): ONE launch.  Block 0 is the
-// whole sort (the chunk is all pairs; counts -> per-expert totals -> block scan
-// of the padded sizes -> segment offsets; pads and sorted_expert_ids by one warp
-// per expert; then pass 2 places the pairs).  The other blocks of the same
-// launch quantise x (moe_sort_quant) and zero zero_buf.
+// Paths by n = M*topk (host: launch_sort): <= kWarpSize: micro (sort_mid.h; one
+// warp ranks everything, no barrier); <= kTinyPathPairs: tiny (sort_single.h; G
+// redundant ranking blocks that each write a slice of the rows); <= kMidPathPairs:
+// mid (sort_mid.h; chunk blocks that each count all pairs and rank their own
+// chunk); else large (below).  All are one launch except large.  The thresholds
+// are measured (docs/perf.md log 49); the lean path (sort_single.h) is kept for
+// the cases where it measured faster.
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
@@ -61,7 +54,6 @@ namespace sort_detail {
 
 constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
-constexpr int64_t kSmallSortMaxPairs = 8192;          // single-block path
 constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
 constexpr int kMaxChunk = 32768;                      // chunks of < 2 kMaxChunk pairs
 constexpr int kTargetChunks = 160;  // ~1 block per SM (132 on H200) for count and place
@@ -81,7 +73,11 @@ constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 constexpr int kLeanThreads = 1024;
 constexpr int kLeanWarps = kLeanThreads / kWarpSize;
 constexpr int kLeanMaxPairs = 4096;   // what the lean kernel can hold
-constexpr int kLeanPathPairs = 3072;  // what it is launched for (faster than large below)
+constexpr int kLeanPathPairs = 0;     // what it is launched for (from kTinyPathPairs)
+constexpr int kTinyPathPairs = kLeanThreads;
+constexpr int64_t kMidPathPairs = int64_t(1) << 20;  // mid path up to here, large above
+constexpr int kMidChunkPairs = 1024;                  // pairs per mid chunk ...
+constexpr int kMidMaxChunks = 132;                    // ... in at most this many chunks
 constexpr int kLeanPer = kLeanMaxPairs / kLeanThreads;
 constexpr int kLeanRowsPerBlock = 2048;  // host: G = ceil(capacity / this)
 constexpr int kLeanMaxBlocks = 32;
@@ -94,6 +90,7 @@ static_assert(kLeanMaxPairs / kWarpSize <= 256, "run step must fit 8 bits");
 #include "sort_rank.h"
 #include "sort_single.h"
 #include "sort_large.h"
+#include "sort_mid.h"
 
 namespace aiter_aux {
 namespace gpu {
@@ -112,9 +109,9 @@ constexpr size_t kStaticSmemBytes = 48 * 1024;
 template <int E>
 constexpr size_t sort_smem_bytes() {
   constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
-  constexpr size_t c = sizeof(LeanSmem<E>), d = sizeof(TinySmem<E>);
-  constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
-  return ab > cd ? ab : cd;
+  constexpr size_t c = sizeof(LeanSmem<E>), d = sizeof(TinySmem<E>), m = sizeof(MidSmem<E>);
+  constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d, abcd = ab > cd ? ab : cd;
+  return abcd > m ? abcd : m;
 }
 static_assert(sort_smem_bytes<kMaxSortExperts>() <= kStaticSmemBytes,
               "a sort path's shared memory exceeds 48 KiB at the catalog's largest expert count");
@@ -149,66 +146,95 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   return AITER_AUX_OK;
 }
 
-// D == 0: moe_sort; D > 0: moe_sort_quant (q quantised by the same launches).
-template <int E, int K, int D>
-inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, void* stream,
-                       const char* op) {
-  static_assert(E >= 1 && E <= 1024, "num_experts must be in [1, 1024]");
-  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
-  static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
-  hipStream_t st = static_cast<hipStream_t>(stream);
-  const int64_t n = a.num_tokens * K;
+// The quant / zero blocks that ride in a sort launch (aux_block), for blocks of `threads`
+// threads that each take `units_per_thread` 8-element units of x.
+struct AuxGrid {
+  int quant_blocks = 0;
+  int zero_blocks = 0;
+  bool x_al16 = false;
+  bool q_al4 = false;
+};
+
+template <int D>
+inline AuxGrid aux_grid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, int threads,
+                        int units_per_thread) {
   // D: model_dim of the fused quant (0: none), tagged with kFp8Dim for MXFP8
   constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-
-  int zero_blocks = 0;
+  AuxGrid g;
   if (a.zero_buf != nullptr && a.zero_numel > 0) {
-    zero_blocks = static_cast<int>(
-        clamp_i64(ceil_div_i64(a.zero_numel, int64_t(kSortThreads) * 8 * 2), 1, kZeroBlocksMax));
+    g.zero_blocks = static_cast<int>(
+        clamp_i64(ceil_div_i64(a.zero_numel, int64_t(threads) * 8 * 2), 1, kZeroBlocksMax));
   }
-  int quant_blocks = 0;
-  bool x_al16 = false, q_al4 = false;
   if (D > 0 && q.num_tokens > 0) {
     const int64_t units = q.num_tokens * static_cast<int64_t>(kDim / 8);
-    quant_blocks = static_cast<int>(clamp_i64(
-        ceil_div_i64(units, kSortThreads * quant_detail::kQuantUnroll), 1, kQuantBlocksMax));
-    x_al16 = is_aligned(q.x, 16);
-    q_al4 = is_aligned(q.a_q, 4);
+    g.quant_blocks = static_cast<int>(clamp_i64(
+        ceil_div_i64(units, int64_t(threads) * units_per_thread), 1, kQuantBlocksMax));
+    g.x_al16 = is_aligned(q.x, 16);
+    g.q_al4 = is_aligned(q.a_q, 4);
   }
+  return g;
+}
 
-  // the large path's chunk granule (>= 2E pairs: a chunk's count row and the E totals)
-  constexpr int64_t kUnit = ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
-  const bool large = n > kLeanPathPairs && n >= kUnit;
-  if (!large && n <= kLeanMaxPairs) {
-    // quant / zero blocks of kLeanThreads threads
-    int qb = 0, zb = 0;
-    if (quant_blocks > 0) {
-      const int64_t units = q.num_tokens * static_cast<int64_t>(D > 0 ? kDim / 8 : 1);
-      qb = static_cast<int>(clamp_i64(ceil_div_i64(units, kLeanThreads), 1, kQuantBlocksMax));
-    }
-    if (zero_blocks > 0) {
-      zb = static_cast<int>(
-          clamp_i64(ceil_div_i64(a.zero_numel, int64_t(kLeanThreads) * 8 * 2), 1, kZeroBlocksMax));
-    }
-    const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-    const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
-    if (n <= kLeanThreads) {
-      AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, true>), dim3(ng + qb + zb), dim3(kLeanThreads),
-                       st)(a, q, ng, qb, zb, x_al16, q_al4);
-    } else {
-      AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, false>), dim3(ng + qb + zb), dim3(kLeanThreads),
-                       st)(a, q, ng, qb, zb, x_al16, q_al4);
-    }
-    return check_launch(op);
+// One launch per path; each returns check_launch's status.
+template <int E, int K, int D>
+inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                        const char* op) {
+  const AuxGrid x = aux_grid<D>(a, q, kMicroThreads, 1);
+  AITER_AUX_LAUNCH((sort_micro_kernel<E, K, D>), dim3(1 + x.quant_blocks + x.zero_blocks),
+                   dim3(kMicroThreads), st)(a, q, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
+}
+
+// Tiny (n <= kLeanThreads) or lean (n <= kLeanMaxPairs) path.
+template <int E, int K, int D>
+inline int launch_single(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                         const char* op) {
+  const AuxGrid x = aux_grid<D>(a, q, kLeanThreads, 1);
+  const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
+  const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
+  const dim3 grid(ng + x.quant_blocks + x.zero_blocks);
+  if (a.num_tokens * K <= kLeanThreads) {
+    AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, true>), grid, dim3(kLeanThreads), st)(
+        a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+  } else {
+    AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, false>), grid, dim3(kLeanThreads), st)(
+        a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   }
+  return check_launch(op);
+}
 
-  if (!large && n <= kSmallSortMaxPairs) {
-    const int grid = 1 + quant_blocks + zero_blocks;
-    AITER_AUX_LAUNCH((sort_small_kernel<E, K, D>), dim3(grid), dim3(kSortThreads), st)(
-        a, q, quant_blocks, zero_blocks, x_al16, q_al4);
-    return check_launch(op);
-  }
+// n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters).
+template <int E, int K, int D>
+inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                      int num_chunks, const char* op) {
+  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
+  const int64_t n = a.num_tokens * K;
+  const int cq = static_cast<int>(n / num_chunks);
+  const int cr = static_cast<int>(n % num_chunks);
+  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D>), dim3(num_chunks + x.quant_blocks + x.zero_blocks),
+                   dim3(kSortThreads), st)(a, q, cq, cr, num_chunks, x.quant_blocks,
+                                           x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
+}
 
+// Chunks of the mid path for n pairs: ~kMidChunkPairs each, at most kMidMaxChunks, and never
+// more than 65535 pairs in one (n <= kMidPathPairs keeps that true).
+inline int mid_chunks(int64_t n) {
+  return static_cast<int>(clamp_i64(ceil_div_i64(n, kMidChunkPairs), 1, kMidMaxChunks));
+}
+
+// The large path's chunk granule: >= 2E pairs (a chunk's count row and the E totals).
+template <int E>
+constexpr int64_t large_unit() {
+  return ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
+}
+
+template <int E, int K, int D>
+inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                        const char* op) {
+  constexpr int64_t kUnit = large_unit<E>();
+  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
+  const int64_t n = a.num_tokens * K;
   // num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= kUnit here):
   // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
   // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
@@ -218,16 +244,16 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
   const int64_t cq = n / num_chunks;
   const int64_t cr = n % num_chunks;
-  if (cq < 2 * E || cq + (cr != 0) > 65535)  // cannot happen
+  if (n < kUnit || cq < 2 * E || cq + (cr != 0) > 65535)  // the host never asks for this
     return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %lld chunks)", op,
                         (long long)n, (long long)num_chunks);
   const int nc = static_cast<int>(num_chunks);
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
-  AITER_AUX_LAUNCH((sort_count_kernel<E, K, D>), dim3(nc + quant_blocks + zero_blocks),
-                   dim3(kSortThreads), st)(a, q, q32, r32, nc, quant_blocks, zero_blocks, x_al16,
-                                           q_al4);
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K, D>), dim3(nc + x.quant_blocks + x.zero_blocks),
+                   dim3(kSortThreads), st)(a, q, q32, r32, nc, x.quant_blocks, x.zero_blocks,
+                                           x.x_al16, x.q_al4);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),
@@ -236,6 +262,21 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, q32, r32, nc);
   return check_launch(op);
+}
+
+// D == 0: moe_sort; D > 0: moe_sort_quant (q quantised by the same launches).
+template <int E, int K, int D>
+inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, void* stream,
+                       const char* op) {
+  static_assert(E >= 1 && E <= 1024, "num_experts must be in [1, 1024]");
+  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
+  hipStream_t st = static_cast<hipStream_t>(stream);
+  const int64_t n = a.num_tokens * K;
+  if (n <= kWarpSize) return launch_micro<E, K, D>(a, q, st, op);
+  if (n <= kTinyPathPairs || n <= kLeanPathPairs) return launch_single<E, K, D>(a, q, st, op);
+  if (n <= kMidPathPairs || n < large_unit<E>()) return launch_mid<E, K, D>(a, q, st, mid_chunks(n), op);
+  return launch_large<E, K, D>(a, q, st, op);
 }
 
 }  // namespace sort_detail

@@ -11,12 +11,6 @@ namespace gpu {
 namespace sort_detail {
 
 // ------------------------------------------------------------ large path ----
-// Chunk g of the num_chunks chunks is the pairs [chunk_begin(g), chunk_begin(g + 1)):
-// N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
-// pairs).  The host picks num_chunks = N / chunk (chunk >= 2E), so every chunk has at least
-// 2E pairs (room for its count row and the E totals) and at most 65535 (uint16 counters).
-__device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
-
 // 1. Grid: num_chunks + quant_blocks + zero_blocks.  Block g < num_chunks writes its
 // chunk's per-expert counts to reverse_sorted[chunk_begin(g) + e].
 template <int E, int K, int D>
@@ -105,34 +99,27 @@ struct PlaceSmem {
 };
 
 // 3. Grid: num_chunks.  Block g loads pre[g][e] and T_e (reverse_sorted[cb .. cb + 2E))
-// into registers (kPlacePer experts per thread, e = tid*kPlacePer + i) before pass 1 and
-// uses them after it: a block exclusive scan of round_up(T_e, block_m) gives the segment
-// offsets off_e; base[e] = off_e + pre[g][e] is the first row of the chunk's pairs of e;
-// block 0 writes num_valid_ids.  After the scan's block_sync nothing reads the home
+// into registers (place_per experts per thread, e = tid*place_per + i) before pass 1 and
+// hands them to place_chunk after it.  After the scan's block_sync nothing reads the home
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
-// reverse entries (no other block touches that range).  Real rows as in the small path;
-// a row p with p % block_m == 0 is the first row of its block (pads are fewer than
-// block_m and come last in a segment), so its writer also writes
-// sorted_expert_ids[p / block_m].  Pad rows [off_e + T_e, off_e + round_up(T_e,
-// block_m)) of the experts e % num_chunks == g, one warp per expert, at the end.
+// reverse entries (no other block touches that range).
 template <int E, int K>
 __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a, int cq,
                                                                   int cr, int num_chunks) {
-  constexpr int kPlacePer = (E + kSortThreads - 1) / kSortThreads;
+  constexpr int kPer = place_per<E>();
   __shared__ PlaceSmem<E> sm;
   const int b = block_idx();
   const int tid = thread_idx();
   const int warp = warp_id();
   const int cb = chunk_begin(b, cq, cr);
   const int ce = chunk_begin(b + 1, cq, cr);
-  const int bm = a.block_m;
 
   const int32_t* home = a.reverse_sorted + cb;
-  int pre[kPlacePer];
-  int tot[kPlacePer];
+  int pre[kPer];
+  int tot[kPer];
 #pragma unroll
-  for (int i = 0; i < kPlacePer; ++i) {
-    const int e = tid * kPlacePer + i;
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
     pre[i] = e < E ? home[e] : 0;
     tot[i] = e < E ? home[E + e] : 0;
   }
@@ -142,43 +129,9 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortAr
   warp_range(cb, ce, warp, &wb, &we);
   warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
   block_sync();
-  warp_bases<E>(sm.c);
-
-  int padded[kPlacePer];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kPlacePer; ++i) {
-    padded[i] = (tot[i] + bm - 1) / bm * bm;
-    sum += padded[i];
-  }
-  int total = 0;
-  int off = block_exclusive_scan<kSortThreads>(sum, sm.c.warp_tot, &total);
-#pragma unroll
-  for (int i = 0; i < kPlacePer; ++i) {
-    const int e = tid * kPlacePer + i;
-    if (e < E) {
-      sm.c.base[e] = off + pre[i];
-      if (e % num_chunks == b) sm.pad_end[e / num_chunks] = off + tot[i];
-    }
-    off += padded[i];
-  }
-  if (b == 0 && tid == 0) {
-    a.num_valid_ids[0] = total;
-    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-  }
-  block_sync();
-  warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
-
-  const int m = static_cast<int>(a.num_tokens);
-  for (int i = warp; b + i * num_chunks < E; i += kSortWarps) {
-    const int end = sm.pad_end[i];
-    const int pend = (end + bm - 1) / bm * bm;
-    for (int p = end + lane_id(); p < pend; p += kWarpSize) {
-      a.sorted_token_ids[p] = m;
-      a.sorted_weights[p] = 0.0f;
-      a.m_indices[p] = m;
-    }
-  }
+  warp_bases<E>(sm.c.wcnt, nullptr);
+  place_chunk<E, K>(a, b, num_chunks, wb, we, pre, tot, sm.c.wcnt[warp], sm.c.base, sm.pad_end,
+                    sm.c.warp_tot);
 }
 
 }  // namespace sort_detail

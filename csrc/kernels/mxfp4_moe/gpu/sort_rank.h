@@ -24,7 +24,6 @@ template <int E>
 struct ChunkSmem {
   uint16_t wcnt[kSortWarps][E];  // per-warp counts, then per-warp bases
   int base[E];                   // first row of this chunk's pairs of expert e
-  int tot[E];                    // pairs of expert e in the chunk
   int warp_tot[kSortWarps];      // block-scan scratch
 };
 
@@ -75,6 +74,12 @@ __device__ __forceinline__ void load_keys(const AiterAuxSortArgs& a, int j0, int
   }
 }
 
+// Chunk g of the num_chunks chunks is the pairs [chunk_begin(g), chunk_begin(g + 1)):
+// N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
+// pairs).  The host keeps every chunk at most 65535 pairs (uint16 counters); the large path's
+// chunks also have at least 2E pairs (room for a count row and the E totals).
+__device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
+
 // Contiguous range of warp `warp` inside the chunk [cb, ce).
 __device__ __forceinline__ void warp_range(int cb, int ce, int warp, int* wb, int* we) {
   const int per = (ce - cb + kSortWarps - 1) / kSortWarps;
@@ -111,18 +116,18 @@ __device__ __forceinline__ void warp_count(const AiterAuxSortArgs& a, int wb, in
 }
 
 // After pass 1 (and a block_sync): per-warp counts -> per-warp exclusive
-// bases; tot[e] = pairs of e in the chunk.
+// bases; tot[e] = pairs of e in the chunk (when tot is given).
 template <int E>
-__device__ __forceinline__ void warp_bases(ChunkSmem<E>& sm) {
+__device__ __forceinline__ void warp_bases(uint16_t (*wcnt)[E], int* tot) {
   for (int e = thread_idx(); e < E; e += kSortThreads) {
     int run = 0;
 #pragma unroll
     for (int w = 0; w < kSortWarps; ++w) {
-      const int c = sm.wcnt[w][e];
-      sm.wcnt[w][e] = static_cast<uint16_t>(run);
+      const int c = wcnt[w][e];
+      wcnt[w][e] = static_cast<uint16_t>(run);
       run += c;
     }
-    sm.tot[e] = run;
+    if (tot != nullptr) tot[e] = run;
   }
 }
 
@@ -170,6 +175,67 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
           a.reverse_sorted[j] = -1;
         }
       }
+    }
+  }
+}
+
+// Experts per thread in the segment-offset scan of a kSortThreads block.
+template <int E>
+__host__ __device__ constexpr int place_per() {
+  return (E + kSortThreads - 1) / kSortThreads;
+}
+
+// The end of a chunk block of the large and mid paths, after pass 1 and warp_bases (and a
+// block_sync).  pre[i] / tot[i]: pairs of expert e = tid * place_per + i in the chunks before
+// this one / in all chunks.  A block exclusive scan of round_up(T_e, block_m) gives the
+// segment offsets off_e; base[e] = off_e + pre[e] is the first row of the chunk's pairs of
+// e; block 0 writes num_valid_ids.  Then pass 2 places the chunk's pairs (a row p with
+// p % block_m == 0 is the first row of its block -- pads are fewer than block_m and come
+// last in a segment -- so its writer also writes sorted_expert_ids[p / block_m]) and the
+// warps write the pad rows [off_e + T_e, off_e + round_up(T_e, block_m)) of the experts
+// e % num_chunks == g.  `base` and `pad_end` (ceil(E / num_chunks) ints) are shared memory
+// that nothing reads any more once the scan has started.
+template <int E, int K>
+__device__ __forceinline__ void place_chunk(const AiterAuxSortArgs& a, int g, int num_chunks,
+                                            int wb, int we, const int* pre, const int* tot,
+                                            uint16_t* my_wcnt, int* base, int* pad_end,
+                                            int* warp_tot) {
+  constexpr int kPer = place_per<E>();
+  const int tid = thread_idx();
+  const int bm = a.block_m;
+  int padded[kPer];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    padded[i] = (tot[i] + bm - 1) / bm * bm;
+    sum += padded[i];
+  }
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(sum, warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    if (e < E) {
+      base[e] = off + pre[i];
+      if (e % num_chunks == g) pad_end[e / num_chunks] = off + tot[i];
+    }
+    off += padded[i];
+  }
+  if (g == 0 && tid == 0) {
+    a.num_valid_ids[0] = total;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+  warp_place<E, K, true>(a, wb, we, my_wcnt, base);
+
+  const int m = static_cast<int>(a.num_tokens);
+  for (int i = warp_id(); g + i * num_chunks < E; i += kSortWarps) {
+    const int end = pad_end[i];
+    const int pend = (end + bm - 1) / bm * bm;
+    for (int p = end + lane_id(); p < pend; p += kWarpSize) {
+      a.sorted_token_ids[p] = m;
+      a.sorted_weights[p] = 0.0f;
+      a.m_indices[p] = m;
     }
   }
 }

@@ -1,6 +1,6 @@
-// moe_sort single-launch paths: small (one sort block), lean and tiny (G
-// redundant ranking blocks that each write a slice of the rows), and the
-// quant / zero blocks (aux_block) of the fused launches.  Part of sort.h,
+// moe_sort single-launch paths: lean and tiny (G redundant ranking blocks that
+// each write a slice of the rows), and the quant / zero blocks (aux_block) of
+// the fused launches.  Part of sort.h,
 // which includes it after its constants; not a standalone header.
 #pragma once
 
@@ -12,51 +12,6 @@
 namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
-
-// ------------------------------------------------------------ small path ----
-template <int E, int K>
-__device__ __forceinline__ void small_sort_block(const AiterAuxSortArgs& a, ChunkSmem<E>& sm) {
-  const int tid = thread_idx();
-  const int warp = warp_id();
-  const int n = static_cast<int>(a.num_tokens) * K;
-  const int bm = a.block_m;
-
-  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
-  block_sync();
-  int wb, we;
-  warp_range(0, n, warp, &wb, &we);
-  warp_count<E>(a, wb, we, sm.wcnt[warp]);
-  block_sync();
-  warp_bases<E>(sm);
-  block_sync();
-
-  // Segment offsets: exclusive scan of the padded sizes, kPer experts/thread.
-  constexpr int kPer = (E + kSortThreads - 1) / kSortThreads;
-  int padded[kPer];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
-    padded[i] = e < E ? (sm.tot[e] + bm - 1) / bm * bm : 0;
-    sum += padded[i];
-  }
-  int total = 0;
-  int off = block_exclusive_scan<kSortThreads>(sum, sm.warp_tot, &total);
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
-    if (e < E) sm.base[e] = off;
-    off += padded[i];
-  }
-  if (tid == 0) {
-    a.num_valid_ids[0] = total;
-    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-  }
-  block_sync();
-
-  for (int e = warp; e < E; e += kSortWarps) write_segment_tail(a, e, sm.base[e], sm.tot[e]);
-  warp_place<E, K, false>(a, wb, we, sm.wcnt[warp], sm.base);
-}
 
 // Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
 template <int D, int kThreads = kSortThreads>
@@ -81,22 +36,6 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
                    static_cast<int64_t>(b) * kThreads + thread_idx(),
                    static_cast<int64_t>(zero_blocks) * kThreads);
   }
-}
-
-// Grid: 1 + quant_blocks + zero_blocks.
-template <int E, int K, int D>
-__global__ __launch_bounds__(kSortThreads) void sort_small_kernel(AiterAuxSortArgs a,
-                                                                  AiterAuxQuantArgs q,
-                                                                  int quant_blocks,
-                                                                  int zero_blocks, bool x_al16,
-                                                                  bool q_al4) {
-  __shared__ ChunkSmem<E> sm;
-  const int b = block_idx();
-  if (b == 0) {
-    small_sort_block<E, K>(a, sm);
-    return;
-  }
-  aux_block<D>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 // ------------------------------------------------------------- lean path ----

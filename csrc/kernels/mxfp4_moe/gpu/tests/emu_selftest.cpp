@@ -479,6 +479,29 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     for (size_t i = 1; i + 1 < zb.size(); ++i) ok = ok && zb[i] == 0;
     check(ok, tag + ": zero_buf");
   }
+  // Every other path that can take this n, launched directly (launch_sort picks one).
+  namespace sd = aiter_aux::gpu::sort_detail;
+  const int64_t n = static_cast<int64_t>(m) * K;
+  const AiterAuxQuantArgs none = {};
+  auto forced = [&](const std::string& path, auto launch) {
+    SortBufs f = prefilled(max_rows, bm, ids.size());
+    AiterAuxSortArgs fa = sort_args(ids, w, m, K, E, bm, max_rows, f);
+    const int frc = launch(fa);
+    check(frc == AITER_AUX_OK, tag + " " + path + ": status " + g_last_error);
+    compare_sort(f, want, tag + " " + path);
+  };
+  if (n <= kWarpSize)
+    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, 0>(fa, none, nullptr, "t"); });
+  if (n <= sd::kLeanMaxPairs)
+    forced("single", [&](const AiterAuxSortArgs& fa) { return sd::launch_single<E, K, 0>(fa, none, nullptr, "t"); });
+  for (int g : {1, sd::mid_chunks(n)}) {
+    if (g > 1 && n < g) continue;
+    if ((n + g - 1) / g > 65535) continue;
+    forced("mid/" + std::to_string(g),
+           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, 0>(fa, none, nullptr, g, "t"); });
+  }
+  if (n >= sd::large_unit<E>())
+    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, 0>(fa, none, nullptr, "t"); });
 }
 
 // ----------------------------------------------------------- quant tests ----
@@ -805,7 +828,23 @@ int main() {
   test_helpers();
   test_arg_checks();
 
-  // moe_sort: small path (M*topk <= 8192) ...
+  // moe_sort (each case also runs every other path that can take it: run_sort_case).
+  // micro path (M*topk <= kWarpSize): pads of every block_m, one expert, none local, 32 pairs
+  for (int bm : {16, 32, 64, 128}) {
+    run_sort_case<257, 9>(1, bm, 0, 90 + bm, bm == 32);
+    run_sort_case<257, 9>(3, bm, 1, 91 + bm, false);
+  }
+  run_sort_case<1024, 16>(2, 32, 0, 92, true);
+  run_sort_case<1, 1>(32, 16, 0, 93, false);
+  run_sort_case<8, 4>(8, 128, 3, 94, false);
+  run_sort_case<385, 9>(2, 16, 4, 95, false);
+  run_sort_case<8, 2>(16, 64, 1, 96, true);
+  run_sort_case<513, 11>(2, 32, 2, 97, false);
+  // mid path: chunks of uneven size, a chunk per expert and more
+  run_sort_case<257, 9>(256, 32, 0, 98, true);
+  run_sort_case<256, 8>(1024, 32, 1, 99, false);
+  run_sort_case<896, 16>(256, 64, 0, 100, false);
+  // the older cases
   run_sort_case<257, 9>(0, 32, 0, 1, true);
   run_sort_case<257, 9>(1, 16, 0, 2, true);
   run_sort_case<257, 9>(7, 128, 0, 3, false);
@@ -817,7 +856,6 @@ int main() {
   run_sort_case<1, 1>(50, 16, 0, 9, false);
   run_sort_case<1024, 8>(1000, 128, 0, 10, false);
   run_sort_case<896, 16>(512, 32, 0, 11, false);
-  // ... and large path (three launches)
   run_sort_case<257, 9>(911, 32, 0, 12, true);
   run_sort_case<257, 9>(3000, 16, 0, 13, false);
   run_sort_case<257, 9>(3000, 128, 1, 14, true);

@@ -1,0 +1,198 @@
+// moe_sort single-launch paths without redundant ranking of all pairs: micro
+// (one warp ranks the <= kWarpSize pairs) and mid (chunk blocks that count
+// every pair but rank only their own chunk).  Part of sort.h, which includes it
+// after its constants; not a standalone header.
+#pragma once
+
+#include "sort_rank.h"
+#include "sort_single.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+// ------------------------------------------------------------ micro path ----
+// M*topk <= kWarpSize (decode at M = 1..3): ONE launch, one sort block of
+// kMicroThreads (+ the quant / zero blocks), no barrier.  Every warp ranks all
+// pairs, lane j holding pair j: its group of equal keys (match), its rank in
+// the group (lower lanes), the group's size; a group's leader (lowest lane)
+// stands for its expert's segment of round_up(size, block_m) rows.  The offset
+// of a segment is the sum of the segments of smaller experts (a warp-uniform
+// loop over the leaders, two shuffles each).  Warp 0 writes the real rows
+// (row off + rank of lane j's pair), reverse_sorted and num_valid_ids; the
+// leaders' segments are dealt to the warps in turn (the q-th leader to warp
+// q % warps), which write their pad rows and sorted_expert_ids.
+constexpr int kMicroThreads = 256;
+constexpr int kMicroWarps = kMicroThreads / kWarpSize;
+
+template <int E, int K>
+__device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
+  const int lane = lane_id();
+  const int warp = warp_id();
+  const int n = static_cast<int>(a.num_tokens) * K;  // <= kWarpSize
+  const int bm = a.block_m;
+  const int m = static_cast<int>(a.num_tokens);
+
+  int key;
+  load_keys<E, 1>(a, lane, 0, n, &key);
+  const float wt = (warp == 0 && key < E) ? a.topk_weights[lane] : 0.0f;
+  const lane_mask_t peers = match_key<E>(key);
+  const int rank = popc(peers & lanemask_lt(lane));
+  const bool lead = key < E && rank == 0;
+  const int cnt = popc(peers);
+  const int padded = lead ? (cnt + bm - 1) / bm * bm : 0;
+  const lane_mask_t leaders = warp_ballot(lead);
+
+  int off = 0;   // first row of this lane's expert's segment
+  int rows = 0;  // all segments
+  for (lane_mask_t rest = leaders; rest != 0; rest &= rest - 1) {  // warp-uniform
+    const int i = lowest_lane(rest);
+    const int ki = shfl_idx_i32(key, i);
+    const int pi = shfl_idx_i32(padded, i);
+    off += ki < key ? pi : 0;
+    rows += pi;
+  }
+
+  if (warp == 0) {
+    if (key < E) {
+      const int r = off + rank;
+      const int t = lane / K;
+      const int k = lane - t * K;
+      a.sorted_token_ids[r] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[r] = wt;
+      a.m_indices[r] = t;
+      a.reverse_sorted[lane] = r;
+    } else if (lane < n) {
+      a.reverse_sorted[lane] = -1;
+    }
+    if (lane == 0) {
+      a.num_valid_ids[0] = rows;
+      a.num_valid_ids[1] = m;
+    }
+  }
+
+  int q = 0;
+  for (lane_mask_t rest = leaders; rest != 0; rest &= rest - 1, ++q) {  // warp-uniform
+    if (q % kMicroWarps != warp) continue;
+    const int i = lowest_lane(rest);
+    const int oi = shfl_idx_i32(off, i);
+    const int ci = shfl_idx_i32(cnt, i);
+    const int pi = shfl_idx_i32(padded, i);
+    const int ei = shfl_idx_i32(key, i);
+    for (int r = ci + lane; r < pi; r += kWarpSize) {
+      a.sorted_token_ids[oi + r] = m;
+      a.sorted_weights[oi + r] = 0.0f;
+      a.m_indices[oi + r] = m;
+    }
+    for (int b = lane; b < pi / bm; b += kWarpSize) a.sorted_expert_ids[oi / bm + b] = ei;
+  }
+}
+
+// Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
+template <int E, int K, int D>
+__global__ __launch_bounds__(kMicroThreads) void sort_micro_kernel(AiterAuxSortArgs a,
+                                                                   AiterAuxQuantArgs q,
+                                                                   int quant_blocks,
+                                                                   int zero_blocks, bool x_al16,
+                                                                   bool q_al4) {
+  const int b = block_idx();
+  if (b == 0) {
+    micro_sort_block<E, K>(a);
+    return;
+  }
+  aux_block<D, kMicroThreads>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+// -------------------------------------------------------------- mid path ----
+// ONE launch of G chunk blocks (+ the quant / zero blocks).  Block g ranks and places the
+// pairs of its chunk [cb, ce) exactly as a place block of the large path, but counts the
+// pairs of the other chunks itself instead of reading counts made by earlier launches: it
+// streams all n keys (from L2 after the first block) and adds 1 to pre[e] for a pair of
+// expert e before its chunk, to rest[e] for one at or after cb (shared atomics; a warp
+// step's kWarpSize consecutive pairs come from ~kWarpSize/topk + 1 tokens whose experts are
+// distinct within a token, so an address repeats a few times at most).  T_e = pre[e] +
+// rest[e].  No inter-block dependency, no scratch in global memory; every block reads the
+// n ids once more than the large path's count block, which bounds the path to moderate n
+// (the host's choice, see launch_sort).
+template <int E>
+struct MidSmem {
+  uint16_t wcnt[kSortWarps][E];  // the chunk's per-warp counts, then bases
+  union {
+    struct {
+      uint32_t pre[E];   // pairs of e before the chunk
+      uint32_t rest[E];  // pairs of e from the chunk on
+    } cnt;
+    struct {
+      int base[E];     // first row of the chunk's pairs of e
+      int pad_end[E];  // off_e + T_e of the experts e = g + i*num_chunks (slot i)
+    } row;
+  } u;
+  int warp_tot[kSortWarps];
+};
+
+constexpr int kMidBatch = 8;  // keys of a thread loaded together in the count stream
+
+template <int E, int K>
+__device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSmem<E>& sm, int g,
+                                               int num_chunks, int cq, int cr) {
+  constexpr int kPer = place_per<E>();
+  const int tid = thread_idx();
+  const int warp = warp_id();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int cb = chunk_begin(g, cq, cr);
+  const int ce = chunk_begin(g + 1, cq, cr);
+
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  for (int e = tid; e < E; e += kSortThreads) {
+    sm.u.cnt.pre[e] = 0u;
+    sm.u.cnt.rest[e] = 0u;
+  }
+  block_sync();
+  for (int j0 = 0; j0 < n; j0 += kMidBatch * kSortThreads) {  // block-uniform
+    int keys[kMidBatch];
+    load_keys<E, kMidBatch>(a, j0 + tid, kSortThreads, n, keys);
+#pragma unroll
+    for (int s = 0; s < kMidBatch; ++s) {
+      const int j = j0 + s * kSortThreads + tid;
+      if (keys[s] < E) atomic_add_shared_u32((j < cb ? sm.u.cnt.pre : sm.u.cnt.rest) + keys[s], 1u);
+    }
+  }
+  int wb, we;
+  warp_range(cb, ce, warp, &wb, &we);
+  warp_count<E>(a, wb, we, sm.wcnt[warp]);
+  block_sync();
+  warp_bases<E>(sm.wcnt, nullptr);
+  int pre[kPer];
+  int tot[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    pre[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e]) : 0;
+    tot[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e] + sm.u.cnt.rest[e]) : 0;
+  }
+  // place_chunk's scan has a block_sync before any thread writes base / pad_end over the
+  // counters read just above.
+  place_chunk<E, K>(a, g, num_chunks, wb, we, pre, tot, sm.wcnt[warp], sm.u.row.base,
+                    sm.u.row.pad_end, sm.warp_tot);
+}
+
+// Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).
+template <int E, int K, int D>
+__global__ __launch_bounds__(kSortThreads) void sort_mid_kernel(AiterAuxSortArgs a,
+                                                                AiterAuxQuantArgs q, int cq,
+                                                                int cr, int num_chunks,
+                                                                int quant_blocks, int zero_blocks,
+                                                                bool x_al16, bool q_al4) {
+  __shared__ MidSmem<E> sm;
+  const int b = block_idx();
+  if (b < num_chunks) {
+    mid_sort_block<E, K>(a, sm, b, num_chunks, cq, cr);
+    return;
+  }
+  aux_block<D>(b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+}  // namespace sort_detail
+}  // namespace gpu
+}  // namespace aiter_aux

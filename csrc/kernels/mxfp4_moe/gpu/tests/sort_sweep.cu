@@ -1,0 +1,196 @@
+// Device-side sweep of the moe_sort paths (development tool, not built by the package):
+// every path that can take (E, topk, M), the mid path at several chunk counts, timed by
+// CUDA-graph replay of back-to-back launches; every variant's outputs must equal the first
+// one's byte for byte.  Build and run on the GPU machine (repo root):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
+//     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep
+// Prints CSV: E,topk,M,pairs,path,chunks,us
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/mxfp4_moe_aux_gpu.h"
+
+static std::string g_last_error;
+extern "C" void aiter_aux_set_error(const char* msg) { g_last_error = msg ? msg : ""; }
+
+using namespace aiter_aux::gpu;
+namespace sd = aiter_aux::gpu::sort_detail;
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+// Router-like ids: Zipf(1.1) popularity over a random ranking, distinct experts per token;
+// an odd E has a shared expert (E - 1) in every token (as aiter_aux.pipeline.draw_routing).
+static void routing(int m, int e, int k, uint32_t seed, std::vector<int32_t>& ids,
+                    std::vector<float>& w) {
+  std::mt19937 rng(seed);
+  const bool shared = e % 2 == 1 && k > 1;
+  const int re = shared ? e - 1 : e, rk = shared ? k - 1 : k;
+  std::vector<int> perm(re);
+  for (int i = 0; i < re; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<double> pop(re);
+  for (int i = 0; i < re; ++i) pop[i] = std::pow(double(i + 1), -1.1);
+  std::discrete_distribution<int> pick(pop.begin(), pop.end());
+  std::uniform_real_distribution<float> u(0.01f, 1.0f);
+  ids.assign(size_t(m) * k, 0);
+  w.assign(size_t(m) * k, 0.f);
+  for (int t = 0; t < m; ++t) {
+    std::vector<int> got;
+    while (int(got.size()) < rk) {
+      const int x = perm[pick(rng)];
+      if (std::find(got.begin(), got.end(), x) == got.end()) got.push_back(x);
+    }
+    if (shared) got.push_back(e - 1);
+    for (int i = 0; i < k; ++i) {
+      ids[size_t(t) * k + i] = got[i];
+      w[size_t(t) * k + i] = u(rng);
+    }
+  }
+}
+
+struct Bufs {
+  int32_t *ids, *sti, *mi, *seid, *nv, *rev;
+  float *w, *sw;
+};
+
+template <int E, int K>
+static void sweep(int m) {
+  const int bm = 32;
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  routing(m, E, K, 1234u + m, ids, w);
+  const int64_t n = int64_t(m) * K;
+  const int64_t cap = sort_capacity(m, K, E, bm);
+  Bufs b;
+  CK(cudaMalloc(&b.ids, std::max<int64_t>(n, 1) * 4));
+  CK(cudaMalloc(&b.w, std::max<int64_t>(n, 1) * 4));
+  CK(cudaMalloc(&b.rev, std::max<int64_t>(n, 1) * 4));
+  CK(cudaMalloc(&b.sti, cap * 4));
+  CK(cudaMalloc(&b.sw, cap * 4));
+  CK(cudaMalloc(&b.mi, cap * 4));
+  CK(cudaMalloc(&b.seid, cap / bm * 4));
+  CK(cudaMalloc(&b.nv, 8));
+  CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(b.w, w.data(), n * 4, cudaMemcpyHostToDevice));
+  AiterAuxSortArgs a = {};
+  a.topk_ids = b.ids;
+  a.topk_weights = b.w;
+  a.num_tokens = m;
+  a.num_experts = E;
+  a.topk = K;
+  a.block_m = bm;
+  a.max_rows = cap;
+  a.sorted_token_ids = b.sti;
+  a.sorted_weights = b.sw;
+  a.m_indices = b.mi;
+  a.sorted_expert_ids = b.seid;
+  a.num_valid_ids = b.nv;
+  a.reverse_sorted = b.rev;
+  const AiterAuxQuantArgs none = {};
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+  std::vector<char> first;
+  auto snapshot = [&]() {
+    int32_t nv[2];
+    CK(cudaMemcpy(nv, b.nv, 8, cudaMemcpyDeviceToHost));
+    const int64_t rows = nv[0];
+    std::vector<char> s(8 + rows * 12 + rows / bm * 4 + n * 4);
+    char* p = s.data();
+    memcpy(p, nv, 8);
+    p += 8;
+    CK(cudaMemcpy(p, b.sti, rows * 4, cudaMemcpyDeviceToHost));
+    p += rows * 4;
+    CK(cudaMemcpy(p, b.sw, rows * 4, cudaMemcpyDeviceToHost));
+    p += rows * 4;
+    CK(cudaMemcpy(p, b.mi, rows * 4, cudaMemcpyDeviceToHost));
+    p += rows * 4;
+    CK(cudaMemcpy(p, b.seid, rows / bm * 4, cudaMemcpyDeviceToHost));
+    p += rows / bm * 4;
+    CK(cudaMemcpy(p, b.rev, n * 4, cudaMemcpyDeviceToHost));
+    return s;
+  };
+  auto run = [&](const char* path, int chunks, auto launch) {
+    CK(cudaMemset(b.sti, 0xAB, cap * 4));
+    CK(cudaMemset(b.rev, 0xAB, std::max<int64_t>(n, 1) * 4));
+    if (launch() != 0) {
+      printf("%d,%d,%d,%lld,%s,%d,FAIL %s\n", E, K, m, (long long)n, path, chunks, g_last_error.c_str());
+      return;
+    }
+    CK(cudaStreamSynchronize(st));
+    const auto s = snapshot();
+    const bool same = first.empty() || s == first;
+    if (first.empty()) first = s;
+    constexpr int kCalls = 20, kReps = 30;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kCalls; ++i) launch();
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r < kReps; ++r) {
+      CK(cudaEventRecord(e0, st));
+      CK(cudaGraphLaunch(exec, st));
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      ts.push_back(ms * 1000.f / kCalls);
+    }
+    std::sort(ts.begin(), ts.end());
+    printf("%d,%d,%d,%lld,%s,%d,%.2f%s\n", E, K, m, (long long)n, path, chunks, ts[ts.size() / 2],
+           same ? "" : ",MISMATCH");
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+  };
+  run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
+  if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
+  if (n <= sd::kLeanMaxPairs) run("single", 0, [&]() { return sd::launch_single<E, K, 0>(a, none, st, "x"); });
+  for (int g : {1, 2, 4, 8, 16, 32, 64, 96, 132, 264}) {
+    if (g > 1 && n < int64_t(g) * 256) continue;
+    if ((n + g - 1) / g > 65535) continue;
+    run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
+  }
+  if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
+  fflush(stdout);
+  cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
+  cudaFree(b.mi), cudaFree(b.seid), cudaFree(b.nv);
+  cudaStreamDestroy(st);
+}
+
+template <int E, int K>
+static void sweep_all() {
+  for (int m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536}) sweep<E, K>(m);
+}
+
+int main() {
+  printf("E,topk,M,pairs,path,chunks,us\n");
+  sweep_all<257, 9>();
+  sweep_all<896, 16>();
+  sweep_all<256, 8>();
+  sweep_all<513, 11>();
+  sweep_all<385, 9>();
+  return 0;
+}
