@@ -14,12 +14,11 @@
 // atomics, hence deterministic.
 //
 // Paths by n = M*topk (host: launch_sort): <= kWarpSize: micro (sort_mid.h; one
-// warp ranks everything, no barrier); <= kTinyPathPairs: tiny (sort_single.h; G
+// warp ranks everything, no barrier); <= kTinyPathPairs: tiny (sort_tiny.h; G
 // redundant ranking blocks that each write a slice of the rows); <= kMidPathPairs:
 // mid (sort_mid.h; chunk blocks that each count all pairs and rank their own
 // chunk); else large (below).  All are one launch except large.  The thresholds
-// are measured (docs/perf.md log 49); the lean path (sort_single.h) is kept for
-// the cases where it measured faster.
+// are measured (docs/perf.md log 49).
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
@@ -70,25 +69,33 @@ constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 
-constexpr int kLeanThreads = 1024;
-constexpr int kLeanWarps = kLeanThreads / kWarpSize;
-constexpr int kLeanMaxPairs = 4096;   // what the lean kernel can hold
-constexpr int kLeanPathPairs = 0;     // what it is launched for (from kTinyPathPairs)
-constexpr int kTinyPathPairs = kLeanThreads;
-constexpr int64_t kMidPathPairs = int64_t(1) << 20;  // mid path up to here, large above
-constexpr int kMidChunkPairs = 1024;                  // pairs per mid chunk ...
-constexpr int kMidMaxChunks = 132;                    // ... in at most this many chunks
-constexpr int kLeanPer = kLeanMaxPairs / kLeanThreads;
-constexpr int kLeanRowsPerBlock = 2048;  // host: G = ceil(capacity / this)
-constexpr int kLeanMaxBlocks = 32;
-static_assert(kLeanMaxPairs / kWarpSize <= 256, "run step must fit 8 bits");
+// Path thresholds in pairs n = M*topk, measured on the H200 (docs/perf.md log 49).
+constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks all)
+constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
+constexpr int kTinyWarps = kTinyThreads / kWarpSize;
+constexpr int kTinyPathPairs = kTinyThreads;  // ... up to here
+constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...
+constexpr int kTinyMaxBlocks = 32;            // ... blocks at most
+// Mid path up to kMidPathBase + kMidPathPerExpert * E pairs (the large path's 3 launches
+// cost more with E), large above; with a fused quant also wherever the quant is the longer
+// part (model_dim >= kMidFusedDimPerTopk * topk), up to kMidMaxChunkPairs per chunk.
+constexpr int64_t kMidPathBase = 40960;
+constexpr int64_t kMidPathPerExpert = 48;
+constexpr int kMidFusedDimPerTopk = 300;
+constexpr int kMidChunkPairs = 64;  // pairs per mid chunk (fewer chunks only at the SM cap)
+constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
+#if defined(AITER_AUX_GPU_EMU)
+constexpr int kMidMaxChunksDefault = 8;  // the emulation's "SMs": few fibers per block set
+#else
+constexpr int kMidMaxChunksDefault = 132;  // SMs (until the launch traits give the count)
+#endif
 
 }  // namespace sort_detail
 }  // namespace gpu
 }  // namespace aiter_aux
 
 #include "sort_rank.h"
-#include "sort_single.h"
+#include "sort_tiny.h"
 #include "sort_large.h"
 #include "sort_mid.h"
 
@@ -109,9 +116,9 @@ constexpr size_t kStaticSmemBytes = 48 * 1024;
 template <int E>
 constexpr size_t sort_smem_bytes() {
   constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
-  constexpr size_t c = sizeof(LeanSmem<E>), d = sizeof(TinySmem<E>), m = sizeof(MidSmem<E>);
-  constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d, abcd = ab > cd ? ab : cd;
-  return abcd > m ? abcd : m;
+  constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinySmem<E>);
+  constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
+  return ab > cd ? ab : cd;
 }
 static_assert(sort_smem_bytes<kMaxSortExperts>() <= kStaticSmemBytes,
               "a sort path's shared memory exceeds 48 KiB at the catalog's largest expert count");
@@ -185,21 +192,16 @@ inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   return check_launch(op);
 }
 
-// Tiny (n <= kLeanThreads) or lean (n <= kLeanMaxPairs) path.
+// n <= kTinyThreads pairs.
 template <int E, int K, int D>
-inline int launch_single(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                         const char* op) {
-  const AuxGrid x = aux_grid<D>(a, q, kLeanThreads, 1);
+inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                       const char* op) {
+  const AuxGrid x = aux_grid<D>(a, q, kTinyThreads, 1);
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-  const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kLeanRowsPerBlock), 1, kLeanMaxBlocks));
-  const dim3 grid(ng + x.quant_blocks + x.zero_blocks);
-  if (a.num_tokens * K <= kLeanThreads) {
-    AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, true>), grid, dim3(kLeanThreads), st)(
-        a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  } else {
-    AITER_AUX_LAUNCH((sort_single_kernel<E, K, D, false>), grid, dim3(kLeanThreads), st)(
-        a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  }
+  const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
+  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, D>), dim3(ng + x.quant_blocks + x.zero_blocks),
+                   dim3(kTinyThreads), st)(a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16,
+                                           x.q_al4);
   return check_launch(op);
 }
 
@@ -217,16 +219,28 @@ inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hip
   return check_launch(op);
 }
 
-// Chunks of the mid path for n pairs: ~kMidChunkPairs each, at most kMidMaxChunks, and never
-// more than 65535 pairs in one (n <= kMidPathPairs keeps that true).
-inline int mid_chunks(int64_t n) {
-  return static_cast<int>(clamp_i64(ceil_div_i64(n, kMidChunkPairs), 1, kMidMaxChunks));
-}
-
 // The large path's chunk granule: >= 2E pairs (a chunk's count row and the E totals).
 template <int E>
 constexpr int64_t large_unit() {
   return ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
+}
+
+// Chunks of the mid path for n pairs: ~kMidChunkPairs each, at most one per SM (`sms`; half
+// of them beside a fused quant of n <= kMidPathBase pairs, which leaves the quant blocks
+// more room), more only where a chunk would exceed kMidMaxChunkPairs.
+inline int mid_chunks(int64_t n, int sms, bool fused) {
+  const int64_t cap = fused && n <= kMidPathBase ? (sms + 1) / 2 : sms;
+  const int64_t g = clamp_i64(ceil_div_i64(n, kMidChunkPairs), 1, cap > 1 ? cap : 1);
+  const int64_t least = ceil_div_i64(n, kMidMaxChunkPairs);
+  return static_cast<int>(g > least ? g : least);
+}
+
+// Whether the mid path takes n pairs (else the large path, which needs n >= large_unit).
+template <int E, int K, int D>
+inline bool use_mid_path(int64_t n, int sms) {
+  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
+  if (n < large_unit<E>() || n <= kMidPathBase + kMidPathPerExpert * E) return true;
+  return kDim >= kMidFusedDimPerTopk * K && ceil_div_i64(n, sms) <= kMidMaxChunkPairs;
 }
 
 template <int E, int K, int D>
@@ -273,9 +287,12 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   hipStream_t st = static_cast<hipStream_t>(stream);
   const int64_t n = a.num_tokens * K;
-  if (n <= kWarpSize) return launch_micro<E, K, D>(a, q, st, op);
-  if (n <= kTinyPathPairs || n <= kLeanPathPairs) return launch_single<E, K, D>(a, q, st, op);
-  if (n <= kMidPathPairs || n < large_unit<E>()) return launch_mid<E, K, D>(a, q, st, mid_chunks(n), op);
+  static_assert(kMicroPathPairs <= kWarpSize && kTinyPathPairs <= kTinyThreads, "path limits");
+  if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
+  if (n <= kTinyPathPairs) return launch_tiny<E, K, D>(a, q, st, op);
+  const int sms = kMidMaxChunksDefault;
+  if (use_mid_path<E, K, D>(n, sms))
+    return launch_mid<E, K, D>(a, q, st, mid_chunks(n, sms, D > 0), op);
   return launch_large<E, K, D>(a, q, st, op);
 }
 

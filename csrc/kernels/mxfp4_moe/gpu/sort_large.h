@@ -4,7 +4,7 @@
 #pragma once
 
 #include "sort_rank.h"
-#include "sort_single.h"
+#include "sort_tiny.h"
 
 namespace aiter_aux {
 namespace gpu {

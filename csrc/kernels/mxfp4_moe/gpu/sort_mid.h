@@ -5,7 +5,7 @@
 #pragma once
 
 #include "sort_rank.h"
-#include "sort_single.h"
+#include "sort_tiny.h"
 
 namespace aiter_aux {
 namespace gpu {
@@ -13,15 +13,15 @@ namespace sort_detail {
 
 // ------------------------------------------------------------ micro path ----
 // M*topk <= kWarpSize (decode at M = 1..3): ONE launch, one sort block of
-// kMicroThreads (+ the quant / zero blocks), no barrier.  Every warp ranks all
-// pairs, lane j holding pair j: its group of equal keys (match), its rank in
-// the group (lower lanes), the group's size; a group's leader (lowest lane)
-// stands for its expert's segment of round_up(size, block_m) rows.  The offset
-// of a segment is the sum of the segments of smaller experts (a warp-uniform
-// loop over the leaders, two shuffles each).  Warp 0 writes the real rows
-// (row off + rank of lane j's pair), reverse_sorted and num_valid_ids; the
-// leaders' segments are dealt to the warps in turn (the q-th leader to warp
-// q % warps), which write their pad rows and sorted_expert_ids.
+// kMicroThreads (+ the quant / zero blocks), no barrier, no loop-carried
+// dependency.  Every warp ranks all pairs, lane j holding pair j: its group of
+// equal keys (match), its rank in the group (lower lanes), the group's size; a
+// group's leader (lowest lane) stands for its expert's segment of
+// round_up(size, block_m) rows.  The offset of a segment is the sum of the
+// segments of smaller experts: every lane reads every lane's (key, padded size)
+// by shuffles, all independent.  Warp 0 writes the real rows (row off + rank of
+// lane j's pair), reverse_sorted, sorted_expert_ids and num_valid_ids; warp w
+// writes pad row p (< block_m) of every segment for p % warps == w.
 constexpr int kMicroThreads = 256;
 constexpr int kMicroWarps = kMicroThreads / kWarpSize;
 
@@ -41,12 +41,11 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
   const bool lead = key < E && rank == 0;
   const int cnt = popc(peers);
   const int padded = lead ? (cnt + bm - 1) / bm * bm : 0;
-  const lane_mask_t leaders = warp_ballot(lead);
 
   int off = 0;   // first row of this lane's expert's segment
   int rows = 0;  // all segments
-  for (lane_mask_t rest = leaders; rest != 0; rest &= rest - 1) {  // warp-uniform
-    const int i = lowest_lane(rest);
+#pragma unroll
+  for (int i = 0; i < kWarpSize; ++i) {
     const int ki = shfl_idx_i32(key, i);
     const int pi = shfl_idx_i32(padded, i);
     off += ki < key ? pi : 0;
@@ -63,6 +62,9 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
       a.sorted_weights[r] = wt;
       a.m_indices[r] = t;
       a.reverse_sorted[lane] = r;
+      if (lead) {
+        for (int b = off / bm; b < (off + padded) / bm; ++b) a.sorted_expert_ids[b] = key;
+      }
     } else if (lane < n) {
       a.reverse_sorted[lane] = -1;
     }
@@ -71,21 +73,12 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
       a.num_valid_ids[1] = m;
     }
   }
-
-  int q = 0;
-  for (lane_mask_t rest = leaders; rest != 0; rest &= rest - 1, ++q) {  // warp-uniform
-    if (q % kMicroWarps != warp) continue;
-    const int i = lowest_lane(rest);
-    const int oi = shfl_idx_i32(off, i);
-    const int ci = shfl_idx_i32(cnt, i);
-    const int pi = shfl_idx_i32(padded, i);
-    const int ei = shfl_idx_i32(key, i);
-    for (int r = ci + lane; r < pi; r += kWarpSize) {
-      a.sorted_token_ids[oi + r] = m;
-      a.sorted_weights[oi + r] = 0.0f;
-      a.m_indices[oi + r] = m;
+  if (lead) {
+    for (int p = cnt + warp; p < padded; p += kMicroWarps) {
+      a.sorted_token_ids[off + p] = m;
+      a.sorted_weights[off + p] = 0.0f;
+      a.m_indices[off + p] = m;
     }
-    for (int b = lane; b < pi / bm; b += kWarpSize) a.sorted_expert_ids[oi / bm + b] = ei;
   }
 }
 

@@ -258,12 +258,12 @@ __device__ __forceinline__ void write_segment_tail(const AiterAuxSortArgs& a, in
   for (int b = lane; b < padded / bm; b += kWarpSize) a.sorted_expert_ids[first_block + b] = e;
 }
 
-// Sum of the bytes row[0, w) of a kLeanWarps-byte row (16-byte aligned).
+// Sum of the bytes row[0, w) of a kTinyWarps-byte row (16-byte aligned).
 __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
-  static_assert(kLeanWarps % 16 == 0, "row of whole 16-byte vectors");
+  static_assert(kTinyWarps % 16 == 0, "row of whole 16-byte vectors");
   int sum = 0;
 #pragma unroll
-  for (int v = 0; v < kLeanWarps / 16; ++v) {
+  for (int v = 0; v < kTinyWarps / 16; ++v) {
     const uint4 x = reinterpret_cast<const uint4*>(row)[v];
     const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
@@ -282,7 +282,7 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
   return sum;
 }
 
-// The total of a kLeanWarps-byte row; when it is 2..255, the row is
+// The total of a kTinyWarps-byte row; when it is 2..255, the row is
 // rewritten in place as its exclusive prefix sums (byte w = the sum of bytes
 // [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
 // (With a total <= 255 no partial sum carries out of its byte: one multiply by
@@ -290,11 +290,11 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
 __host__ __device__ constexpr bool row_as_prefix(int total) { return total > 1 && total <= 255; }
 
 __device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
-  const int total = byte_prefix(row, kLeanWarps);
+  const int total = byte_prefix(row, kTinyWarps);
   if (row_as_prefix(total)) {  // (a lone pair's rank needs no row)
     uint32_t run = 0;
 #pragma unroll
-    for (int v = 0; v < kLeanWarps / 16; ++v) {
+    for (int v = 0; v < kTinyWarps / 16; ++v) {
       uint4* p = reinterpret_cast<uint4*>(row) + v;
       const uint4 x = *p;
       uint32_t xs[4] = {x.x, x.y, x.z, x.w};

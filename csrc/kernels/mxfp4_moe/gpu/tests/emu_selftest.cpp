@@ -492,9 +492,9 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
   };
   if (n <= kWarpSize)
     forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, 0>(fa, none, nullptr, "t"); });
-  if (n <= sd::kLeanMaxPairs)
-    forced("single", [&](const AiterAuxSortArgs& fa) { return sd::launch_single<E, K, 0>(fa, none, nullptr, "t"); });
-  for (int g : {1, sd::mid_chunks(n)}) {
+  if (n <= sd::kTinyThreads)
+    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, 0>(fa, none, nullptr, "t"); });
+  for (int g : {1, sd::mid_chunks(n, 8, false)}) {
     if (g > 1 && n < g) continue;
     if ((n + g - 1) / g > 65535) continue;
     forced("mid/" + std::to_string(g),
@@ -886,7 +886,7 @@ int main() {
     run_sort_case<896, 16>(513, bm, bm == 64 ? 3 : 0, 77 + bm, bm == 16);
     run_sort_case<385, 9>(1500, bm, bm == 128 ? 1 : 0, 78 + bm, false);
   }
-  // lean path edges: exactly kLeanMaxPairs, one below, one above, degenerate
+  // former lean-path edges (4096 pairs and around), degenerate
   run_sort_case<8, 2>(2048, 16, 1, 50, false);
   run_sort_case<1, 1>(4096, 128, 0, 51, true);
   run_sort_case<257, 9>(455, 32, 0, 52, false);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -67,7 +68,11 @@ struct Bufs {
   float *w, *sw;
 };
 
-template <int E, int K>
+// argv mode: "E K M path chunks" runs that one variant twice (for ncu), no timing.
+static const char* g_only_path = nullptr;
+static int g_only_chunks = 0;
+
+template <int E, int K, int D = 0>
 static void sweep(int m) {
   const int bm = 32;
   std::vector<int32_t> ids;
@@ -100,7 +105,20 @@ static void sweep(int m) {
   a.sorted_expert_ids = b.seid;
   a.num_valid_ids = b.nv;
   a.reverse_sorted = b.rev;
-  const AiterAuxQuantArgs none = {};
+  AiterAuxQuantArgs none = {};
+  uint16_t* x = nullptr;
+  uint8_t *aq = nullptr, *as = nullptr;
+  if (D > 0) {
+    CK(cudaMalloc(&x, size_t(m) * D * 2));
+    CK(cudaMalloc(&aq, size_t(m) * D / 2));
+    CK(cudaMalloc(&as, size_t(m) * D / 32));
+    CK(cudaMemset(x, 0x3f, size_t(m) * D * 2));
+    none.x = x;
+    none.num_tokens = m;
+    none.model_dim = D;
+    none.a_q = aq;
+    none.a_scale = as;
+  }
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -132,6 +150,12 @@ static void sweep(int m) {
       return;
     }
     CK(cudaStreamSynchronize(st));
+    if (g_only_path != nullptr) {
+      launch();
+      CK(cudaStreamSynchronize(st));
+      printf("ran %s/%d once more\n", path, chunks);
+      return;
+    }
     const auto s = snapshot();
     const bool same = first.empty() || s == first;
     if (first.empty()) first = s;
@@ -158,39 +182,79 @@ static void sweep(int m) {
       ts.push_back(ms * 1000.f / kCalls);
     }
     std::sort(ts.begin(), ts.end());
-    printf("%d,%d,%d,%lld,%s,%d,%.2f%s\n", E, K, m, (long long)n, path, chunks, ts[ts.size() / 2],
+    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? "fused-" : "", path, chunks, ts[ts.size() / 2],
            same ? "" : ",MISMATCH");
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
   };
-  run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
-  if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
-  if (n <= sd::kLeanMaxPairs) run("single", 0, [&]() { return sd::launch_single<E, K, 0>(a, none, st, "x"); });
-  for (int g : {1, 2, 4, 8, 16, 32, 64, 96, 132, 264}) {
-    if (g > 1 && n < int64_t(g) * 256) continue;
-    if ((n + g - 1) / g > 65535) continue;
-    run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
+  if constexpr (D > 0) {
+    run("quant", 0, [&]() { return mxfp4_quant<D>(none, st); });
+    first.clear();
+    run("auto", 0, [&]() { return sd::launch_sort<E, K, D>(a, none, st, "x"); });
+    for (int g : {66, 132, 264}) {
+      if ((n + g - 1) / g > 65535) continue;
+      run("mid", g, [&]() { return sd::launch_mid<E, K, D>(a, none, st, g, "x"); });
+    }
+    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, D>(a, none, st, "x"); });
+  } else {
+  if (g_only_path != nullptr) {
+      const std::string p = g_only_path;
+      const int g = g_only_chunks;
+      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
+      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
+      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
+      if (p == "large") run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
+      return;
+    }
+    run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
+    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
+    if (n <= sd::kTinyThreads) run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
+    std::vector<int> gs;
+    for (int c : {64, 96, 128, 192, 256, 384, 512}) {
+      for (int cap : {132, 264}) {
+        const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), cap));
+        if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535) gs.push_back(g);
+      }
+    }
+    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
+    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
   }
-  if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
   fflush(stdout);
   cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
   cudaFree(b.mi), cudaFree(b.seid), cudaFree(b.nv);
+  if (D > 0) cudaFree(x), cudaFree(aq), cudaFree(as);
   cudaStreamDestroy(st);
 }
 
 template <int E, int K>
 static void sweep_all() {
-  for (int m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536}) sweep<E, K>(m);
+  for (int m : {1, 2, 3, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384, 65536}) sweep<E, K>(m);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 6) {
+    const int e = atoi(argv[1]), k = atoi(argv[2]), m = atoi(argv[3]);
+    g_only_path = argv[4];
+    g_only_chunks = atoi(argv[5]);
+    if (e == 257 && k == 9) sweep<257, 9>(m);
+    if (e == 896 && k == 16) sweep<896, 16>(m);
+    if (e == 256 && k == 8) sweep<256, 8>(m);
+    if (e == 513 && k == 11) sweep<513, 11>(m);
+    if (e == 385 && k == 9) sweep<385, 9>(m);
+    return 0;
+  }
   printf("E,topk,M,pairs,path,chunks,us\n");
   sweep_all<257, 9>();
   sweep_all<896, 16>();
   sweep_all<256, 8>();
   sweep_all<513, 11>();
   sweep_all<385, 9>();
+  for (int m : {1024, 4096, 16384, 65536}) {
+    sweep<257, 9, 7168>(m);
+    sweep<513, 11, 2560>(m);
+    sweep<896, 16, 3584>(m);
+  }
   return 0;
 }

@@ -1,0 +1,166 @@
+// moe_sort tiny path (G redundant ranking blocks that each write a slice of the
+// rows) and the quant / zero blocks (aux_block) of the fused launches.  Part of
+// sort.h, which includes it after its constants; not a standalone header.
+#pragma once
+
+#include "quant.h"
+#include "sort_rank.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+// Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
+template <int D, int kThreads = kSortThreads>
+__device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
+                                          const AiterAuxQuantArgs& q, int quant_blocks,
+                                          int zero_blocks, bool x_al16, bool q_al4) {
+  if constexpr (D > 0) {
+    if (b < quant_blocks) {
+      constexpr int kWarps = kThreads / kWarpSize;
+      quant_detail::quant_tensor<D>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
+                                    static_cast<int64_t>(quant_blocks) * kWarps, x_al16, q_al4);
+      return;
+    }
+  } else {
+    (void)q;
+    (void)x_al16;
+    (void)q_al4;
+  }
+  b -= quant_blocks;
+  if (b < zero_blocks) {
+    init_fill_bf16(a.zero_buf, a.zero_init, a.zero_numel,
+                   static_cast<int64_t>(b) * kThreads + thread_idx(),
+                   static_cast<int64_t>(zero_blocks) * kThreads);
+  }
+}
+
+// ------------------------------------------------------------- tiny path ----
+// M*topk <= kTinyThreads (decode): ONE launch of G identical sort blocks (+ the
+// quant / zero blocks).  Every sort block ranks all pairs (the ids are a few KB,
+// read from L2) and then writes its share of the rows, so there is no
+// inter-block dependency and the row writes are spread over G SMs.  One pair per
+// thread (j = tid, step = warp).  No atomics, no run descriptors: the leader of each run writes
+// its size into wc[e][warp] (uint8), and the rank of a pair is the sum of
+// wc[e][w' < warp] plus its rank in the run.  Expert e's thread turns its row
+// into those sums when e has 2..255 pairs (byte_total_then_prefix: then one
+// byte read per pair; every expert of valid routing at M <= 255 qualifies; a
+// lone pair's sum is 0), else each pair sums the bytes itself (byte_prefix:
+// two 16-byte reads and byte sums).
+// No bucket either: right after the scan barrier the thread of a real pair
+// writes its row r = off[e] + rank (and reverse_sorted[j]) itself when r is in
+// this block's slice of rows, while the row loop of the slice writes only the
+// pad rows and sorted_expert_ids (6 block barriers, 3 of them in the scan).
+template <int E>
+struct TinySmem {
+  alignas(16) uint8_t wc[E][kTinyWarps];  // pairs of e in warp w (<= kWarpSize)
+  int off[E];                             // first row of e's segment
+  uint16_t cnt[E];                        // pairs of e
+  uint16_t blk2e[kTinyThreads / 16 + E];
+  int warp_tot[kTinyWarps];
+};
+
+template <int E, int K>
+__device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
+                                                int num_g) {
+  static_assert(E <= kTinyThreads, "one expert per thread in the scan");
+  const int tid = thread_idx();
+  const int lane = lane_id();
+  const int warp = warp_id();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int bm = a.block_m;
+  const int lg = log2_block_m(bm);
+
+  {  // zero wc
+    uint4* z = reinterpret_cast<uint4*>(&sm.wc[0][0]);
+    constexpr int kVec = E * kTinyWarps / 16;
+    for (int i = tid; i < kVec; i += kTinyThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  const int j = tid;
+  int key;
+  load_keys<E, 1>(a, j, 0, n, &key);
+  const float wt = key < E ? a.topk_weights[j] : 0.0f;
+  block_sync();
+
+  const lane_mask_t peers = match_key<E>(key);  // ballots: fixed cost, whatever the keys
+  const int rank = popc(peers & lanemask_lt(lane));
+  if (key < E && rank == 0) sm.wc[key][warp] = static_cast<uint8_t>(popc(peers));
+  block_sync();
+
+  uint32_t c = 0, padded = 0;
+  if (tid < E) {
+    c = static_cast<uint32_t>(byte_total_then_prefix(sm.wc[tid]));
+    padded = ((c + bm - 1) >> lg) << lg;
+  }
+  int rows = 0;
+  const int off = block_exclusive_scan<kTinyThreads>(static_cast<int>(padded), sm.warp_tot, &rows);
+  if (tid < E) {
+    sm.off[tid] = off;
+    sm.cnt[tid] = static_cast<uint16_t>(c);
+    for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
+      sm.blk2e[b] = static_cast<uint16_t>(tid);
+  }
+  if (g == 0 && tid == 0) {
+    a.num_valid_ids[0] = rows;
+    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+
+  const int m = static_cast<int>(a.num_tokens);
+  const int slice_stride = num_g * kTinyThreads;
+  if (key < E) {
+    const int r = sm.off[key] + byte_sum_before(sm.wc[key], sm.cnt[key], warp) + rank;
+    if ((r / kTinyThreads) % num_g == g) {  // row r is in this block's slice
+      const int t = j / K;
+      const int k = j - t * K;
+      a.sorted_token_ids[r] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[r] = wt;
+      a.m_indices[r] = t;
+      a.reverse_sorted[j] = r;
+    }
+  } else if (g == 0 && j < n) {
+    a.reverse_sorted[j] = -1;
+  }
+
+  for (int r = g * kTinyThreads + tid; r < rows; r += slice_stride) {
+    const int b = r >> lg;
+    const int e = sm.blk2e[b];
+    if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) {  // pad row
+      a.sorted_token_ids[r] = m;
+      a.sorted_weights[r] = 0.0f;
+      a.m_indices[r] = m;
+    }
+    if ((r & (bm - 1)) == 0) a.sorted_expert_ids[b] = e;
+  }
+}
+
+// CUDA: with MXFP8 quant blocks (D tagged kFp8Dim) ptxas otherwise picks 32 registers for
+// the sort kernel and spills; min 1 block keeps its choice free as for MXFP4 (0: no minimum,
+// the MXFP4 kernels' bounds unchanged).  (HIP reads a second argument as waves per EU.)
+#if defined(AITER_AUX_GPU_CUDA)
+#define AITER_AUX_TINY_BOUNDS(D) \
+  __launch_bounds__(kTinyThreads, ((D) & quant_detail::kFp8Dim) != 0 ? 1 : 0)
+#else
+#define AITER_AUX_TINY_BOUNDS(D) __launch_bounds__(kTinyThreads)
+#endif
+
+// Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
+template <int E, int K, int D>
+__global__ AITER_AUX_TINY_BOUNDS(D) void sort_tiny_kernel(AiterAuxSortArgs a,
+                                                                   AiterAuxQuantArgs q, int num_g,
+                                                                   int quant_blocks,
+                                                                   int zero_blocks, bool x_al16,
+                                                                   bool q_al4) {
+  __shared__ TinySmem<E> sm;
+  const int b = block_idx();
+  if (b < num_g) {
+    tiny_sort_block<E, K>(a, sm, b, num_g);
+    return;
+  }
+  aux_block<D, kTinyThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+}  // namespace sort_detail
+}  // namespace gpu
+}  // namespace aiter_aux
