@@ -100,13 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=parse_shape,
         default=None,
-        help="E,MODEL_DIM,INTER,TOPK tuples (default: the four of the issue)",
+        help="E,MODEL_DIM,INTER,TOPK tuples (default: DEFAULT_SHAPES in auxbench/cases.py, five)",
     )
     p.add_argument(
         "--tokens",
         nargs="+",
         default=None,
-        help="token counts, space or comma separated (default 1 4 16 ... 65536)",
+        help="token counts, space or comma separated (default 1 2 4 ... 4096 16384 65536)",
     )
     p.add_argument("--ops", nargs="+", default=None, help=f"subset of {', '.join(OPS)}")
     p.add_argument("--block-m", type=int, default=32)
