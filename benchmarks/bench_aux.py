@@ -21,7 +21,10 @@ sort+quant then sort_scales) it measures
 * the minimum bytes moved (``BYTES_FORMULAS``), the achieved bandwidth and its fraction of the
   device-to-device copy bandwidth measured in the same run;
 * correctness: our output (of the graph replays) against the reference, byte for byte over
-  the region the spec defines.
+  the region the spec defines;
+* for the fused ops, ours over their parts' times in the same run (``x parts``):
+  moe_sort_quant / max(moe_sort, mxfp4_quant), moe_sort_quant_fp8 / max(moe_sort,
+  mxfp8_quant), decode_pipeline / (moe_sort_quant + moe_sort_scales) (``FUSED_PARTS``).
 
 It prints one table and the goals as PASS/FAIL lines, and writes ``results.csv``,
 ``meta.json`` and ``bench_aux.png`` (if matplotlib is installed) under ``--out``.  Exit status
@@ -69,7 +72,15 @@ from auxbench.floors import print_floors  # noqa: E402
 from auxbench.measure import run_op  # noqa: E402
 from auxbench.peers import CompiledPeer  # noqa: E402
 from auxbench.plot import plot  # noqa: E402
-from auxbench.report import Row, fmt, goals, print_table, shape_str, write_csv  # noqa: E402
+from auxbench.report import (  # noqa: E402
+    Row,
+    fmt,
+    goals,
+    print_table,
+    set_fused_parts,
+    shape_str,
+    write_csv,
+)
 from auxbench.timing import Timer  # noqa: E402
 
 
@@ -246,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.empty_cache()
 
+    set_fused_parts(rows)
     print_table(rows)
     (out_dir / "results.csv").parent.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "results.csv", rows, args.block_m)
