@@ -218,22 +218,28 @@ def _c(v: float | None) -> str:
     return "" if v is None else f"{v:.4g}"
 
 
+def goal_line(name: str, sel: list[Row], value, ok, unit: str, worst_is_max: bool) -> str:
+    """One goal as a PASS/FAIL/SKIP line: ``value(row)`` of each selected row (None: left
+    out) must satisfy ``ok``; the line names the worst case (the largest value when
+    ``worst_is_max``, else the smallest) and counts the failing cases."""
+    sel = [r for r in sel if value(r) is not None]
+    if not sel:
+        return f"SKIP  {name}: no measured case"
+    worst = (max if worst_is_max else min)(sel, key=value)
+    bad = [r for r in sel if not ok(value(r))]
+    where = f"{worst.op} {shape_str(worst.shape)} M={worst.tokens}"
+    status = "PASS" if not bad else "FAIL"
+    extra = f", {len(bad)}/{len(sel)} cases fail" if bad else f", {len(sel)} cases"
+    return f"{status}  {name}: worst {value(worst):.2f}{unit} ({where}){extra}"
+
+
 def goals(rows: list[Row], have_compiled: bool) -> list[str]:
     """The goals of the issue as PASS/FAIL/SKIP lines (worst case named)."""
     set_fused_parts(rows)
     lines = []
 
     def check(name: str, sel: list[Row], value, ok, unit: str, worst_is_max: bool) -> None:
-        sel = [r for r in sel if value(r) is not None]
-        if not sel:
-            lines.append(f"SKIP  {name}: no measured case")
-            return
-        worst = (max if worst_is_max else min)(sel, key=value)
-        bad = [r for r in sel if not ok(value(r))]
-        where = f"{worst.op} {shape_str(worst.shape)} M={worst.tokens}"
-        status = "PASS" if not bad else "FAIL"
-        extra = f", {len(bad)}/{len(sel)} cases fail" if bad else f", {len(sel)} cases"
-        lines.append(f"{status}  {name}: worst {value(worst):.2f}{unit} ({where}){extra}")
+        lines.append(goal_line(name, sel, value, ok, unit, worst_is_max))
 
     def sel(op: str, cond) -> list[Row]:
         return [r for r in rows if r.op == op and cond(r.tokens)]
@@ -325,4 +331,155 @@ def goals(rows: list[Row], have_compiled: bool) -> list[str]:
         lines.append(
             f"NOTE  {len(na)} case(s) without a compiled time (n/a) are not in the " "5x check"
         )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14 (kernels fast at every batch size): its "Goals", every threshold defined here only
+# ---------------------------------------------------------------------------------------------
+
+I14_DECODE_M = 64  # "at M <= 64"
+I14_PREFILL_M = 4096  # "at M >= 4096"
+I14_SORT_MAX_US = {1: 1.3, 256: 4.0, 1024: 6.0}  # moe_sort at these M, every shape
+I14_SORT_VS_PEER = 0.8  # moe_sort <= 0.8 x the faster peer of I14_PEER_SORT_US
+I14_SORT_MONOTONIC = 0.05  # moe_sort(M) >= (1 - 0.05) x moe_sort at every smaller M
+I14_FUSED_FROM_M = 1024  # moe_sort_quant <= I14_FUSED_X x max(moe_sort, mxfp4_quant) ...
+I14_FUSED_X = 1.05  # ... at every M >= I14_FUSED_FROM_M
+I14_FUSED_DECODE_US = 3.5  # moe_sort_quant at M <= I14_DECODE_M
+I14_PIPELINE_DECODE_US = 4.5  # decode_pipeline at M <= I14_DECODE_M
+I14_REDUCE_M1_US = 1.4  # moe_scatter_reduce at M = 1
+I14_REDUCE_SAME_COPY_PCT = 97.0  # moe_scatter_reduce >= 97 % of a same-bytes copy, prefill
+I14_REDUCE_VS_PEER = 0.95  # moe_scatter_reduce at M = 16-1024 (not checked: no peer times)
+
+# The peers' moe_sort figures of issue 14 (H200, us per call in CUDA-graph replay, block 32,
+# Zipf routing): vLLM 0.33.0 moe_align_block_size, SGLang 0.5.23 moe_align (Triton when
+# topk * M <= 64).  (E, topk) -> {peer: times at I14_PEER_M}.
+I14_PEER_M = (1, 16, 64, 256, 1024, 4096, 16384, 65536)
+I14_PEER_SORT_US = {
+    (257, 9): {
+        "vLLM": (4.10, 4.60, 4.64, 5.82, 9.87, 26.86, 121.9, 461.7),
+        "SGLang": (1.56, 4.16, 4.27, 5.06, 7.59, 19.24, 93.23, 334.8),
+    },
+    (896, 16): {"SGLang": (1.72, 4.46, 4.54, 5.51, 10.19, 32.38, 139.3, 552.0)},
+    (256, 8): {"SGLang": (1.65, 4.16, 4.28, 4.83, 7.85, 18.09, 84.58, 325.1)},
+}
+
+
+def faster_peer_sort_us(e: int, topk: int, m: int) -> float | None:
+    """The faster peer's moe_sort time of issue 14's table at (E, topk, M); None if unlisted."""
+    peers = I14_PEER_SORT_US.get((e, topk))
+    if peers is None or m not in I14_PEER_M:
+        return None
+    return min(times[I14_PEER_M.index(m)] for times in peers.values())
+
+
+def sort_drop(rows: list[Row], r: Row) -> float | None:
+    """moe_sort's time at ``r``'s M over its largest time at a smaller M of the same shape
+    (below 1 - I14_SORT_MONOTONIC: the time fell as M grew); None at the smallest M."""
+    same = [x for x in rows if x.op == "moe_sort" and x.shape == r.shape]
+    before = [x.ours_us for x in same if x.tokens < r.tokens and x.ours_us]
+    return r.ours_us / max(before) if before and r.ours_us else None
+
+
+def issue14_goals(rows: list[Row]) -> list[str]:
+    """Issue 14's goals as PASS/FAIL/SKIP lines (the format of :func:`goals`)."""
+    set_fused_parts(rows)
+    lines = []
+
+    def sel(op: str, cond) -> list[Row]:
+        return [r for r in rows if r.op == op and cond(r)]
+
+    def under(limit: float):
+        return lambda v: v <= limit
+
+    us = lambda r: r.ours_us  # noqa: E731
+    decode = lambda r: r.tokens <= I14_DECODE_M  # noqa: E731
+    for m, limit in I14_SORT_MAX_US.items():
+        at_m = sel("moe_sort", lambda r, m=m: r.tokens == m)
+        lines.append(
+            goal_line(f"moe_sort at M={m} <= {limit} us", at_m, us, under(limit), " us", True)
+        )
+    lines.append(
+        goal_line(
+            f"moe_sort <= {I14_SORT_VS_PEER} x the faster peer of issue 14's table (vLLM, "
+            "SGLang) at its (E, topk, M)",
+            sel("moe_sort", lambda r: True),
+            lambda r: (
+                r.ours_us / p
+                if r.ours_us and (p := faster_peer_sort_us(r.shape[0], r.shape[3], r.tokens))
+                else None
+            ),
+            under(I14_SORT_VS_PEER),
+            "x",
+            True,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"moe_sort monotonic in M within {I14_SORT_MONOTONIC:.0%} (time / the largest "
+            "time at a smaller M)",
+            sel("moe_sort", lambda r: True),
+            lambda r: sort_drop(rows, r),
+            lambda v: v >= 1 - I14_SORT_MONOTONIC,
+            "x",
+            False,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"M>={I14_FUSED_FROM_M}: moe_sort_quant <= {I14_FUSED_X} x max(moe_sort, "
+            "mxfp4_quant)",
+            sel("moe_sort_quant", lambda r: r.tokens >= I14_FUSED_FROM_M),
+            lambda r: r.x_parts,
+            under(I14_FUSED_X),
+            "x",
+            True,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"decode M<={I14_DECODE_M}: moe_sort_quant <= {I14_FUSED_DECODE_US} us",
+            sel("moe_sort_quant", decode),
+            us,
+            under(I14_FUSED_DECODE_US),
+            " us",
+            True,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"decode M<={I14_DECODE_M}: decode_pipeline (sort + quant + sorted scales) <= "
+            f"{I14_PIPELINE_DECODE_US} us",
+            sel("decode_pipeline", decode),
+            us,
+            under(I14_PIPELINE_DECODE_US),
+            " us",
+            True,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"moe_scatter_reduce at M=1 <= {I14_REDUCE_M1_US} us",
+            sel("moe_scatter_reduce", lambda r: r.tokens == 1),
+            us,
+            under(I14_REDUCE_M1_US),
+            " us",
+            True,
+        )
+    )
+    lines.append(
+        goal_line(
+            f"prefill M>={I14_PREFILL_M}: moe_scatter_reduce >= {I14_REDUCE_SAME_COPY_PCT:.0f}% "
+            "of a same-bytes copy",
+            sel("moe_scatter_reduce", lambda r: r.tokens >= I14_PREFILL_M),
+            lambda r: r.pct_of_same_copy,
+            lambda v: v >= I14_REDUCE_SAME_COPY_PCT,
+            "%",
+            False,
+        )
+    )
+    lines.append(
+        f"SKIP  moe_scatter_reduce <= {I14_REDUCE_VS_PEER} x vLLM / SGLang at M=16-1024: the "
+        "peers' reduce times are in neither this bench nor issue 14's table"
+    )
     return lines
