@@ -21,11 +21,15 @@ sort+quant then sort_scales) it measures
 * the minimum bytes moved (``BYTES_FORMULAS``), the achieved bandwidth and its fraction of the
   device-to-device copy bandwidth measured in the same run;
 * correctness: our output (of the graph replays) against the reference, byte for byte over
-  the region the spec defines.
+  the region the spec defines;
+* for the fused ops, ours over their parts' times in the same run (``x parts``):
+  moe_sort_quant / max(moe_sort, mxfp4_quant), moe_sort_quant_fp8 / max(moe_sort,
+  mxfp8_quant), decode_pipeline / (moe_sort_quant + moe_sort_scales) (``FUSED_PARTS``).
 
-It prints one table and the goals as PASS/FAIL lines, and writes ``results.csv``,
-``meta.json`` and ``bench_aux.png`` (if matplotlib is installed) under ``--out``.  Exit status
-1 when any output mismatches the reference, else 0 (goals are reported, not enforced).
+It prints one table and the goals as PASS/FAIL lines (issue 14's in a section of their own),
+and writes ``results.csv``, ``meta.json`` and ``bench_aux.png`` (if matplotlib is installed)
+under ``--out``.  Exit status 1 when any output mismatches the reference, else 0 (goals are
+reported, not enforced).
 
 ``--device cpu --quick`` is a smoke test (tiny sizes, wall-clock timing, eager peer only).
 
@@ -69,7 +73,16 @@ from auxbench.floors import print_floors  # noqa: E402
 from auxbench.measure import run_op  # noqa: E402
 from auxbench.peers import CompiledPeer  # noqa: E402
 from auxbench.plot import plot  # noqa: E402
-from auxbench.report import Row, fmt, goals, print_table, shape_str, write_csv  # noqa: E402
+from auxbench.report import (  # noqa: E402
+    Row,
+    fmt,
+    goals,
+    issue14_goals,
+    print_table,
+    set_fused_parts,
+    shape_str,
+    write_csv,
+)
 from auxbench.timing import Timer  # noqa: E402
 
 
@@ -100,13 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=parse_shape,
         default=None,
-        help="E,MODEL_DIM,INTER,TOPK tuples (default: the four of the issue)",
+        help="E,MODEL_DIM,INTER,TOPK tuples (default: DEFAULT_SHAPES in auxbench/cases.py, five)",
     )
     p.add_argument(
         "--tokens",
         nargs="+",
         default=None,
-        help="token counts, space or comma separated (default 1 4 16 ... 65536)",
+        help="token counts, space or comma separated (default 1 2 4 ... 4096 16384 65536)",
     )
     p.add_argument("--ops", nargs="+", default=None, help=f"subset of {', '.join(OPS)}")
     p.add_argument("--block-m", type=int, default=32)
@@ -246,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.empty_cache()
 
+    set_fused_parts(rows)
     print_table(rows)
     (out_dir / "results.csv").parent.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "results.csv", rows, args.block_m)
@@ -273,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log("\ngoals:")
     for line in goals(rows, peer.enabled):
+        log(f"  {line}")
+    log("\ngoals of issue 14 (kernels fast at every batch size; H200 figures):")
+    for line in issue14_goals(rows):
         log(f"  {line}")
     bad = [r for r in rows if r.check != "ok"]
     if peer.enabled:

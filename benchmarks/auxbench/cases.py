@@ -23,8 +23,10 @@ DEFAULT_SHAPES = (
     (385, 7168, 512, 9),
     (513, 2560, 768, 11),
     (896, 3584, 512, 16),
+    (256, 7168, 256, 8),  # DeepSeek-V3/R1 TP8, shared expert not fused (issue 14's E = 256 row)
 )
-DEFAULT_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+# every power of two from 1 to 4096 (decode, MTP and chunked prefill, issue 14), then prefill
+DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536)
 QUICK_SHAPES = ((257, 7168, 256, 9), (513, 2560, 768, 11))
 QUICK_TOKENS_CUDA = (1, 64, 4096)
 QUICK_TOKENS_CPU = (1, 16, 128)
