@@ -100,7 +100,7 @@ struct PlaceSmem {
 
 // 3. Grid: num_chunks.  Block g loads pre[g][e] and T_e (reverse_sorted[cb .. cb + 2E))
 // into registers (place_per experts per thread, e = tid*place_per + i) before pass 1 and
-// hands them to place_chunk after it.  After the scan's block_sync nothing reads the home
+// hands them to chunk_offsets after it.  After the scan's block_sync nothing reads the home
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
 // reverse entries (no other block touches that range).
 template <int E, int K>
@@ -130,8 +130,9 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortAr
   warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm.c.wcnt, nullptr);
-  place_chunk<E, K>(a, b, num_chunks, wb, we, pre, tot, sm.c.wcnt[warp], sm.c.base, sm.pad_end,
-                    sm.c.warp_tot);
+  chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end, sm.c.warp_tot);
+  warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
+  chunk_pads<E>(a, b, num_chunks, sm.pad_end);
 }
 
 }  // namespace sort_detail

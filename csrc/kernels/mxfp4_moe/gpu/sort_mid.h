@@ -132,11 +132,24 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
   constexpr int kPer = place_per<E>();
   const int tid = thread_idx();
   const int warp = warp_id();
+  const int lane = lane_id();
   const int n = static_cast<int>(a.num_tokens) * K;
   const int cb = chunk_begin(g, cq, cr);
   const int ce = chunk_begin(g + 1, cq, cr);
+  // A chunk of <= kSortThreads pairs (the usual case) is ranked one pair per thread, its
+  // key and weight loaded up front and kept in registers: one warp step, counters of the
+  // rw warps that hold pairs only.  Longer chunks take the passes of sort_rank.h.
+  const bool one = ce - cb <= kSortThreads;  // block-uniform
+  const int rw = one ? (ce - cb + kWarpSize - 1) / kWarpSize : kSortWarps;
+  const int j1 = cb + tid;
+  int key1 = E;
+  float wt1 = 0.0f;
+  if (one) {
+    load_keys<E, 1>(a, j1, 0, ce, &key1);
+    wt1 = key1 < E ? a.topk_weights[j1] : 0.0f;
+  }
 
-  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  zero_counters(&sm.wcnt[0][0], rw * E);
   for (int e = tid; e < E; e += kSortThreads) {
     sm.u.cnt.pre[e] = 0u;
     sm.u.cnt.rest[e] = 0u;
@@ -151,11 +164,19 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
       if (keys[s] < E) atomic_add_shared_u32((j < cb ? sm.u.cnt.pre : sm.u.cnt.rest) + keys[s], 1u);
     }
   }
-  int wb, we;
-  warp_range(cb, ce, warp, &wb, &we);
-  warp_count<E>(a, wb, we, sm.wcnt[warp]);
+  int wb = 0, we = 0, rank1 = 0;
+  if (one) {
+    if (warp < rw) {  // warp-uniform
+      const lane_mask_t peers = match_key<E>(key1);
+      rank1 = popc(peers & lanemask_lt(lane));
+      if (key1 < E && rank1 == 0) sm.wcnt[warp][key1] = static_cast<uint16_t>(popc(peers));
+    }
+  } else {
+    warp_range(cb, ce, warp, &wb, &we);
+    warp_count<E>(a, wb, we, sm.wcnt[warp]);
+  }
   block_sync();
-  warp_bases<E>(sm.wcnt, nullptr);
+  warp_bases<E>(sm.wcnt, nullptr, rw);
   int pre[kPer];
   int tot[kPer];
 #pragma unroll
@@ -164,10 +185,25 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
     pre[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e]) : 0;
     tot[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e] + sm.u.cnt.rest[e]) : 0;
   }
-  // place_chunk's scan has a block_sync before any thread writes base / pad_end over the
-  // counters read just above.
-  place_chunk<E, K>(a, g, num_chunks, wb, we, pre, tot, sm.wcnt[warp], sm.u.row.base,
-                    sm.u.row.pad_end, sm.warp_tot);
+  chunk_offsets<E>(a, g, num_chunks, pre, tot, sm.u.row.base, sm.u.row.pad_end, sm.warp_tot);
+  if (one) {
+    if (key1 < E) {
+      const int p = sm.u.row.base[key1] + sm.wcnt[warp][key1] + rank1;
+      const int t = j1 / K;
+      const int k = j1 - t * K;
+      a.sorted_token_ids[p] =
+          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+      a.sorted_weights[p] = wt1;
+      a.m_indices[p] = t;
+      a.reverse_sorted[j1] = p;
+      if ((p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key1;
+    } else if (j1 < ce) {
+      a.reverse_sorted[j1] = -1;
+    }
+  } else {
+    warp_place<E, K, true>(a, wb, we, sm.wcnt[warp], sm.u.row.base);
+  }
+  chunk_pads<E>(a, g, num_chunks, sm.u.row.pad_end);
 }
 
 // Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).

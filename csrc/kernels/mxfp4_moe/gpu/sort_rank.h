@@ -116,13 +116,14 @@ __device__ __forceinline__ void warp_count(const AiterAuxSortArgs& a, int wb, in
 }
 
 // After pass 1 (and a block_sync): per-warp counts -> per-warp exclusive
-// bases; tot[e] = pairs of e in the chunk (when tot is given).
+// bases over the first `rows` warps; tot[e] = pairs of e in the chunk (when tot is given).
 template <int E>
-__device__ __forceinline__ void warp_bases(uint16_t (*wcnt)[E], int* tot) {
+__device__ __forceinline__ void warp_bases(uint16_t (*wcnt)[E], int* tot, int rows = kSortWarps) {
   for (int e = thread_idx(); e < E; e += kSortThreads) {
     int run = 0;
 #pragma unroll
     for (int w = 0; w < kSortWarps; ++w) {
+      if (w >= rows) break;
       const int c = wcnt[w][e];
       wcnt[w][e] = static_cast<uint16_t>(run);
       run += c;
@@ -185,21 +186,17 @@ __host__ __device__ constexpr int place_per() {
   return (E + kSortThreads - 1) / kSortThreads;
 }
 
-// The end of a chunk block of the large and mid paths, after pass 1 and warp_bases (and a
-// block_sync).  pre[i] / tot[i]: pairs of expert e = tid * place_per + i in the chunks before
-// this one / in all chunks.  A block exclusive scan of round_up(T_e, block_m) gives the
-// segment offsets off_e; base[e] = off_e + pre[e] is the first row of the chunk's pairs of
-// e; block 0 writes num_valid_ids.  Then pass 2 places the chunk's pairs (a row p with
-// p % block_m == 0 is the first row of its block -- pads are fewer than block_m and come
-// last in a segment -- so its writer also writes sorted_expert_ids[p / block_m]) and the
-// warps write the pad rows [off_e + T_e, off_e + round_up(T_e, block_m)) of the experts
-// e % num_chunks == g.  `base` and `pad_end` (ceil(E / num_chunks) ints) are shared memory
-// that nothing reads any more once the scan has started.
-template <int E, int K>
-__device__ __forceinline__ void place_chunk(const AiterAuxSortArgs& a, int g, int num_chunks,
-                                            int wb, int we, const int* pre, const int* tot,
-                                            uint16_t* my_wcnt, int* base, int* pad_end,
-                                            int* warp_tot) {
+// The segment offsets of a chunk block of the large and mid paths, after its per-warp
+// counts (and a block_sync).  pre[i] / tot[i]: pairs of expert e = tid * place_per + i in
+// the chunks before this one / in all chunks.  A block exclusive scan of round_up(T_e,
+// block_m) gives the segment offsets off_e; base[e] = off_e + pre[e] is the first row of
+// the chunk's pairs of e; pad_end[i] = off_e + T_e of the experts e = g + i * num_chunks;
+// block 0 writes num_valid_ids.  Ends with a block_sync.  `base` and `pad_end` may alias
+// shared memory that the caller read pre / tot from: the scan's barrier comes first.
+template <int E>
+__device__ __forceinline__ void chunk_offsets(const AiterAuxSortArgs& a, int g, int num_chunks,
+                                              const int* pre, const int* tot, int* base,
+                                              int* pad_end, int* warp_tot) {
   constexpr int kPer = place_per<E>();
   const int tid = thread_idx();
   const int bm = a.block_m;
@@ -226,8 +223,15 @@ __device__ __forceinline__ void place_chunk(const AiterAuxSortArgs& a, int g, in
     a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
-  warp_place<E, K, true>(a, wb, we, my_wcnt, base);
+}
 
+// Pad rows [off_e + T_e, off_e + round_up(T_e, block_m)) of the experts e % num_chunks == g
+// (pad_end from chunk_offsets), one warp per expert.  (A pad row is never the first row of
+// a block: sorted_expert_ids come with the real rows.)
+template <int E>
+__device__ __forceinline__ void chunk_pads(const AiterAuxSortArgs& a, int g, int num_chunks,
+                                           const int* pad_end) {
+  const int bm = a.block_m;
   const int m = static_cast<int>(a.num_tokens);
   for (int i = warp_id(); g + i * num_chunks < E; i += kSortWarps) {
     const int end = pad_end[i];
