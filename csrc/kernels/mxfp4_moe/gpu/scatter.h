@@ -22,8 +22,9 @@ constexpr int kThreads = 256;
 // MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
 // the SMs refill evenly; docs/perf.md log 33, 35).  Its pairs are loaded in
 // ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for
-// q_min_blocks<K>() resident blocks per SM: 14 (72 registers) when a batch
-// holds at most 3 pairs, else 12 (80 registers; at 72 those spill).
+// the occupancy q_min_blocks<K>() of launch_traits.h: on sm_90 14 resident blocks
+// per SM (72 registers) when a batch holds at most 3 pairs, else 12 (80
+// registers; at 72 those spill); 4 waves per SIMD on CDNA.
 constexpr int kThreadsQ = 64;
 template <int K>
 __host__ __device__ constexpr int q_batch_pairs() {
@@ -31,7 +32,7 @@ __host__ __device__ constexpr int q_batch_pairs() {
 }
 template <int K>
 __host__ __device__ constexpr int q_min_blocks() {
-  return q_batch_pairs<K>() <= 3 ? 14 : 12;
+  return scatter_q_min_occupancy<q_batch_pairs<K>()>();
 }
 
 template <int D>
