@@ -11,6 +11,9 @@ one TU per op (each instance TU #included once), and compiled:
   ``v_cvt_scalef32_pk_fp4_bf16`` (the hardware scaled fp4 conversion) and gfx942's must not.
   The MXFP8 ops (``mxfp8_quant``, ``moe_sort_quant_fp8``) take the exact software E4M3 path
   on every AMD target: their assembly must hold no fp4 or fp8 conversion instruction.
+* Every target: no register spills and no scratch memory (the AMD compiles report each
+  kernel's resources with ``-Rpass-analysis=kernel-resource-usage``, nvcc runs ptxas with
+  ``-warn-spills``).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +51,8 @@ def amd_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
         env.get("HIP_CLANG"), "-x", "hip", f"--offload-arch={arch}",
         "--rocm-path=/usr", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-std=c++17", "-O3",
-        "--cuda-device-only", "-S", "-Wall", f"-I{kernels_dir()}", str(src), "-o", str(out),
+        "--cuda-device-only", "-S", "-Wall", "-Rpass-analysis=kernel-resource-usage",
+        f"-I{kernels_dir()}", str(src), "-o", str(out),
     ]  # fmt: skip
 
 
@@ -58,8 +63,8 @@ def _nvcc() -> str:
 def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
         _nvcc(), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
-        f"-gencode=arch=compute_{arch[3:]},code={arch}", "-x", "cu", f"-I{kernels_dir()}",
-        "-c", str(src), "-o", str(out),
+        f"-gencode=arch=compute_{arch[3:]},code={arch}", "-Xptxas", "-warn-spills", "-x", "cu",
+        f"-I{kernels_dir()}", "-c", str(src), "-o", str(out),
     ]  # fmt: skip
 
 
@@ -82,6 +87,21 @@ def bundles(workdir: Path, backend: str) -> dict[str, tuple[Path, int]]:
     return out
 
 
+_SPILL_REMARKS = re.compile(r"(ScratchSize \[bytes/lane\]|VGPRs Spill|SGPRs Spill): ([0-9]+)")
+
+
+def spills(stderr: str, amd: bool) -> list[str]:
+    """Register spills / scratch use reported by the compiler (AMD: the kernel-resource-usage
+    remarks; nvcc: ptxas -warn-spills)."""
+    if amd:
+        return [
+            f"{m.group(1)}: {m.group(2)}"
+            for m in _SPILL_REMARKS.finditer(stderr)
+            if m.group(2) != "0"
+        ]
+    return [ln.strip() for ln in stderr.splitlines() if "spill" in ln.lower()]
+
+
 def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple:
     amd = target.startswith("gfx")
     out = workdir / f"{op}.{target}.{'s' if amd else 'o'}"
@@ -92,6 +112,10 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
     problems = []
     if p.returncode:
         problems.append(f"compile failed:\n{' '.join(cmd)}\n{p.stderr[-3000:]}")
+    elif spilled := spills(p.stderr, amd):
+        problems.append(
+            f"register spills / scratch ({len(spilled)}): " + "; ".join(sorted(set(spilled)))
+        )
     elif amd:
         asm = out.read_text()
         n_hw = asm.count(HW_FP4)
