@@ -126,7 +126,9 @@ inline int two_blocks_per_sm() { return 2 * device_sm_count(); }
 // NVIDIA), by the pairs of one load batch (scatter.h):
 //   sm_90: min blocks per SM.  14 (72 registers) when a batch holds at most 3
 //     pairs, else 12 (80 registers; at 72 those spill).  Tuned on the H200
-//     (docs/perf.md log 33, 35); unchanged.
+//     (docs/perf.md log 33, 35); unchanged.  The 64-bit-index variant (only for
+//     more than 2^31 units, M > 9.5M tokens at D = 7168) spilled 20 bytes at 72
+//     registers (topk 9): 12 there.
 //   gfx942 / gfx950: min waves per SIMD = 4.  Both have 512 VGPRs (ArchVGPR +
 //     AccVGPR) per SIMD lane, so 4 waves leave up to 128 registers a wave: the
 //     kernel needs 82-88 unconstrained, so nothing spills.  More would not
@@ -135,10 +137,10 @@ inline int two_blocks_per_sm() { return 2 * device_sm_count(); }
 //     LDS) could hold 5 waves by registers; 4 is the conservative choice
 //     until it is measured.  (The CUDA values, read as waves per EU, asked
 //     for 12-14 > the hardware's 8: the compiler warned and ignored them.)
-template <int kBatchPairs>
+template <int kBatchPairs, bool kWideIndex>
 __host__ __device__ constexpr int scatter_q_min_occupancy() {
 #if defined(AITER_AUX_GPU_CUDA)
-  return kBatchPairs <= 3 ? 14 : 12;
+  return kBatchPairs <= 3 && !kWideIndex ? 14 : 12;
 #else
   return 4;
 #endif

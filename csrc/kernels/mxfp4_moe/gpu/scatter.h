@@ -22,7 +22,7 @@ constexpr int kThreads = 256;
 // MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
 // the SMs refill evenly; docs/perf.md log 33, 35).  Its pairs are loaded in
 // ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for
-// the occupancy q_min_blocks<K>() of launch_traits.h: on sm_90 14 resident blocks
+// the occupancy q_min_blocks<K, Idx>() of launch_traits.h: on sm_90 14 resident blocks
 // per SM (72 registers) when a batch holds at most 3 pairs, else 12 (80
 // registers; at 72 those spill); 4 waves per SIMD on CDNA.
 constexpr int kThreadsQ = 64;
@@ -30,9 +30,9 @@ template <int K>
 __host__ __device__ constexpr int q_batch_pairs() {
   return (K + (K + 3) / 4 - 1) / ((K + 3) / 4);
 }
-template <int K>
+template <int K, typename Idx>
 __host__ __device__ constexpr int q_min_blocks() {
-  return scatter_q_min_occupancy<q_batch_pairs<K>()>();
+  return scatter_q_min_occupancy<q_batch_pairs<K>(), (sizeof(Idx) > 4)>();
 }
 
 template <int D>
@@ -276,7 +276,7 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 
 // Idx: int32_t when num_tokens * D / 32 < 2^31 (cheaper index arithmetic), else int64_t.
 template <int D, int K, typename Idx>
-__global__ __launch_bounds__(kThreadsQ, q_min_blocks<K>()) void scatter_reduce_q_kernel(
+__global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_reduce_q_kernel(
     AiterAuxScatterArgs a, int num_blocks, bool in_al16, bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
   // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
