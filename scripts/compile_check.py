@@ -11,6 +11,11 @@ one TU per op (each instance TU #included once), and compiled:
   ``v_cvt_scalef32_pk_fp4_bf16`` (the hardware scaled fp4 conversion) and gfx942's must not.
   The MXFP8 ops (``mxfp8_quant``, ``moe_sort_quant_fp8``) take the exact software E4M3 path
   on every AMD target: their assembly must hold no fp4 or fp8 conversion instruction.
+* gfx950 / gfx942: no register spills and no scratch memory (each kernel's resources come
+  from ``-Rpass-analysis=kernel-resource-usage``).  sm_90 (ptxas ``-warn-spills``): spills
+  are printed as notes, not failures: the H200-tuned occupancy bounds spill a few bytes in
+  mxfp4_quant (D = 4096, 8192: 4 bytes at 6 blocks per SM) and in the 64-bit-index
+  scatter_q kernel (> 2^31 units only).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +53,8 @@ def amd_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
         env.get("HIP_CLANG"), "-x", "hip", f"--offload-arch={arch}",
         "--rocm-path=/usr", "-nogpulib", "-D__AMDGCN_WAVEFRONT_SIZE=64", "-std=c++17", "-O3",
-        "--cuda-device-only", "-S", "-Wall", f"-I{kernels_dir()}", str(src), "-o", str(out),
+        "--cuda-device-only", "-S", "-Wall", "-Rpass-analysis=kernel-resource-usage",
+        f"-I{kernels_dir()}", str(src), "-o", str(out),
     ]  # fmt: skip
 
 
@@ -58,8 +65,8 @@ def _nvcc() -> str:
 def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
     return [
         _nvcc(), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
-        f"-gencode=arch=compute_{arch[3:]},code={arch}", "-x", "cu", f"-I{kernels_dir()}",
-        "-c", str(src), "-o", str(out),
+        f"-gencode=arch=compute_{arch[3:]},code={arch}", "-Xptxas", "-warn-spills", "-x", "cu",
+        f"-I{kernels_dir()}", "-c", str(src), "-o", str(out),
     ]  # fmt: skip
 
 
@@ -82,6 +89,21 @@ def bundles(workdir: Path, backend: str) -> dict[str, tuple[Path, int]]:
     return out
 
 
+_SPILL_REMARKS = re.compile(r"(ScratchSize \[bytes/lane\]|VGPRs Spill|SGPRs Spill): ([0-9]+)")
+
+
+def spills(stderr: str, amd: bool) -> list[str]:
+    """Register spills / scratch use reported by the compiler (AMD: the kernel-resource-usage
+    remarks; nvcc: ptxas -warn-spills)."""
+    if amd:
+        return [
+            f"{m.group(1)}: {m.group(2)}"
+            for m in _SPILL_REMARKS.finditer(stderr)
+            if m.group(2) != "0"
+        ]
+    return [ln.strip() for ln in stderr.splitlines() if "spill" in ln.lower()]
+
+
 def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple:
     amd = target.startswith("gfx")
     out = workdir / f"{op}.{target}.{'s' if amd else 'o'}"
@@ -92,6 +114,10 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
     problems = []
     if p.returncode:
         problems.append(f"compile failed:\n{' '.join(cmd)}\n{p.stderr[-3000:]}")
+    elif (spilled := spills(p.stderr, amd)) and amd:
+        problems.append(
+            f"register spills / scratch ({len(spilled)}): " + "; ".join(sorted(set(spilled)))
+        )
     elif amd:
         asm = out.read_text()
         n_hw = asm.count(HW_FP4)
@@ -114,6 +140,8 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
             problems.append(f"PTX compile failed:\n{' '.join(cmd)}\n{p2.stderr[-3000:]}")
         elif PTX_FP8 not in ptx.read_text():
             problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
+    if spilled and not amd:  # known on sm_90 (see the docstring): reported, not failed
+        print(f"note: {target} {op}: " + "; ".join(sorted(set(spilled))), file=sys.stderr)
     warnings = p.stderr.count("warning:")
     return target, op, count, secs, warnings, problems
 

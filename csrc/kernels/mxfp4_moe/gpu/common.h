@@ -9,6 +9,7 @@
 
 #include "../mxfp4_moe_aux_abi.h"
 #include "hip_compat.h"
+#include "launch_traits.h"
 
 extern "C" void aiter_aux_set_error(const char* msg);
 

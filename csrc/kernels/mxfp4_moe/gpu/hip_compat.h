@@ -3,6 +3,11 @@
 // (`__CUDACC__` and not `__HIP_PLATFORM_AMD__`), and wraps the few
 // warp-level primitives whose spelling differs between the two.
 //
+// The `#else` branches of the device-only primitives below are the host pass
+// of a HIP compile (parsed, never emitted or executed) or a device pass for a
+// target other than AMDGCN, which the kernels do not support: they trap
+// (aiter_aux_unreachable) rather than return a value that would be wrong.
+//
 // Rules kept by every kernel header of this directory:
 //   * bf16 is raw uint16_t bits everywhere (no hip_bf16 / cuda_bf16 types);
 //   * `__builtin_amdgcn_*` appear only inside `#if AITER_AUX_AMDGCN_DEVICE`
@@ -15,6 +20,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 // Bit-exactness needs IEEE fp32 (round to nearest even, subnormals kept, no
 // reassociation).  clang/gcc -ffast-math is caught here; nvcc's
@@ -80,6 +87,27 @@ typedef cudaError_t hipError_t;
 #define AITER_AUX_LAUNCH(kern, grid, block, stream) kern<<<(grid), (block), 0, (stream)>>>
 #endif
 
+// aiter_aux_unreachable(): a path that cannot be taken (an invariant the host
+// launch guarantees, a target the kernels do not support) stops the kernel
+// instead of returning a made-up value: __trap() on CUDA, __builtin_trap() on
+// HIP (s_trap), abort() in the emulation and in host code.  Callable from
+// host and device code; never returns.
+[[noreturn]] __host__ __device__ __forceinline__ void aiter_aux_unreachable() {
+#if defined(AITER_AUX_GPU_EMU)
+  fprintf(stderr, "aiter_aux: unreachable path taken\n");
+  abort();
+#elif defined(AITER_AUX_GPU_CUDA)
+#if defined(__CUDA_ARCH__)
+  __trap();
+  __builtin_unreachable();
+#else
+  abort();
+#endif
+#else
+  __builtin_trap();
+#endif
+}
+
 namespace aiter_aux {
 namespace gpu {
 
@@ -104,7 +132,7 @@ __device__ __forceinline__ int thread_idx() {
 #elif AITER_AUX_AMDGCN_DEVICE
   return static_cast<int>(__builtin_amdgcn_workitem_id_x());
 #else
-  return 0;  // host pass of a HIP compile: never executed
+  aiter_aux_unreachable();  // host pass of a HIP compile (or a non-AMDGCN device pass)
 #endif
 }
 
@@ -116,7 +144,7 @@ __device__ __forceinline__ int block_idx() {
 #elif AITER_AUX_AMDGCN_DEVICE
   return static_cast<int>(__builtin_amdgcn_workgroup_id_x());
 #else
-  return 0;
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -138,7 +166,8 @@ __device__ __forceinline__ lane_mask_t warp_ballot(bool pred) {
 #elif AITER_AUX_AMDGCN_DEVICE
   return __builtin_amdgcn_ballot_w64(pred);
 #else
-  return pred ? 1 : 0;
+  (void)pred;
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -162,6 +191,8 @@ __device__ __forceinline__ void warp_sync() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -177,6 +208,8 @@ __device__ __forceinline__ void block_sync() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+#else
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -189,8 +222,9 @@ __device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int mask) {
   const int src = lane_id() ^ mask;
   return static_cast<uint32_t>(__builtin_amdgcn_ds_bpermute(src << 2, static_cast<int>(v)));
 #else
+  (void)v;
   (void)mask;
-  return v;
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -207,8 +241,9 @@ __device__ __forceinline__ int shfl_up_i32(int v, int delta) {
   const int src = lane >= delta ? lane - delta : lane;
   return __builtin_amdgcn_ds_bpermute(src << 2, v);
 #else
+  (void)v;
   (void)delta;
-  return v;
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -221,8 +256,9 @@ __device__ __forceinline__ int shfl_idx_i32(int v, int src) {
 #elif AITER_AUX_AMDGCN_DEVICE
   return __builtin_amdgcn_ds_bpermute(src << 2, v);
 #else
+  (void)v;
   (void)src;
-  return v;
+  aiter_aux_unreachable();
 #endif
 }
 
@@ -239,9 +275,9 @@ __device__ __forceinline__ uint32_t atomic_add_shared_u32(uint32_t* p, uint32_t 
 #elif AITER_AUX_AMDGCN_DEVICE
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 #else
-  const uint32_t old = *p;
-  *p = old + v;
-  return old;
+  (void)p;
+  (void)v;
+  aiter_aux_unreachable();
 #endif
 }
 

@@ -167,10 +167,10 @@ constexpr int kFp8Dim = 1 << 24;
 
 constexpr int kQuantThreads = 256;
 
-// CUDA: at least 6 blocks of 256 per SM (<= 40 registers; 47 unconstrained,
-// no spills either way).  (HIP reads a second argument as waves per EU.)
+// CUDA: at least kQuantMinOccupancy = 6 blocks of 256 per SM (launch_traits.h).
+// (HIP reads a second argument as waves per EU; none there.)
 #if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_QUANT_BOUNDS __launch_bounds__(kQuantThreads, 6)
+#define AITER_AUX_QUANT_BOUNDS __launch_bounds__(kQuantThreads, kQuantMinOccupancy)
 #else
 #define AITER_AUX_QUANT_BOUNDS __launch_bounds__(kQuantThreads)
 #endif
@@ -206,17 +206,19 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
   if (a.num_tokens == 0) return AITER_AUX_OK;
   const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
   // one step (kQuantUnroll units per lane) per warp, up to 8192 blocks; below
-  // 264 such blocks, one tile (2 units per lane) per warp, up to 264 blocks
+  // 2 blocks per SM (264 on an H200) of such blocks, one tile (2 units per lane)
+  // per warp, up to that many blocks
+  const int spread = two_blocks_per_sm();
   const int64_t want = ceil_div_i64(units, int64_t(kQuantThreads) * kQuantUnroll);
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   hipStream_t st = static_cast<hipStream_t>(stream);
-  if (want >= 264) {
+  if (want >= spread) {
     const int blocks = static_cast<int>(clamp_i64(want, 1, 8192));
     AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, kStepTiles>), dim3(blocks), dim3(kQuantThreads),
                      st)(a, blocks, x_al16, q_al4);
   } else {
-    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, 264));
+    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, spread));
     AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, 1>), dim3(blocks), dim3(kQuantThreads), st)(
         a, blocks, x_al16, q_al4);
   }

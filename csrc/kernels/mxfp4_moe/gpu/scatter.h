@@ -22,16 +22,17 @@ constexpr int kThreads = 256;
 // MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
 // the SMs refill evenly; docs/perf.md log 33, 35).  Its pairs are loaded in
 // ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for
-// q_min_blocks<K>() resident blocks per SM: 14 (72 registers) when a batch
-// holds at most 3 pairs, else 12 (80 registers; at 72 those spill).
+// the occupancy q_min_blocks<K, Idx>() of launch_traits.h: on sm_90 14 resident blocks
+// per SM (72 registers) when a batch holds at most 3 pairs, else 12 (80
+// registers; at 72 those spill); 4 waves per SIMD on CDNA.
 constexpr int kThreadsQ = 64;
 template <int K>
 __host__ __device__ constexpr int q_batch_pairs() {
   return (K + (K + 3) / 4 - 1) / ((K + 3) / 4);
 }
-template <int K>
+template <int K, typename Idx>
 __host__ __device__ constexpr int q_min_blocks() {
-  return q_batch_pairs<K>() <= 3 ? 14 : 12;
+  return scatter_q_min_occupancy<q_batch_pairs<K>(), (sizeof(Idx) > 4)>();
 }
 
 template <int D>
@@ -275,7 +276,7 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 
 // Idx: int32_t when num_tokens * D / 32 < 2^31 (cheaper index arithmetic), else int64_t.
 template <int D, int K, typename Idx>
-__global__ __launch_bounds__(kThreadsQ, q_min_blocks<K>()) void scatter_reduce_q_kernel(
+__global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_reduce_q_kernel(
     AiterAuxScatterArgs a, int num_blocks, bool in_al16, bool out_al16) {
   constexpr int kBlocksPerRow = D / 32;
   // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
@@ -373,6 +374,165 @@ __global__ __launch_bounds__(kThreadsQ, q_min_blocks<K>()) void scatter_reduce_q
   }
 }
 
+// Small-M launch shape (num_tokens <= small_max_tokens<kQ>()): one thread per (token, V
+// columns) with V = 4 (bf16; fewer when D % 4 != 0) or 8 (MXFP4: one 4-byte word of
+// e2m1 codes), 64-thread blocks, one unit per thread.  All topk pairs of a unit (up to 16;
+// more in batches of 16) are loaded together right after the reverse_sorted entries: one
+// dependent memory round trip after that load, where the large-M kernels take
+// ceil(topk / 8) (bf16) or ceil(topk / 4) (MXFP4).  Each SM gets a few kB, so at M = 1 the
+// grid (D / 4 / 64 blocks: 28 at D = 7168) spreads the rows over many SMs instead of 4
+// blocks that each pull 36 kB.  Same arithmetic, same order, same bits as the large-M
+// kernels (the MXFP4 fast product of scatter_reduce_q_kernel per 8 elements, else the
+// general decode per element).
+constexpr int kThreadsSmall = 64;
+constexpr int kSmallMaxBatch = 16;
+template <bool kQ>
+__host__ __device__ constexpr int small_max_tokens() {
+  // MXFP4: up to M = 256, where the 64-thread kernel's 3 dependent batches (topk 9-12)
+  // still dominate; above it its per-pair work per 32 columns is the cheaper shape.
+  return kQ ? 256 : 1024;
+}
+template <int D, bool kQ>
+__host__ __device__ constexpr int small_vec_width() {
+  return kQ ? 8 : (vec_width<D>() < 4 ? vec_width<D>() : 4);
+}
+
+// V consecutive bf16 as (V + 1) / 2 little-endian words; `al`: the V * 2-byte access is aligned.
+template <int V>
+__device__ __forceinline__ void load_bf16xv(const uint16_t* p, bool al, uint32_t* w) {
+  if constexpr (V == 4) {
+    if (al) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      w[0] = v.x;
+      w[1] = v.y;
+    } else {
+      w[0] = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 16);
+      w[1] = static_cast<uint32_t>(p[2]) | (static_cast<uint32_t>(p[3]) << 16);
+    }
+  } else if constexpr (V == 2) {
+    w[0] = al ? *reinterpret_cast<const uint32_t*>(p)
+              : static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 16);
+  } else {
+    w[0] = p[0];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void store_bf16xv(uint16_t* p, bool al, const uint32_t* w) {
+  if constexpr (V == 4) {
+    if (al) {
+      uint2 v;
+      v.x = w[0];
+      v.y = w[1];
+      *reinterpret_cast<uint2*>(p) = v;
+      return;
+    }
+  } else if constexpr (V == 2) {
+    if (al) {
+      *reinterpret_cast<uint32_t*>(p) = w[0];
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) p[j] = static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2)));
+}
+
+template <int D, int K, bool kQ>
+__global__ __launch_bounds__(kThreadsSmall) void scatter_reduce_small_kernel(AiterAuxScatterArgs a,
+                                                                             int num_blocks,
+                                                                             bool in_al, bool out_al) {
+  constexpr int V = small_vec_width<D, kQ>();
+  constexpr int kUnitsPerRow = D / V;
+  constexpr int kWords = (V + 1) / 2;  // bf16 words per pair (MXFP4: 1 word of 8 codes)
+  constexpr int kKB = K < kSmallMaxBatch ? K : kSmallMaxBatch;
+  const int64_t units = a.num_tokens * kUnitsPerRow;
+  const int64_t stride = static_cast<int64_t>(num_blocks) * kThreadsSmall;
+  const int64_t rows = a.num_rows;
+  for (int64_t u = static_cast<int64_t>(block_idx()) * kThreadsSmall + thread_idx(); u < units;
+       u += stride) {
+    const int64_t t = u / kUnitsPerRow;
+    const int col = static_cast<int>(u - t * kUnitsPerRow) * V;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    const int32_t* rev = a.reverse_sorted + t * K;
+    if (rows > 0) {  // else nothing is kept (and row 0 does not exist)
+#pragma unroll 1
+      for (int k0 = 0; k0 < K; k0 += kKB) {
+        int ps[kKB];
+        bool ok[kKB];
+#pragma unroll
+        for (int i = 0; i < kKB; ++i) {
+          const int p = k0 + i < K ? rev[k0 + i] : -1;
+          ok[i] = p >= 0 && p < rows;
+          ps[i] = ok[i] ? p : 0;  // a skipped pair loads row 0 and is not accumulated
+        }
+        float wt[kKB];
+        uint32_t raw[kKB][kQ ? 1 : kWords];
+        uint32_t sc[kKB];
+#pragma unroll
+        for (int i = 0; i < kKB; ++i) {
+          const int64_t p = ps[i];
+          wt[i] = a.sorted_weights[p];
+          sc[i] = 0;
+          if constexpr (kQ) {
+            raw[i][0] = load_u8x4(a.expert_out_q + p * (D / 2) + col / 2, in_al);
+            sc[i] = a.expert_out_scale[p * (D / 32) + col / 32];
+          } else {
+            load_bf16xv<V>(a.expert_out + p * D + col, in_al, raw[i]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kKB; ++i) {
+          if (!ok[i]) continue;
+          if constexpr (kQ) {
+            uint32_t wb;
+            if (q_fast_weight(as_u32(wt[i]), sc[i], &wb)) {
+              const float big_w = as_f32(wb);
+              uint32_t h[4];
+              e2m1x8_as_f16x2(raw[i][0], h);
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                acc[j] = f32_add_rn(acc[j], f32_mul_rn(f16_half_to_f32<false>(h[j]), big_w));
+                acc[j + 4] = f32_add_rn(acc[j + 4], f32_mul_rn(f16_half_to_f32<true>(h[j]), big_w));
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                const float v = as_f32(mx_decode_bits((raw[i][0] >> (4 * j)) & 0xFu, sc[i]));
+                acc[j] = f32_add_rn(acc[j], f32_mul_rn(v, wt[i]));
+              }
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const uint32_t w = raw[i][j / 2];
+              const float v = as_f32((j % 2) ? (w & 0xFFFF0000u) : (w << 16));
+              acc[j] = f32_add_rn(acc[j], f32_mul_rn(v, wt[i]));
+            }
+          }
+        }
+      }
+    }
+    // the MXFP4 kernel writes plain zeros when num_rows == 0 (the bf16 one scales them)
+    if (!kQ || rows > 0) scale_sum<V>(acc, a.routed_scaling_factor);
+    uint16_t* dst = a.out + t * D + col;
+    if constexpr (V == 8) {
+      uint32_t w[4];
+      pack_bf16x8(acc, w);
+      store_bf16x8(dst, out_al, w);
+    } else {
+      uint32_t w[kWords];
+#pragma unroll
+      for (int j = 0; j < kWords; ++j) {
+        w[j] = f32_bits_to_bf16_rne(as_u32(acc[2 * j]));
+        if (2 * j + 1 < V) w[j] |= f32_bits_to_bf16_rne(as_u32(acc[2 * j + 1])) << 16;
+      }
+      store_bf16xv<V>(dst, out_al, w);
+    }
+  }
+}
+
 template <int D, int K, bool kQ>
 inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
   static_assert(D > 0, "model_dim must be positive");
@@ -390,6 +550,18 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
     if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
   }
   const bool out_al16 = is_aligned(a.out, 16);
+  if (a.num_tokens <= small_max_tokens<kQ>()) {
+    constexpr int Vs = small_vec_width<D, kQ>();
+    const int64_t units = a.num_tokens * (D / Vs);
+    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreadsSmall), 1, 65535));
+    // vector accesses: MXFP4 4-byte code words (D / 2 % 4 == 0) and 16-byte bf16 stores;
+    // bf16 Vs * 2-byte loads and stores (D % Vs == 0 keeps every row aligned like the base)
+    const bool in_al = kQ ? is_aligned(a.expert_out_q, 4) : is_aligned(a.expert_out, Vs * 2);
+    const bool out_al = kQ ? out_al16 : is_aligned(a.out, Vs * 2);
+    AITER_AUX_LAUNCH((scatter_reduce_small_kernel<D, K, kQ>), dim3(blocks), dim3(kThreadsSmall),
+                     static_cast<hipStream_t>(stream))(a, blocks, in_al, out_al);
+    return check_launch(op);
+  }
   if constexpr (kQ) {
     const int64_t units = a.num_tokens * (D / 32);
     const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreadsQ), 1, 65535));

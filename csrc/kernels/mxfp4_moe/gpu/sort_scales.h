@@ -49,7 +49,7 @@ constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the 
 // with 16-byte slots, 5 per slab, so step 1's 5 x 32 slot loads are 32 rows x 5
 // with no idle lane (D = 7168: slabs of 10, 10, 8 ku; docs/perf.md log 37)
 constexpr int kKuMid = 10;
-constexpr int kSpreadBlocks = 264;  // ~2 blocks per SM of an H200: below it, narrow slabs
+// Below two_blocks_per_sm() blocks of wide slabs (launch_traits.h; 264 on an H200): narrow slabs
 constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
 // Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
 // keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-8 %
@@ -234,7 +234,7 @@ void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hi
   // wide slabs at prefill.
   constexpr bool kAlwaysNarrow = kNarrowHelps && Layout<D, V, kKuWide>::kSlots > kMaxWideSlots;
   const bool small =
-      ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < kSpreadBlocks;
+      ceil_div_i64(total_tiles * Layout<D, V, kKuWide>::kSlabs, kSubWarps) < two_blocks_per_sm();
   if constexpr (kAlwaysNarrow) {
     if (small)
       launch_sort_scales_ku<D, V, kKuNarrow>(a, total_tiles, stream, in_al8, in_al4, out_al4);

@@ -977,6 +977,20 @@ int main() {
   run_scatter_case<2560, 11, true>(3, 40, 58);  // batches 4 + 4 + 3: a pad slot in the last
   run_scatter_case<256, 9, true>(40, 300, 48, true);  // fast and general decode mixed in a warp
   run_scatter_case<7168, 9, true>(5, 60, 49);
+  // the cases above take the small-M launch shape (M <= 1024 bf16, <= 256 MXFP4); more of
+  // it at M = 1, 2, 16 (topk 16: one batch of 16; topk 17: 16 + 1), then the large-M kernels
+  run_scatter_case<7168, 9, false>(1, 30, 82);
+  run_scatter_case<7168, 9, false>(2, 30, 83);
+  run_scatter_case<2560, 16, false>(16, 60, 84);
+  run_scatter_case<98, 17, false>(16, 40, 85);  // V = 2
+  run_scatter_case<7168, 9, true>(1, 30, 86);
+  run_scatter_case<7168, 9, true>(2, 30, 87);
+  run_scatter_case<2560, 16, true>(16, 60, 88);
+  run_scatter_case<256, 17, true>(16, 40, 89, true);
+  run_scatter_case<64, 3, false>(1100, 40, 90);
+  run_scatter_case<100, 2, false>(1030, 20, 91);
+  run_scatter_case<256, 9, true>(300, 300, 92, true);
+  run_scatter_case<2560, 11, true>(260, 40, 93);
 
   test_fp8();
 
