@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py
 
-Small and medium sizes, both sort paths (single-block and multi-block), every op; each
+Small and medium sizes, every sort path, every op; each
 output is also compared with the reference so a sanitizer-clean but wrong run still fails.
 """
 
@@ -27,10 +27,15 @@ def main() -> int:
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(1234)
     bad = 0
+    # every sort path (gpu/sort.h launch_sort): micro (M = 1), tiny (3, 40), mid (300, 5000; the
+    # fused op at 6000 too), large (moe_sort at 6000: 54000 pairs)
     for shape, m in (
+        ((257, 7168, 256, 9), 1),
         ((257, 7168, 256, 9), 3),
         ((896, 3584, 512, 16), 40),
+        ((257, 7168, 256, 9), 300),
         ((32, 5120, 2304, 2), 5000),
+        ((257, 7168, 256, 9), 6000),
     ):
         e, d, _i, k = shape
         ids, w = draw_routing(m, e, k, g)

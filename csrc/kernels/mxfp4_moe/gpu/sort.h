@@ -22,7 +22,7 @@
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
-// (~160 chunks, see launch_sort); chunk g's "home" is reverse_sorted[cb(g) ..
+// (~1.2 per SM, see launch_large); chunk g's "home" is reverse_sorted[cb(g) ..
 // cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
 // in the last launch):
 //   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
@@ -55,7 +55,8 @@ constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
 constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
 constexpr int kMaxChunk = 32768;                      // chunks of < 2 kMaxChunk pairs
-constexpr int kTargetChunks = 160;  // ~1 block per SM (132 on H200) for count and place
+// Large path: ~1.2 chunks per SM for count and place (tuned on the H200: 160 for 132 SMs).
+inline int64_t large_target_chunks(int sms) { return int64_t(sms) * 40 / 33; }
 constexpr int kScanThreads = 256;  // large-path scan: one warp per expert
 constexpr int kScanWarps = kScanThreads / kWarpSize;
 // Chunks per lane per tile of the scan (256 chunks a tile); the emulator self-test also
@@ -85,9 +86,7 @@ constexpr int kMidFusedDimPerTopk = 300;
 constexpr int kMidChunkPairs = 64;  // pairs per mid chunk (fewer chunks only at the SM cap)
 constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
 #if defined(AITER_AUX_GPU_EMU)
-constexpr int kMidMaxChunksDefault = 8;  // the emulation's "SMs": few fibers per block set
-#else
-constexpr int kMidMaxChunksDefault = 132;  // SMs (until the launch traits give the count)
+constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chunks at most
 #endif
 
 }  // namespace sort_detail
@@ -253,8 +252,9 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
   // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
   // uint16 counters exact.
-  const int64_t chunk = clamp_i64(ceil_div_i64(ceil_div_i64(n, kTargetChunks), kUnit) * kUnit,
-                                  kUnit, kMaxChunk);
+  const int64_t target = large_target_chunks(device_sm_count());
+  const int64_t chunk =
+      clamp_i64(ceil_div_i64(ceil_div_i64(n, target), kUnit) * kUnit, kUnit, kMaxChunk);
   const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
   const int64_t cq = n / num_chunks;
   const int64_t cr = n % num_chunks;
@@ -290,7 +290,11 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   static_assert(kMicroPathPairs <= kWarpSize && kTinyPathPairs <= kTinyThreads, "path limits");
   if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
   if (n <= kTinyPathPairs) return launch_tiny<E, K, D>(a, q, st, op);
-  const int sms = kMidMaxChunksDefault;
+#if defined(AITER_AUX_GPU_EMU)
+  const int sms = kEmuSortChunksMax;
+#else
+  const int sms = device_sm_count();
+#endif
   if (use_mid_path<E, K, D>(n, sms))
     return launch_mid<E, K, D>(a, q, st, mid_chunks(n, sms, D > 0), op);
   return launch_large<E, K, D>(a, q, st, op);
