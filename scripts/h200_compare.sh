@@ -47,7 +47,7 @@ if [ "${BENCH:-1}" = 1 ]; then
       --quick --no-compile-peer --out "$OUT/before" > "$OUT/bench_before.txt" 2>&1; echo "before: $?")
   fi
 fi
-if [ "${MIDM:-1}" = 1 ]; then
+if [ "${MIDM:-0}" = 1 ]; then
   echo "== moe_sort / moe_sort_quant at every M (issue 14's shapes): this tree, then the reference tree"
   MID="--no-compile-peer --ops moe_sort moe_sort_quant --tokens 1 64 128 256 512 1024 2048 4096 16384
        --shapes 257,7168,256,9 896,3584,512,16 256,7168,256,8 513,2560,768,11"
