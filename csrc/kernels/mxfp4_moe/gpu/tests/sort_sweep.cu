@@ -193,7 +193,8 @@ static void sweep(int m) {
     run("quant", 0, [&]() { return mxfp4_quant<D>(none, st); });
     first.clear();
     run("auto", 0, [&]() { return sd::launch_sort<E, K, D>(a, none, st, "x"); });
-    for (int g : {66, 132, 264}) {
+    if (n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, D>(a, none, st, "x"); });
+    for (int g : {16, 33, 66, 132}) {
       if ((n + g - 1) / g > 65535) continue;
       run("mid", g, [&]() { return sd::launch_mid<E, K, D>(a, none, st, g, "x"); });
     }
@@ -230,7 +231,7 @@ static void sweep(int m) {
 
 template <int E, int K>
 static void sweep_all() {
-  for (int m : {1, 2, 3, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384, 65536}) sweep<E, K>(m);
+  for (int m : {1, 2, 3, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192}) sweep<E, K>(m);
 }
 
 int main(int argc, char** argv) {
@@ -251,7 +252,7 @@ int main(int argc, char** argv) {
   sweep_all<256, 8>();
   sweep_all<513, 11>();
   sweep_all<385, 9>();
-  for (int m : {1024, 4096, 16384, 65536}) {
+  for (int m : {16, 64, 1024, 4096, 16384}) {
     sweep<257, 9, 7168>(m);
     sweep<513, 11, 2560>(m);
     sweep<896, 16, 3584>(m);
