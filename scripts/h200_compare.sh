@@ -37,6 +37,10 @@ if [ "${HOST:-1}" = 1 ]; then
 echo "== host cost"
 AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_host.py --csv "$OUT/host.csv" \
   2>&1 | tee "$OUT/host.txt" | tail -28
+if [ -d .before ]; then
+  (cd .before && AITER_AUX_CACHE_DIR=/tmp/c_before PYTHONPATH=$PWD/.before python3 benchmarks/bench_host.py \
+    --csv "$OUT/host_before.csv" > "$OUT/host_before.txt" 2>&1; echo "host before: $?")
+fi
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   echo "== bench_aux --quick: this tree, then the reference tree"

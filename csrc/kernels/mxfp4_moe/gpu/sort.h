@@ -13,12 +13,15 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
-// Paths by n = M*topk (host: launch_sort): <= kWarpSize: micro (sort_mid.h; one
-// warp ranks everything, no barrier); <= kTinyPathPairs: tiny (sort_tiny.h; G
-// redundant ranking blocks that each write a slice of the rows); <= kMidPathPairs:
-// mid (sort_mid.h; chunk blocks that each count all pairs and rank their own
-// chunk); else large (below).  All are one launch except large.  The thresholds
-// are measured (docs/perf.md log 49).
+// Paths by n = M*topk (host: launch_sort):
+//   micro  n <= kMicroPathPairs (sort_mid.h): one warp ranks everything, no barrier;
+//   tiny   n <= kTinyPathPairs, kTinyFusedPathPairs beside a fused quant (sort_tiny.h):
+//          G redundant ranking blocks that each write a slice of the rows;
+//   mid    n <= kMidPathBase + kMidPathPerExpert * E, or wherever a fused quant is the
+//          longer part (sort_mid.h): chunk blocks that each count all pairs and rank
+//          their own chunk;
+//   large  the rest (below).
+// All are one launch except large.  The thresholds are measured (docs/perf.md log 49).
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
@@ -74,7 +77,8 @@ constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks all)
 constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
-constexpr int kTinyPathPairs = kTinyThreads;  // ... up to here
+constexpr int kTinyPathPairs = 512;       // ... up to here (the mid path is faster above)
+constexpr int kTinyFusedPathPairs = 128;  // ... or this beside a fused quant
 constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...
 constexpr int kTinyMaxBlocks = 32;            // ... blocks at most
 // Mid path up to kMidPathBase + kMidPathPerExpert * E pairs (the large path's 3 launches
@@ -83,7 +87,8 @@ constexpr int kTinyMaxBlocks = 32;            // ... blocks at most
 constexpr int64_t kMidPathBase = 40960;
 constexpr int64_t kMidPathPerExpert = 48;
 constexpr int kMidFusedDimPerTopk = 300;
-constexpr int kMidChunkPairs = 64;  // pairs per mid chunk (fewer chunks only at the SM cap)
+constexpr int kMidChunkPairs = 16;       // mid chunks: ~this many pairs, up to half the SMs,
+constexpr int kMidLargeChunkPairs = 128;  // then ~this many, up to one per SM
 constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
 #if defined(AITER_AUX_GPU_EMU)
 constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chunks at most
@@ -197,7 +202,8 @@ inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hi
                        const char* op) {
   const AuxGrid x = aux_grid<D>(a, q, kTinyThreads, 1);
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-  const int ng = static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
+  const int ng =
+      static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
   AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, D>), dim3(ng + x.quant_blocks + x.zero_blocks),
                    dim3(kTinyThreads), st)(a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16,
                                            x.q_al4);
@@ -224,12 +230,18 @@ constexpr int64_t large_unit() {
   return ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
 }
 
-// Chunks of the mid path for n pairs: ~kMidChunkPairs each, at most one per SM (`sms`; half
-// of them beside a fused quant of n <= kMidPathBase pairs, which leaves the quant blocks
-// more room), more only where a chunk would exceed kMidMaxChunkPairs.
+// Chunks of the mid path for n pairs: ~kMidChunkPairs each up to half the SMs (`sms`), then
+// ~kMidLargeChunkPairs each up to one per SM (half of them beside a fused quant of n <=
+// kMidPathBase pairs, which leaves the quant blocks more room); more only where a chunk
+// would exceed kMidMaxChunkPairs.  Each block counts all n pairs, so past a few dozen
+// blocks more of them cost more than their smaller chunks save (docs/perf.md log 49).
 inline int mid_chunks(int64_t n, int sms, bool fused) {
-  const int64_t cap = fused && n <= kMidPathBase ? (sms + 1) / 2 : sms;
-  const int64_t g = clamp_i64(ceil_div_i64(n, kMidChunkPairs), 1, cap > 1 ? cap : 1);
+  const int64_t half = (sms + 1) / 2;
+  const int64_t cap = fused && n <= kMidPathBase ? half : sms;
+  const int64_t fine = ceil_div_i64(n, kMidChunkPairs);
+  const int64_t small = fine < half ? fine : half;
+  const int64_t large = ceil_div_i64(n, kMidLargeChunkPairs);
+  const int64_t g = clamp_i64(small > large ? small : large, 1, cap > 1 ? cap : 1);
   const int64_t least = ceil_div_i64(n, kMidMaxChunkPairs);
   return static_cast<int>(g > least ? g : least);
 }
@@ -287,9 +299,12 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   hipStream_t st = static_cast<hipStream_t>(stream);
   const int64_t n = a.num_tokens * K;
-  static_assert(kMicroPathPairs <= kWarpSize && kTinyPathPairs <= kTinyThreads, "path limits");
+  static_assert(kMicroPathPairs <= kWarpSize && kTinyPathPairs <= kTinyThreads &&
+                    kTinyFusedPathPairs <= kTinyThreads,
+                "path limits");
   if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
-  if (n <= kTinyPathPairs) return launch_tiny<E, K, D>(a, q, st, op);
+  const int tiny_max = D > 0 ? kTinyFusedPathPairs : kTinyPathPairs;
+  if (n <= tiny_max) return launch_tiny<E, K, D>(a, q, st, op);
 #if defined(AITER_AUX_GPU_EMU)
   const int sms = kEmuSortChunksMax;
 #else

@@ -194,7 +194,12 @@ static void sweep(int m) {
     first.clear();
     run("auto", 0, [&]() { return sd::launch_sort<E, K, D>(a, none, st, "x"); });
     if (n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, D>(a, none, st, "x"); });
-    for (int g : {16, 33, 66, 132}) {
+    std::vector<int> gf;
+    for (int c : {4, 8, 16, 32, 64}) {
+      const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), 132));
+      if (std::find(gf.begin(), gf.end(), g) == gf.end()) gf.push_back(g);
+    }
+    for (int g : gf) {
       if ((n + g - 1) / g > 65535) continue;
       run("mid", g, [&]() { return sd::launch_mid<E, K, D>(a, none, st, g, "x"); });
     }
@@ -213,8 +218,8 @@ static void sweep(int m) {
     if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
     if (n <= sd::kTinyThreads) run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
     std::vector<int> gs;
-    for (int c : {64, 96, 128, 192, 256, 384, 512}) {
-      for (int cap : {132, 264}) {
+    for (int c : {8, 16, 32, 64}) {
+      for (int cap : {66, 132}) {
         const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), cap));
         if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535) gs.push_back(g);
       }
@@ -231,7 +236,7 @@ static void sweep(int m) {
 
 template <int E, int K>
 static void sweep_all() {
-  for (int m : {1, 2, 3, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192}) sweep<E, K>(m);
+  for (int m : {16, 32, 64, 96, 128, 192, 256, 512, 1024}) sweep<E, K>(m);
 }
 
 int main(int argc, char** argv) {
@@ -252,7 +257,7 @@ int main(int argc, char** argv) {
   sweep_all<256, 8>();
   sweep_all<513, 11>();
   sweep_all<385, 9>();
-  for (int m : {16, 64, 1024, 4096, 16384}) {
+  for (int m : {1, 4, 16, 32, 64, 128}) {
     sweep<257, 9, 7168>(m);
     sweep<513, 11, 2560>(m);
     sweep<896, 16, 3584>(m);
