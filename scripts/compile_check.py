@@ -18,6 +18,8 @@ one TU per op (each instance TU #included once), and compiled:
   scatter_q kernel (> 2^31 units only).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
+  The device-side tool ``gpu/tests/sort_sweep.cu`` is compiled too (it calls the sort's
+  per-path launch functions).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -146,6 +148,21 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
     return target, op, count, secs, warnings, problems
 
 
+# Device-side development tools built by hand on the GPU machine: compiled here so that they
+# keep up with the kernels' internal API.
+TOOLS = (kernels_dir() / "gpu" / "tests" / "sort_sweep.cu",)
+
+
+def compile_tool(src: Path, work: Path) -> tuple:
+    """nvcc -c of a tool TU: (target, name, 1, seconds, warnings, problems)."""
+    t0 = time.perf_counter()
+    out = work / (src.stem + ".o")
+    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", "-I", str(kernels_dir()), "-c", str(src)]
+    proc = subprocess.run(cmd + ["-o", str(out)], capture_output=True, text=True)
+    problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
+    return ("sm_90", src.name, 1, time.perf_counter() - t0, 0, problems)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--targets", default="gfx950,gfx942,sm_90")
@@ -168,6 +185,8 @@ def main(argv=None) -> int:
                         jobs.append((t, op, src, count, work))
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda j: run_one(*j), jobs))
+        if "sm_90" in targets:
+            results.append(compile_tool(TOOLS[0], work))
     print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
     failed = 0
     for target, op, count, secs, warnings, problems in sorted(results):
