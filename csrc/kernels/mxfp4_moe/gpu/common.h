@@ -10,6 +10,7 @@
 #include "../mxfp4_moe_aux_abi.h"
 #include "hip_compat.h"
 #include "launch_traits.h"
+#include "target_ops.h"
 
 extern "C" void aiter_aux_set_error(const char* msg);
 
@@ -96,38 +97,6 @@ __device__ __forceinline__ void store_bf16x8(uint16_t* p, bool aligned16, const 
       p[2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
     }
   }
-}
-
-// PTX prmt.b32 (default mode): byte n of the result is byte (sel_n & 7) of
-// {b, a} (a = bytes 0-3), or, if sel_n & 8, that byte's top bit replicated.
-__host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-#else
-  const uint64_t src = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
-  uint32_t d = 0;
-  for (int n = 0; n < 4; ++n) {
-    const uint32_t nib = (sel >> (4 * n)) & 0xFu;
-    uint32_t byte = static_cast<uint32_t>(src >> (8 * (nib & 7u))) & 0xFFu;
-    if (nib & 8u) byte = (byte & 0x80u) ? 0xFFu : 0u;
-    d |= byte << (8 * n);
-  }
-  return d;
-#endif
-}
-
-// Bitwise select: bits of b where m is set, of a elsewhere (one LOP3 on CUDA;
-// written out because nvcc splits the mask-and-merge into two).
-__host__ __device__ __forceinline__ uint32_t bit_select(uint32_t m, uint32_t a, uint32_t b) {
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xCA;" : "=r"(d) : "r"(m), "r"(b), "r"(a));
-  return d;
-#else
-  return (a & ~m) | (b & m);
-#endif
 }
 
 __device__ __forceinline__ uint32_t load_u8x4(const uint8_t* p, bool aligned4) {

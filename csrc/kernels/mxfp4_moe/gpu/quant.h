@@ -23,17 +23,6 @@ namespace aiter_aux {
 namespace gpu {
 namespace quant_detail {
 
-// The value of the other lane of the pair (lanes 2p, 2p+1).
-__device__ __forceinline__ uint32_t pair_other(uint32_t v) {
-#if AITER_AUX_AMDGCN_DEVICE
-  // DPP quad_perm [1,0,3,2]: xor 1 inside a quad
-  return static_cast<uint32_t>(
-      __builtin_amdgcn_update_dpp(0, static_cast<int>(v), 0xB1, 0xF, 0xF, false));
-#else
-  return shfl_xor_u32(v, 1);
-#endif
-}
-
 // Work layout (see the top of the file).  kQuantUnroll: units per lane per
 // step (sort.h sizes its quant grids as units / (threads * kQuantUnroll)).
 constexpr int kQuantUnroll = 4;
