@@ -122,16 +122,9 @@ __host__ __device__ __forceinline__ uint32_t mx_pack8_sw(const uint32_t w[4], ui
 }
 
 // ---- packed bf16x2 fast path (sm_90 and the emulation) ----
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-#define AITER_AUX_QUANT_PK_HW 1
-#else
-#define AITER_AUX_QUANT_PK_HW 0
-#endif
-#if AITER_AUX_QUANT_PK_HW || defined(AITER_AUX_GPU_EMU)
-#define AITER_AUX_QUANT_PK 1
-#else
-#define AITER_AUX_QUANT_PK 0
-#endif
+// AITER_AUX_QUANT_PK (the path exists) / AITER_AUX_QUANT_PK_HW (with the sm_90
+// instructions) and its packed operations pk_max_u16, pk_addmax_s16 and
+// pk_fma_bf16 are in target_ops.h.
 
 // e8m0 exponent of a block whose max |x| bits are a16 with 0x0C00 <= a16 <
 // 0x7F80, given as a = a16 << 16 (fp32 bits): mx_scale_exponent's normal
@@ -142,83 +135,7 @@ __host__ __device__ __forceinline__ uint32_t mx_scale_exponent_normal(uint32_t a
   return (as_u32_any(w) + 0x7FFFFFu) >> 23;
 }
 
-// Per 16-bit half: max(a, b) unsigned.
-__host__ __device__ __forceinline__ uint32_t pk_max_u16(uint32_t a, uint32_t b) {
-#if AITER_AUX_QUANT_PK_HW
-  uint32_t d;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-#else
-  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
-  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
-  return lo | (hi << 16);
-#endif
-}
-
 #if AITER_AUX_QUANT_PK
-// Per 16-bit half, signed: max(a + b, c) (one VIADDMNMX on sm_90).  The
-// callers' sums never leave the int16 range.
-__host__ __device__ __forceinline__ uint32_t pk_addmax_s16(uint32_t a, uint32_t b, uint32_t c) {
-#if AITER_AUX_QUANT_PK_HW
-  return __viaddmax_s16x2(a, b, c);
-#else
-  uint32_t d = 0;
-  for (int h = 0; h < 32; h += 16) {
-    const int32_t sum = static_cast<int16_t>(static_cast<uint16_t>((a >> h) + (b >> h)));
-    const int32_t lim = static_cast<int16_t>(static_cast<uint16_t>(c >> h));
-    d |= (static_cast<uint32_t>(sum > lim ? sum : lim) & 0xFFFFu) << h;
-  }
-  return d;
-#endif
-}
-
-#if !AITER_AUX_QUANT_PK_HW
-// bf16 bits of the real number hi + lo (|lo| <= half an ulp of the double hi,
-// as TwoSum leaves it), rounded to nearest even; finite nonzero hi.
-inline uint32_t emu_round_bf16(double hi, double lo) {
-  uint32_t sign = 0;
-  if (hi < 0) {
-    hi = -hi;
-    lo = -lo;
-    sign = 0x8000u;
-  }
-  int e;
-  (void)__builtin_frexp(hi, &e);  // hi = f * 2^e, f in [0.5, 1)
-  const int qe = e - 8 > -133 ? e - 8 : -133;  // bf16 quantum at hi (normal or subnormal)
-  const double t = __builtin_ldexp(hi, -qe);  // exact
-  const double fl = __builtin_floor(t);
-  const double fr = t - fl;  // exact
-  // lo cannot carry hi across a rounding boundary unless hi lies on one
-  bool up = fr > 0.5;
-  if (fr == 0.5) up = lo > 0 || (lo == 0 && __builtin_fmod(fl, 2.0) != 0.0);
-  const float v = static_cast<float>(__builtin_ldexp(fl + (up ? 1.0 : 0.0), qe));  // exact (or inf)
-  return sign | (as_u32_any(v) >> 16);
-}
-#endif
-
-// Per 16-bit half: bf16(a * b + c) with one rounding (fma.rn.bf16x2).  The
-// emulation covers finite operands whose exact result is nonzero.
-__host__ __device__ __forceinline__ uint32_t pk_fma_bf16(uint32_t a, uint32_t b, uint32_t c) {
-#if AITER_AUX_QUANT_PK_HW
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-#else
-  uint32_t d = 0;
-  for (int h = 0; h < 32; h += 16) {
-    const double x = as_f32_any(((a >> h) & 0xFFFFu) << 16);
-    const double y = as_f32_any(((b >> h) & 0xFFFFu) << 16);
-    const double z = as_f32_any(((c >> h) & 0xFFFFu) << 16);
-    volatile double p = x * y;  // exact: 8-bit significands
-    volatile double sum = p + z;
-    volatile double bz = sum - p;
-    const double err = (p - (sum - bz)) + (z - bz);  // TwoSum: sum + err == p + z
-    d |= emu_round_bf16(sum, err) << h;
-  }
-  return d;
-#endif
-}
-
 // Element codes of 8 elements (w[j] = elements 2j | 2j+1 << 16) of a finite
 // block with exponent 3 <= s <= 253, every |x| <= 6 * 2^(s-127) (true of
 // every element of a block whose max |x| gave s; see mx_scale_exponent).
@@ -292,14 +209,8 @@ __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16,
   // which the instruction gives whether it normalises such an input or flushes
   // it to a signed zero.  Smaller blocks take the exact software path.
   if (amax16 >= 0x0400u) {
-    typedef __bf16 bf16x2_t __attribute__((ext_vector_type(2)));
     const float scale = as_f32(s << 23);
-    uint32_t r = 0;
-    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[0]), scale, 0);
-    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[1]), scale, 1);
-    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[2]), scale, 2);
-    r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[3]), scale, 3);
-    return r;
+    return cvt_scalef32_pk_fp4_bf16x8(w, scale);  // target_ops.h
   }
 #endif
 #if AITER_AUX_QUANT_PK

@@ -26,11 +26,7 @@ namespace aiter_aux {
 namespace gpu {
 namespace quant_detail {
 
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
-#define AITER_AUX_FP8_CVT_HW 1
-#else
-#define AITER_AUX_FP8_CVT_HW 0
-#endif
+// AITER_AUX_FP8_CVT_HW (sm_89+) and cvt_rn_satfinite_e4m3x2_f32 are in target_ops.h.
 
 // The 8 E4M3 bytes of 8 elements (w[j]: elements 2j (low half), 2j+1) of a block with scale
 // byte s (finite block); out[0] = bytes 0-3, out[1] = bytes 4-7.
@@ -48,9 +44,7 @@ __device__ __forceinline__ void quant8_fp8(const uint32_t w[4], uint32_t s, uint
   for (int j = 0; j < 4; ++j) {
     const float lo = f32_mul_rn(as_f32(w[j] << 16), mult);
     const float hi = f32_mul_rn(as_f32(w[j] & 0xFFFF0000u), mult);
-    unsigned short d;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
-    h[j] = d;  // byte 0: element 2j (operand b), byte 1: element 2j + 1 (operand a)
+    h[j] = cvt_rn_satfinite_e4m3x2_f32(hi, lo);  // byte 0: element 2j (operand b), byte 1: element 2j + 1 (operand a)
   }
   out[0] = h[0] | (h[1] << 16);
   out[1] = h[2] | (h[3] << 16);

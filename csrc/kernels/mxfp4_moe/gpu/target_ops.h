@@ -57,5 +57,132 @@ __device__ __forceinline__ uint32_t pair_other(uint32_t v) {
 #endif
 }
 
+// ------------------------------ packed 16-bit operations (mxfp4 quant) ----
+// The packed bf16x2 fast path of quant_codes.h (mx_pack8_pk) runs on sm_90 with
+// the instructions and in the emulation with their models below.
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define AITER_AUX_QUANT_PK_HW 1
+#else
+#define AITER_AUX_QUANT_PK_HW 0
+#endif
+#if AITER_AUX_QUANT_PK_HW || defined(AITER_AUX_GPU_EMU)
+#define AITER_AUX_QUANT_PK 1
+#else
+#define AITER_AUX_QUANT_PK 0
+#endif
+
+// Per 16-bit half: max(a, b) unsigned.
+__host__ __device__ __forceinline__ uint32_t pk_max_u16(uint32_t a, uint32_t b) {
+#if AITER_AUX_QUANT_PK_HW
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+
+#if AITER_AUX_QUANT_PK
+// Per 16-bit half, signed: max(a + b, c) (one VIADDMNMX on sm_90).  The
+// callers' sums never leave the int16 range.
+__host__ __device__ __forceinline__ uint32_t pk_addmax_s16(uint32_t a, uint32_t b, uint32_t c) {
+#if AITER_AUX_QUANT_PK_HW
+  return __viaddmax_s16x2(a, b, c);
+#else
+  uint32_t d = 0;
+  for (int h = 0; h < 32; h += 16) {
+    const int32_t sum = static_cast<int16_t>(static_cast<uint16_t>((a >> h) + (b >> h)));
+    const int32_t lim = static_cast<int16_t>(static_cast<uint16_t>(c >> h));
+    d |= (static_cast<uint32_t>(sum > lim ? sum : lim) & 0xFFFFu) << h;
+  }
+  return d;
+#endif
+}
+
+#if !AITER_AUX_QUANT_PK_HW
+// bf16 bits of the real number hi + lo (|lo| <= half an ulp of the double hi,
+// as TwoSum leaves it), rounded to nearest even; finite nonzero hi.
+inline uint32_t emu_round_bf16(double hi, double lo) {
+  uint32_t sign = 0;
+  if (hi < 0) {
+    hi = -hi;
+    lo = -lo;
+    sign = 0x8000u;
+  }
+  int e;
+  (void)__builtin_frexp(hi, &e);  // hi = f * 2^e, f in [0.5, 1)
+  const int qe = e - 8 > -133 ? e - 8 : -133;  // bf16 quantum at hi (normal or subnormal)
+  const double t = __builtin_ldexp(hi, -qe);  // exact
+  const double fl = __builtin_floor(t);
+  const double fr = t - fl;  // exact
+  // lo cannot carry hi across a rounding boundary unless hi lies on one
+  bool up = fr > 0.5;
+  if (fr == 0.5) up = lo > 0 || (lo == 0 && __builtin_fmod(fl, 2.0) != 0.0);
+  const float v = static_cast<float>(__builtin_ldexp(fl + (up ? 1.0 : 0.0), qe));  // exact (or inf)
+  return sign | (as_u32_any(v) >> 16);
+}
+#endif
+
+// Per 16-bit half: bf16(a * b + c) with one rounding (fma.rn.bf16x2).  The
+// emulation covers finite operands whose exact result is nonzero.
+__host__ __device__ __forceinline__ uint32_t pk_fma_bf16(uint32_t a, uint32_t b, uint32_t c) {
+#if AITER_AUX_QUANT_PK_HW
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  uint32_t d = 0;
+  for (int h = 0; h < 32; h += 16) {
+    const double x = as_f32_any(((a >> h) & 0xFFFFu) << 16);
+    const double y = as_f32_any(((b >> h) & 0xFFFFu) << 16);
+    const double z = as_f32_any(((c >> h) & 0xFFFFu) << 16);
+    volatile double p = x * y;  // exact: 8-bit significands
+    volatile double sum = p + z;
+    volatile double bz = sum - p;
+    const double err = (p - (sum - bz)) + (z - bz);  // TwoSum: sum + err == p + z
+    d |= emu_round_bf16(sum, err) << h;
+  }
+  return d;
+#endif
+}
+#endif  // AITER_AUX_QUANT_PK
+
+// ---------------------------------------------- one-target conversions ----
+#if AITER_AUX_AMDGCN_DEVICE && defined(__gfx950__)
+// gfx950 v_cvt_scalef32_pk_fp4_bf16, four times: the 8 bf16 of w (w[j] =
+// elements 2j | 2j+1 << 16) divided by 2^(e-127), e = the exponent field of
+// scale, to e2m1; element i goes to nibble i.  Why that is the spec's code for
+// the blocks quant8 (quant_codes.h) gives it: see there.
+__device__ __forceinline__ uint32_t cvt_scalef32_pk_fp4_bf16x8(const uint32_t w[4], float scale) {
+  typedef __bf16 bf16x2_t __attribute__((ext_vector_type(2)));
+  uint32_t r = 0;
+  r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[0]), scale, 0);
+  r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[1]), scale, 1);
+  r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[2]), scale, 2);
+  r = __builtin_amdgcn_cvt_scalef32_pk_fp4_bf16(r, __builtin_bit_cast(bf16x2_t, w[3]), scale, 3);
+  return r;
+}
+#endif
+
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
+#define AITER_AUX_FP8_CVT_HW 1
+#else
+#define AITER_AUX_FP8_CVT_HW 0
+#endif
+
+#if AITER_AUX_FP8_CVT_HW
+// cvt.rn.satfinite.e4m3x2.f32 d, hi, lo: byte 0 of the result is E4M3(lo)
+// (operand b), byte 1 E4M3(hi) (operand a), each rounded to nearest even and
+// clamped to +-448.  Why that is the spec's result for the operands quant8_fp8
+// (quant_fp8.h) gives it: see the top of quant_fp8.h.
+__device__ __forceinline__ uint32_t cvt_rn_satfinite_e4m3x2_f32(float hi, float lo) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#endif
+
 }  // namespace gpu
 }  // namespace aiter_aux
