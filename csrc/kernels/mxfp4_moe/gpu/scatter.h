@@ -195,38 +195,7 @@ __host__ __device__ __forceinline__ bool q_fast_weight(uint32_t w_bits, uint32_t
   return s <= 252u && (normal || keep);
 }
 
-// fp16 halves of 32-bit word -> fp32 (exact).
-__host__ __device__ __forceinline__ float f16_bits_to_f32_any(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 31u) return as_f32_any(sign | 0x7F800000u | (m << 13));
-  if (e != 0u) return as_f32_any(sign | ((e + 112u) << 23) | (m << 13));
-  if (m == 0u) return as_f32_any(sign);
-  int sh = 0;  // subnormal: normalise
-  uint32_t mm = m;
-  while ((mm & 0x400u) == 0u) {
-    mm <<= 1;
-    ++sh;
-  }
-  return as_f32_any(sign | (static_cast<uint32_t>(113 - sh) << 23) | ((mm & 0x3FFu) << 13));
-}
-
-template <bool kHigh>
-__device__ __forceinline__ float f16_half_to_f32(uint32_t h2) {
-#if defined(AITER_AUX_GPU_CUDA)
-  float r;
-  if constexpr (kHigh) {
-    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(r) : "r"(h2));
-  } else {
-    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(r) : "r"(h2));
-  }
-  return r;
-#elif defined(AITER_AUX_GPU_EMU)
-  return f16_bits_to_f32_any(kHigh ? h2 >> 16 : h2 & 0xFFFFu);
-#else
-  return static_cast<float>(__builtin_bit_cast(_Float16, static_cast<uint16_t>(kHigh ? h2 >> 16 : h2)));
-#endif
-}
+// f16_bits_to_f32_any, f16_half_to_f32<kHigh>: target_ops.h.
 
 // fp16 bits of e2m1 * 2^-14 of one nibble s e1 e0 m: s at bit 15, e1 e0 m at
 // bits 11..9 (the definition e2m1x8_as_f16x2 is tested against).
@@ -265,7 +234,7 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
   for (int j = 0; j < 8; ++j) nan = nan || v[j] != v[j];
   if (!nan) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[j]) : "f"(v[2 * j + 1]), "f"(v[2 * j]));
+    for (int j = 0; j < 4; ++j) w[j] = cvt_rn_bf16x2_f32(v[2 * j + 1], v[2 * j]);
     return;
   }
 #endif

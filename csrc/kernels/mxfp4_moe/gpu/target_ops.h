@@ -4,7 +4,17 @@
 // launch_traits.h is wrapped here in a small named function, with its target
 // branches (CUDA sm_90, AMD gfx950 / other CDNA, the CPU emulation, the
 // generic fallback).
-
+//
+// Two kinds:
+//   * operations with a portable definition (byte_perm, bit_select,
+//     pair_other, pk_max_u16, pk_addmax_s16, pk_fma_bf16, f16_half_to_f32):
+//     the instruction where the target has it, the same function written out
+//     elsewhere;
+//   * conversions that exist on one target only (cvt_scalef32_pk_fp4_bf16x8,
+//     cvt_rn_satfinite_e4m3x2_f32, cvt_rn_bf16x2_f32): defined under the
+//     target's condition only; the kernel that calls one keeps the branch and
+//     the argument of why the instruction gives the spec's result there
+//     (quant_codes.h quant8, quant_fp8.h, scatter.h pack_bf16x8).
 #pragma once
 
 #include "hip_compat.h"
@@ -183,6 +193,52 @@ __device__ __forceinline__ uint32_t cvt_rn_satfinite_e4m3x2_f32(float hi, float 
   return d;
 }
 #endif
+
+#if defined(AITER_AUX_GPU_CUDA)
+// cvt.rn.bf16x2.f32 d, hi, lo: low half bf16(lo), high half bf16(hi), IEEE
+// round to nearest even, subnormals kept; a NaN operand gives some NaN (not
+// necessarily 0x7FC0: scatter.h pack_bf16x8 routes NaN elsewhere).
+__device__ __forceinline__ uint32_t cvt_rn_bf16x2_f32(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+#endif
+
+// ------------------------------------------------------ fp16 -> fp32 ----
+// fp16 halves of 32-bit word -> fp32 (exact).
+__host__ __device__ __forceinline__ float f16_bits_to_f32_any(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 31u) return as_f32_any(sign | 0x7F800000u | (m << 13));
+  if (e != 0u) return as_f32_any(sign | ((e + 112u) << 23) | (m << 13));
+  if (m == 0u) return as_f32_any(sign);
+  int sh = 0;  // subnormal: normalise
+  uint32_t mm = m;
+  while ((mm & 0x400u) == 0u) {
+    mm <<= 1;
+    ++sh;
+  }
+  return as_f32_any(sign | (static_cast<uint32_t>(113 - sh) << 23) | ((mm & 0x3FFu) << 13));
+}
+
+// The fp16 in the low (kHigh false) or high half of h2 as fp32 (exact).
+template <bool kHigh>
+__device__ __forceinline__ float f16_half_to_f32(uint32_t h2) {
+#if defined(AITER_AUX_GPU_CUDA)
+  float r;
+  if constexpr (kHigh) {
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(r) : "r"(h2));
+  } else {
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(r) : "r"(h2));
+  }
+  return r;
+#elif defined(AITER_AUX_GPU_EMU)
+  return f16_bits_to_f32_any(kHigh ? h2 >> 16 : h2 & 0xFFFFu);
+#else
+  return static_cast<float>(__builtin_bit_cast(_Float16, static_cast<uint16_t>(kHigh ? h2 >> 16 : h2)));
+#endif
+}
 
 }  // namespace gpu
 }  // namespace aiter_aux

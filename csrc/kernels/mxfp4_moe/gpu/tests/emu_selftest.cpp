@@ -335,7 +335,7 @@ void test_helpers() {
           scatter_detail::e2m1x8_as_f16x2(x, hs);
           for (int h = 0; h < 8; ++h) {
             const uint32_t h16 = h < 4 ? hs[h] & 0xFFFFu : hs[h - 4] >> 16;
-            volatile float prod = scatter_detail::f16_bits_to_f32_any(h16) * u2f(big_w);
+            volatile float prod = f16_bits_to_f32_any(h16) * u2f(big_w);
             volatile float spec = ref_decode(word, s) * u2f(wb);
             const uint32_t g = f2u(prod), w = f2u(spec);
             if (g != w && !(std::isnan(u2f(g)) && std::isnan(u2f(w)))) {
@@ -367,7 +367,7 @@ void test_helpers() {
   bad = 0;
   for (uint32_t nib = 0; nib < 16; ++nib) {
     const float want = ref_decode(nib, 127) * 0x1p-14f;
-    if (f2u(scatter_detail::f16_bits_to_f32_any(scatter_detail::e2m1_as_f16(nib))) != f2u(want)) ++bad;
+    if (f2u(f16_bits_to_f32_any(scatter_detail::e2m1_as_f16(nib))) != f2u(want)) ++bad;
   }
   check(bad == 0, "e2m1_as_f16(nib) == e2m1 * 2^-14 for every nibble");
 #if defined(__FLT16_MAX__)
@@ -377,7 +377,7 @@ void test_helpers() {
     _Float16 hv;
     std::memcpy(&hv, &hb, 2);
     const float want = static_cast<float>(hv);
-    const float got = scatter_detail::f16_bits_to_f32_any(h);
+    const float got = f16_bits_to_f32_any(h);
     if (f2u(got) != f2u(want) && !(std::isnan(got) && std::isnan(want))) ++bad;
   }
   check(bad == 0, "f16 -> f32 bit conversion (emulation) == the compiler's, every pattern");
