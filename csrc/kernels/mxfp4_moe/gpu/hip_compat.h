@@ -12,6 +12,9 @@
 //   * bf16 is raw uint16_t bits everywhere (no hip_bf16 / cuda_bf16 types);
 //   * `__builtin_amdgcn_*` appear only inside `#if AITER_AUX_AMDGCN_DEVICE`
 //     (or narrower, e.g. `__gfx950__`) branches;
+//   * inline assembly and target intrinsics appear only in the portability
+//     layer: this header, launch_traits.h and target_ops.h (the latter wraps
+//     the instructions of the kernels' arithmetic in named functions);
 //   * warp-wide code uses kWarpSize (64: CDNA wave64, 32: NVIDIA) and
 //     lane_mask_t, never a literal 32/64;
 //   * floating-point arithmetic whose rounding the spec fixes goes through
