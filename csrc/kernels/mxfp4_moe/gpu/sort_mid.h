@@ -84,7 +84,7 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
 
 // Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
 template <int E, int K, int D>
-__global__ __launch_bounds__(kMicroThreads) void sort_micro_kernel(AiterAuxSortArgs a,
+__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, D) void sort_micro_kernel(AiterAuxSortArgs a,
                                                                    AiterAuxQuantArgs q,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,

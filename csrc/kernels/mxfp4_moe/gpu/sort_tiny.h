@@ -136,18 +136,18 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
 }
 
 // CUDA: with MXFP8 quant blocks (D tagged kFp8Dim) ptxas otherwise picks 32 registers for
-// the sort kernel and spills; min 1 block keeps its choice free as for MXFP4 (0: no minimum,
+// the tiny and micro sort kernels and spills; min 1 block keeps its choice free as for MXFP4 (0: no minimum,
 // the MXFP4 kernels' bounds unchanged).  (HIP reads a second argument as waves per EU.)
 #if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_TINY_BOUNDS(D) \
-  __launch_bounds__(kTinyThreads, ((D) & quant_detail::kFp8Dim) != 0 ? 1 : 0)
+#define AITER_AUX_SORT_BOUNDS(T, D) \
+  __launch_bounds__(T, ((D) & quant_detail::kFp8Dim) != 0 ? 1 : 0)
 #else
-#define AITER_AUX_TINY_BOUNDS(D) __launch_bounds__(kTinyThreads)
+#define AITER_AUX_SORT_BOUNDS(T, D) __launch_bounds__(T)
 #endif
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
 template <int E, int K, int D>
-__global__ AITER_AUX_TINY_BOUNDS(D) void sort_tiny_kernel(AiterAuxSortArgs a,
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, D) void sort_tiny_kernel(AiterAuxSortArgs a,
                                                                    AiterAuxQuantArgs q, int num_g,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,
