@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda j: run_one(*j), jobs))
         if "sm_90" in targets:
-            results.append(compile_tool(TOOLS[0], work))
+            results += [compile_tool(tool, work) for tool in TOOLS]
     print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
     failed = 0
     for target, op, count, secs, warnings, problems in sorted(results):

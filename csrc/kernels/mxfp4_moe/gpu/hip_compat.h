@@ -284,33 +284,6 @@ __device__ __forceinline__ uint32_t atomic_add_shared_u32(uint32_t* p, uint32_t 
 #endif
 }
 
-// Index of the lowest set bit of a nonzero mask.
-__device__ __forceinline__ int lowest_lane(lane_mask_t m) {
-#if defined(AITER_AUX_GPU_CUDA)
-  return __ffs(static_cast<int>(m)) - 1;
-#else
-  return __builtin_ctzll(static_cast<unsigned long long>(m));
-#endif
-}
-
-// Max over the 4 lanes of an aligned quad (lanes 4q..4q+3).
-__device__ __forceinline__ uint32_t quad_max_u32(uint32_t v) {
-#if AITER_AUX_AMDGCN_DEVICE
-  // DPP quad_perm [1,0,3,2] and [2,3,0,1]: xor 1 and xor 2 inside a quad.
-  uint32_t o = static_cast<uint32_t>(
-      __builtin_amdgcn_update_dpp(0, static_cast<int>(v), 0xB1, 0xF, 0xF, false));
-  v = v > o ? v : o;
-  o = static_cast<uint32_t>(
-      __builtin_amdgcn_update_dpp(0, static_cast<int>(v), 0x4E, 0xF, 0xF, false));
-  return v > o ? v : o;
-#else
-  uint32_t o = shfl_xor_u32(v, 1);
-  v = v > o ? v : o;
-  o = shfl_xor_u32(v, 2);
-  return v > o ? v : o;
-#endif
-}
-
 // ------------------------------------------------------------ bit casts ----
 __device__ __forceinline__ float as_f32(uint32_t u) {
 #if defined(AITER_AUX_GPU_CUDA)

@@ -185,6 +185,22 @@ inline int check_quant_args(const AiterAuxQuantArgs& a, const char* op) {
   return AITER_AUX_OK;
 }
 
+// The grid of mxfp4_quant / mxfp8_quant for `units` 8-element units: one step
+// (kQuantUnroll units per lane) per warp, up to 8192 blocks; below 2 blocks per SM
+// (264 on an H200) of such blocks, one tile (2 units per lane) per warp (tiled =
+// false), up to that many blocks.
+struct QuantGrid {
+  int blocks;
+  bool tiled;  // kStepTiles tiles per step, else 1
+};
+
+inline QuantGrid quant_grid(int64_t units) {
+  const int spread = two_blocks_per_sm();
+  const int64_t want = ceil_div_i64(units, int64_t(kQuantThreads) * kQuantUnroll);
+  if (want >= spread) return {static_cast<int>(clamp_i64(want, 1, 8192)), true};
+  return {static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, spread)), false};
+}
+
 }  // namespace quant_detail
 
 template <int ModelDim>
@@ -193,23 +209,16 @@ int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
   const int rc = check_quant_args<ModelDim>(a, "mxfp4_quant");
   if (rc != AITER_AUX_OK) return rc;
   if (a.num_tokens == 0) return AITER_AUX_OK;
-  const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
-  // one step (kQuantUnroll units per lane) per warp, up to 8192 blocks; below
-  // 2 blocks per SM (264 on an H200) of such blocks, one tile (2 units per lane)
-  // per warp, up to that many blocks
-  const int spread = two_blocks_per_sm();
-  const int64_t want = ceil_div_i64(units, int64_t(kQuantThreads) * kQuantUnroll);
+  const QuantGrid g = quant_grid(a.num_tokens * static_cast<int64_t>(ModelDim / 8));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   hipStream_t st = static_cast<hipStream_t>(stream);
-  if (want >= spread) {
-    const int blocks = static_cast<int>(clamp_i64(want, 1, 8192));
-    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, kStepTiles>), dim3(blocks), dim3(kQuantThreads),
-                     st)(a, blocks, x_al16, q_al4);
+  if (g.tiled) {
+    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, kStepTiles>), dim3(g.blocks),
+                     dim3(kQuantThreads), st)(a, g.blocks, x_al16, q_al4);
   } else {
-    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, spread));
-    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, 1>), dim3(blocks), dim3(kQuantThreads), st)(
-        a, blocks, x_al16, q_al4);
+    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, 1>), dim3(g.blocks), dim3(kQuantThreads), st)(
+        a, g.blocks, x_al16, q_al4);
   }
   return check_launch("mxfp4_quant");
 }

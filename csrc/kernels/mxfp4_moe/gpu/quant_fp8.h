@@ -186,20 +186,16 @@ int mxfp8_quant(const AiterAuxQuantArgs& a, void* stream) {
   const int rc = check_quant_args<ModelDim>(a, "mxfp8_quant");
   if (rc != AITER_AUX_OK) return rc;
   if (a.num_tokens == 0) return AITER_AUX_OK;
-  const int64_t units = a.num_tokens * static_cast<int64_t>(ModelDim / 8);
-  const int64_t want = ceil_div_i64(units, int64_t(kQuantThreads) * kQuantUnroll);
-  const int spread = two_blocks_per_sm();  // as mxfp4_quant
+  const QuantGrid g = quant_grid(a.num_tokens * static_cast<int64_t>(ModelDim / 8));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   hipStream_t st = static_cast<hipStream_t>(stream);
-  if (want >= spread) {
-    const int blocks = static_cast<int>(clamp_i64(want, 1, 8192));
-    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, kStepTiles>), dim3(blocks), dim3(kQuantThreads),
-                     st)(a, blocks, x_al16, q_al4);
+  if (g.tiled) {
+    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, kStepTiles>), dim3(g.blocks),
+                     dim3(kQuantThreads), st)(a, g.blocks, x_al16, q_al4);
   } else {
-    const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kQuantThreads * 2), 1, spread));
-    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, 1>), dim3(blocks), dim3(kQuantThreads), st)(
-        a, blocks, x_al16, q_al4);
+    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, 1>), dim3(g.blocks), dim3(kQuantThreads), st)(
+        a, g.blocks, x_al16, q_al4);
   }
   return check_launch("mxfp8_quant");
 }

@@ -65,11 +65,11 @@ __device__ __forceinline__ void scale_sum(float* acc, float scale) {
   for (int j = 0; j < N; ++j) acc[j] = f32_mul_rn(acc[j], scale);
 }
 
-template <int D, int K, bool kQ>
+template <int D, int K>
 __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatterArgs a,
                                                                   int num_blocks, bool in_al,
                                                                   bool out_al16) {
-  constexpr int V = kQ ? 8 : vec_width<D>();
+  constexpr int V = vec_width<D>();
   constexpr int kUnitsPerRow = D / V;
   const int64_t units = a.num_tokens * kUnitsPerRow;
   const int64_t stride = static_cast<int64_t>(num_blocks) * kThreads;
@@ -86,7 +86,7 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
     // then accumulated strictly in k order.  A pair that is skipped loads row 0
     // instead (rows > 0 whenever any pair is kept) and is not accumulated.
     constexpr int kKB = K < 8 ? K : 8;
-    constexpr int kRaw = kQ ? 1 : (V == 8 ? 4 : V);  // raw words per pair
+    constexpr int kRaw = V == 8 ? 4 : V;  // raw words per pair
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
@@ -99,16 +99,11 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
       if (rows == 0) continue;  // nothing is kept
       float wt[kKB];
       uint32_t raw[kKB][kRaw];
-      uint32_t sc[kKB];
 #pragma unroll
       for (int i = 0; i < kKB; ++i) {
         const int64_t p = ps[i];
         wt[i] = a.sorted_weights[p];
-        sc[i] = 0;
-        if constexpr (kQ) {
-          raw[i][0] = load_u8x4(a.expert_out_q + p * (D / 2) + col / 2, in_al);
-          sc[i] = a.expert_out_scale[p * (D / 32) + col / 32];
-        } else if constexpr (V == 8) {
+        if constexpr (V == 8) {
           load_bf16x8(a.expert_out + p * D + col, in_al, raw[i]);
         } else {
 #pragma unroll
@@ -119,10 +114,7 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
       for (int i = 0; i < kKB; ++i) {
         if (!ok[i]) continue;
         float v[V];
-        if constexpr (kQ) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = as_f32(mx_decode_bits((raw[i][0] >> (4 * j)) & 0xFu, sc[i]));
-        } else if constexpr (V == 8) {
+        if constexpr (V == 8) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             v[2 * j] = as_f32(raw[i][j] << 16);
@@ -548,7 +540,7 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   const int64_t units = a.num_tokens * (D / V);
   const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreads), 1, 8192));
   const bool in_al = is_aligned(a.expert_out, 16);
-  AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K, false>), dim3(blocks), dim3(kThreads),
+  AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K>), dim3(blocks), dim3(kThreads),
                    static_cast<hipStream_t>(stream))(a, blocks, in_al, out_al16);
   return check_launch(op);
 }

@@ -259,7 +259,7 @@ inline bool use_mid_path(int64_t n, int sms) {
 
 template <int E, int K, int D>
 inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        const char* op) {
+                        int sms, const char* op) {
   constexpr int64_t kUnit = large_unit<E>();
   const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
@@ -267,7 +267,7 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
   // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
   // uint16 counters exact.
-  const int64_t target = large_target_chunks(device_sm_count());
+  const int64_t target = large_target_chunks(sms);
   const int64_t chunk =
       clamp_i64(ceil_div_i64(ceil_div_i64(n, target), kUnit) * kUnit, kUnit, kMaxChunk);
   const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
@@ -308,14 +308,15 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
   const int tiny_max = D > 0 || a.expert_map != nullptr ? kTinyFullPathPairs : kTinyPathPairs;
   if (n <= tiny_max) return launch_tiny<E, K, D>(a, q, st, op);
-#if defined(AITER_AUX_GPU_EMU)
-  const int sms = kEmuSortChunksMax;
-#else
   const int sms = device_sm_count();
+#if defined(AITER_AUX_GPU_EMU)
+  const int mid_sms = sms < kEmuSortChunksMax ? sms : kEmuSortChunksMax;
+#else
+  const int mid_sms = sms;
 #endif
-  if (use_mid_path<E, K, D>(n, sms))
-    return launch_mid<E, K, D>(a, q, st, mid_chunks(n, sms, D > 0), op);
-  return launch_large<E, K, D>(a, q, st, op);
+  if (use_mid_path<E, K, D>(n, mid_sms))
+    return launch_mid<E, K, D>(a, q, st, mid_chunks(n, mid_sms, D > 0), op);
+  return launch_large<E, K, D>(a, q, st, sms, op);
 }
 
 }  // namespace sort_detail

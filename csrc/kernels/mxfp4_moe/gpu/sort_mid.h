@@ -54,14 +54,7 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
 
   if (warp == 0) {
     if (key < E) {
-      const int r = off + rank;
-      const int t = lane / K;
-      const int k = lane - t * K;
-      a.sorted_token_ids[r] =
-          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
-      a.sorted_weights[r] = wt;
-      a.m_indices[r] = t;
-      a.reverse_sorted[lane] = r;
+      write_pair_row<K>(a, off + rank, lane, wt);
       if (lead) {
         for (int b = off / bm; b < (off + padded) / bm; ++b) a.sorted_expert_ids[b] = key;
       }
@@ -74,11 +67,7 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
     }
   }
   if (lead) {
-    for (int p = cnt + warp; p < padded; p += kMicroWarps) {
-      a.sorted_token_ids[off + p] = m;
-      a.sorted_weights[off + p] = 0.0f;
-      a.m_indices[off + p] = m;
-    }
+    for (int p = cnt + warp; p < padded; p += kMicroWarps) write_pad_row(a, off + p, m);
   }
 }
 
@@ -189,13 +178,7 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
   if (one) {
     if (key1 < E) {
       const int p = sm.u.row.base[key1] + sm.wcnt[warp][key1] + rank1;
-      const int t = j1 / K;
-      const int k = j1 - t * K;
-      a.sorted_token_ids[p] =
-          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
-      a.sorted_weights[p] = wt1;
-      a.m_indices[p] = t;
-      a.reverse_sorted[j1] = p;
+      write_pair_row<K>(a, p, j1, wt1);
       if ((p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key1;
     } else if (j1 < ce) {
       a.reverse_sorted[j1] = -1;

@@ -93,6 +93,25 @@ __device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
   for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
 }
 
+// Row r of the sorted outputs holds pair j = t*K + k (weight w); reverse_sorted[j] = r.
+template <int K>
+__device__ __forceinline__ void write_pair_row(const AiterAuxSortArgs& a, int r, int j, float w) {
+  const int t = j / K;
+  const int k = j - t * K;
+  a.sorted_token_ids[r] =
+      static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+  a.sorted_weights[r] = w;
+  a.m_indices[r] = t;
+  a.reverse_sorted[j] = r;
+}
+
+// Pad row r: (M, 0, M), M = num_tokens.
+__device__ __forceinline__ void write_pad_row(const AiterAuxSortArgs& a, int r, int m) {
+  a.sorted_token_ids[r] = m;
+  a.sorted_weights[r] = 0.0f;
+  a.m_indices[r] = m;
+}
+
 // Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
 // keys of kBatch steps are loaded up front so that their latencies overlap.
 template <int E>
@@ -164,13 +183,7 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
       if (j < we) {
         if (key < E) {
           const int p = base[key] + before + rank;
-          const int t = j / K;
-          const int k = j - t * K;
-          a.sorted_token_ids[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
-                                                       (static_cast<uint32_t>(k) << 24));
-          a.sorted_weights[p] = wts[s];
-          a.m_indices[p] = t;
-          a.reverse_sorted[j] = p;
+          write_pair_row<K>(a, p, j, wts[s]);
           if (kExpertIds && (p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key;
         } else {
           a.reverse_sorted[j] = -1;
@@ -236,30 +249,8 @@ __device__ __forceinline__ void chunk_pads(const AiterAuxSortArgs& a, int g, int
   for (int i = warp_id(); g + i * num_chunks < E; i += kSortWarps) {
     const int end = pad_end[i];
     const int pend = (end + bm - 1) / bm * bm;
-    for (int p = end + lane_id(); p < pend; p += kWarpSize) {
-      a.sorted_token_ids[p] = m;
-      a.sorted_weights[p] = 0.0f;
-      a.m_indices[p] = m;
-    }
+    for (int p = end + lane_id(); p < pend; p += kWarpSize) write_pad_row(a, p, m);
   }
-}
-
-// Pad rows and sorted_expert_ids of expert e (segment at row `off`, `cnt` real
-// pairs), written by the lanes of one warp.
-__device__ __forceinline__ void write_segment_tail(const AiterAuxSortArgs& a, int e, int off,
-                                                   int cnt) {
-  const int lane = lane_id();
-  const int bm = a.block_m;
-  const int padded = (cnt + bm - 1) / bm * bm;
-  const int m = static_cast<int>(a.num_tokens);
-  for (int r = cnt + lane; r < padded; r += kWarpSize) {
-    const int p = off + r;
-    a.sorted_token_ids[p] = m;
-    a.sorted_weights[p] = 0.0f;
-    a.m_indices[p] = m;
-  }
-  const int first_block = off / bm;
-  for (int b = lane; b < padded / bm; b += kWarpSize) a.sorted_expert_ids[first_block + b] = e;
 }
 
 // Sum of the bytes row[0, w) of a kTinyWarps-byte row (16-byte aligned).

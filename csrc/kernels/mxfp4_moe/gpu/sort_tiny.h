@@ -110,15 +110,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   const int slice_stride = num_g * kTinyThreads;
   if (key < E) {
     const int r = sm.off[key] + byte_sum_before(sm.wc[key], sm.cnt[key], warp) + rank;
-    if ((r / kTinyThreads) % num_g == g) {  // row r is in this block's slice
-      const int t = j / K;
-      const int k = j - t * K;
-      a.sorted_token_ids[r] =
-          static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
-      a.sorted_weights[r] = wt;
-      a.m_indices[r] = t;
-      a.reverse_sorted[j] = r;
-    }
+    if ((r / kTinyThreads) % num_g == g) write_pair_row<K>(a, r, j, wt);  // in this slice
   } else if (g == 0 && j < n) {
     a.reverse_sorted[j] = -1;
   }
@@ -126,11 +118,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   for (int r = g * kTinyThreads + tid; r < rows; r += slice_stride) {
     const int b = r >> lg;
     const int e = sm.blk2e[b];
-    if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) {  // pad row
-      a.sorted_token_ids[r] = m;
-      a.sorted_weights[r] = 0.0f;
-      a.m_indices[r] = m;
-    }
+    if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) write_pad_row(a, r, m);
     if ((r & (bm - 1)) == 0) a.sorted_expert_ids[b] = e;
   }
 }

@@ -501,7 +501,7 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
            [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, 0>(fa, none, nullptr, g, "t"); });
   }
   if (n >= sd::large_unit<E>())
-    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, 0>(fa, none, nullptr, "t"); });
+    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, 0>(fa, none, nullptr, aiter_aux::gpu::device_sm_count(), "t"); });
 }
 
 // ----------------------------------------------------------- quant tests ----

@@ -203,7 +203,7 @@ static void sweep(int m) {
       if ((n + g - 1) / g > 65535) continue;
       run("mid", g, [&]() { return sd::launch_mid<E, K, D>(a, none, st, g, "x"); });
     }
-    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, D>(a, none, st, "x"); });
+    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, D>(a, none, st, device_sm_count(), "x"); });
   } else {
   if (g_only_path != nullptr) {
       const std::string p = g_only_path;
@@ -211,7 +211,7 @@ static void sweep(int m) {
       if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
       if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
       if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-      if (p == "large") run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
+      if (p == "large") run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
       return;
     }
     run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
@@ -225,7 +225,7 @@ static void sweep(int m) {
       }
     }
     for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, "x"); });
+    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
   }
   fflush(stdout);
   cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
