@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 def declare(lib: C.CDLL) -> None:

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 4
+#define AITER_AUX_ABI_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,6 +80,11 @@ typedef struct AiterAuxQuantArgs {
 typedef struct AiterAuxSortQuantArgs {
   AiterAuxSortArgs sort;
   AiterAuxQuantArgs quant;
+  // Optional (NULL: none): the decode pipeline's third output, written by the same call as
+  // moe_sort_scales would write it from this call's a_scale, sorted_token_ids and
+  // num_valid_ids: uint8 [ceil(max_rows / BM) * BM, model_dim / 32], BM = max(32, block_m);
+  // needs model_dim % 256 == 0.
+  uint8_t* sorted_scales;
 } AiterAuxSortQuantArgs;
 
 // moe_sort_scales.  Compile-time parameter: model_dim.
