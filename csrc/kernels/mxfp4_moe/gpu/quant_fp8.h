@@ -28,6 +28,12 @@ namespace quant_detail {
 
 // AITER_AUX_FP8_CVT_HW (sm_89+) and cvt_rn_satfinite_e4m3x2_f32 are in target_ops.h.
 
+// The scale byte of an MXFP8 block from the bf16 bits of its max |x| (sign cleared): 255
+// when the block holds a NaN or an Inf.
+__host__ __device__ __forceinline__ uint32_t fp8_scale_byte(uint32_t amax16) {
+  return amax16 >= 0x7F80u ? 255u : e4m3::scale_from_amax_bits(amax16);
+}
+
 // The 8 E4M3 bytes of 8 elements (w[j]: elements 2j (low half), 2j+1) of a block with scale
 // byte s (finite block); out[0] = bytes 0-3, out[1] = bytes 4-7.
 __device__ __forceinline__ void quant8_fp8(const uint32_t w[4], uint32_t s, uint32_t out[2]) {
@@ -89,7 +95,7 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
     m = pk_max_u16(m, pair_other(m));
     const uint32_t amax16 = (m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16);
     const bool bad = amax16 >= 0x7F80u;  // a NaN or an Inf in the block
-    const uint32_t s = bad ? 255u : e4m3::scale_from_amax_bits(amax16);
+    const uint32_t s = fp8_scale_byte(amax16);
     uint32_t q0[2] = {0u, 0u}, q1[2] = {0u, 0u};
     if (!bad) {
       quant8_fp8(&w[t][0], s, q0);

@@ -50,6 +50,7 @@
 
 #include "common.h"
 #include "quant.h"
+#include "sort_scales.h"
 
 namespace aiter_aux {
 namespace gpu {
@@ -103,6 +104,7 @@ constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chun
 
 #include "sort_rank.h"
 #include "sort_tiny.h"
+#include "sort_tiny_scales.h"
 #include "sort_large.h"
 #include "sort_mid.h"
 
@@ -123,7 +125,7 @@ constexpr size_t kStaticSmemBytes = 48 * 1024;
 template <int E>
 constexpr size_t sort_smem_bytes() {
   constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
-  constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinySmem<E>);
+  constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinyScalesSmem<E>);  // > TinySmem
   constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
   return ab > cd ? ab : cd;
 }
@@ -329,18 +331,57 @@ int moe_sort(const AiterAuxSortArgs& a, void* stream) {
   return sort_detail::launch_sort<NumExperts, TopK, 0>(a, none, stream, "moe_sort");
 }
 
+namespace sort_detail {
+
+// moe_sort_quant[_fp8] after the argument checks; D tagged with kFp8Dim for MXFP8.  With
+// sorted_scales: one launch at decode (sort_tiny_scales.h), else the sort's launches and
+// then moe_sort_scales'.
+template <int E, int K, int D>
+inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const char* op) {
+  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
+  int rc = check_sort_args<E, K>(a.sort, op);
+  if (rc != AITER_AUX_OK) return rc;
+  rc = quant_detail::check_quant_args<kDim>(a.quant, op);
+  if (rc != AITER_AUX_OK) return rc;
+  if (a.quant.num_tokens != a.sort.num_tokens)
+    return fail_invalid("%s: x has %lld rows, topk_ids %lld", op, (long long)a.quant.num_tokens,
+                        (long long)a.sort.num_tokens);
+  if (a.sorted_scales == nullptr) return launch_sort<E, K, D>(a.sort, a.quant, stream, op);
+  if constexpr (kDim % 256 != 0) {
+    return fail_invalid("%s: sorted_scales needs model_dim %% 256 == 0 (the instance has %d)", op,
+                        kDim);
+  } else {
+    ScalesPlan sp;
+    int ng = 0;
+    if (plan_tiny_scales<E, K, D>(a.sort, a.sorted_scales, &sp, &ng)) {
+      const AuxGrid x = aux_grid<D>(a.sort, a.quant, kTinyThreads, 1);
+      AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, D>),
+                       dim3(ng + sp.z_blocks + x.quant_blocks + x.zero_blocks), dim3(kTinyThreads),
+                       static_cast<hipStream_t>(stream))(a.sort, a.quant, sp, ng, x.quant_blocks,
+                                                         x.zero_blocks, x.x_al16, x.q_al4);
+      return check_launch(op);
+    }
+    rc = launch_sort<E, K, D>(a.sort, a.quant, stream, op);
+    if (rc != AITER_AUX_OK) return rc;
+    AiterAuxSortScalesArgs s = {};
+    s.a_scale = a.quant.a_scale;
+    s.num_tokens = a.quant.num_tokens;
+    s.model_dim = kDim;
+    s.block_m = a.sort.block_m;
+    s.sorted_token_ids = a.sort.sorted_token_ids;
+    s.num_valid_ids = a.sort.num_valid_ids;
+    s.max_rows = a.sort.max_rows;
+    s.sorted_scales = a.sorted_scales;
+    return moe_sort_scales<kDim>(s, stream);
+  }
+}
+
+}  // namespace sort_detail
+
 template <int NumExperts, int TopK, int ModelDim>
 int moe_sort_quant(const AiterAuxSortQuantArgs& a, void* stream) {
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim must be a positive multiple of 32");
-  int rc = sort_detail::check_sort_args<NumExperts, TopK>(a.sort, "moe_sort_quant");
-  if (rc != AITER_AUX_OK) return rc;
-  rc = quant_detail::check_quant_args<ModelDim>(a.quant, "moe_sort_quant");
-  if (rc != AITER_AUX_OK) return rc;
-  if (a.quant.num_tokens != a.sort.num_tokens)
-    return fail_invalid("moe_sort_quant: x has %lld rows, topk_ids %lld",
-                        (long long)a.quant.num_tokens, (long long)a.sort.num_tokens);
-  return sort_detail::launch_sort<NumExperts, TopK, ModelDim>(a.sort, a.quant, stream,
-                                                              "moe_sort_quant");
+  return sort_detail::launch_sort_quant<NumExperts, TopK, ModelDim>(a, stream, "moe_sort_quant");
 }
 
 // The same with MXFP8 quant blocks (quant_fp8.h), in the same single launch.
@@ -348,15 +389,8 @@ template <int NumExperts, int TopK, int ModelDim>
 int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a, void* stream) {
   static_assert(ModelDim > 0 && ModelDim % 32 == 0 && ModelDim < quant_detail::kFp8Dim,
                 "model_dim must be a positive multiple of 32 below 2^24");
-  int rc = sort_detail::check_sort_args<NumExperts, TopK>(a.sort, "moe_sort_quant_fp8");
-  if (rc != AITER_AUX_OK) return rc;
-  rc = quant_detail::check_quant_args<ModelDim>(a.quant, "moe_sort_quant_fp8");
-  if (rc != AITER_AUX_OK) return rc;
-  if (a.quant.num_tokens != a.sort.num_tokens)
-    return fail_invalid("moe_sort_quant_fp8: x has %lld rows, topk_ids %lld",
-                        (long long)a.quant.num_tokens, (long long)a.sort.num_tokens);
-  return sort_detail::launch_sort<NumExperts, TopK, ModelDim | quant_detail::kFp8Dim>(
-      a.sort, a.quant, stream, "moe_sort_quant_fp8");
+  return sort_detail::launch_sort_quant<NumExperts, TopK, ModelDim | quant_detail::kFp8Dim>(
+      a, stream, "moe_sort_quant_fp8");
 }
 
 }  // namespace gpu

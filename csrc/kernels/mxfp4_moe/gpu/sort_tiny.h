@@ -60,9 +60,20 @@ struct TinySmem {
   int warp_tot[kTinyWarps];
 };
 
+// This thread's pair after tiny_rank.
+struct TinyPair {
+  int j;     // the pair, = thread_idx()
+  int key;   // its local expert, or E (not local / past the end)
+  int row;   // its row when key < E
+  float wt;  // its weight when key < E
+  int rows;  // num_valid_ids[0]
+};
+
+// Ranks every pair (one per thread) into sm (off, cnt, blk2e: the segments of every
+// expert) and returns this thread's; block 0 (g == 0) writes num_valid_ids.  sm.off, cnt
+// and blk2e are final (a barrier precedes the return); sm.wc is still being read.
 template <int E, int K>
-__device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
-                                                int num_g) {
+__device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g) {
   static_assert(E <= kTinyThreads, "one expert per thread in the scan");
   const int tid = thread_idx();
   const int lane = lane_id();
@@ -76,15 +87,15 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
     constexpr int kVec = E * kTinyWarps / 16;
     for (int i = tid; i < kVec; i += kTinyThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  const int j = tid;
-  int key;
-  load_keys<E, 1>(a, j, 0, n, &key);
-  const float wt = key < E ? a.topk_weights[j] : 0.0f;
+  TinyPair p;
+  p.j = tid;
+  load_keys<E, 1>(a, p.j, 0, n, &p.key);
+  p.wt = p.key < E ? a.topk_weights[p.j] : 0.0f;
   block_sync();
 
-  const lane_mask_t peers = match_key<E>(key);  // ballots: fixed cost, whatever the keys
+  const lane_mask_t peers = match_key<E>(p.key);  // ballots: fixed cost, whatever the keys
   const int rank = popc(peers & lanemask_lt(lane));
-  if (key < E && rank == 0) sm.wc[key][warp] = static_cast<uint8_t>(popc(peers));
+  if (p.key < E && rank == 0) sm.wc[p.key][warp] = static_cast<uint8_t>(popc(peers));
   block_sync();
 
   uint32_t c = 0, padded = 0;
@@ -92,8 +103,7 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
     c = static_cast<uint32_t>(byte_total_then_prefix(sm.wc[tid]));
     padded = ((c + bm - 1) >> lg) << lg;
   }
-  int rows = 0;
-  const int off = block_exclusive_scan<kTinyThreads>(static_cast<int>(padded), sm.warp_tot, &rows);
+  const int off = block_exclusive_scan<kTinyThreads>(static_cast<int>(padded), sm.warp_tot, &p.rows);
   if (tid < E) {
     sm.off[tid] = off;
     sm.cnt[tid] = static_cast<uint16_t>(c);
@@ -101,26 +111,50 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
       sm.blk2e[b] = static_cast<uint16_t>(tid);
   }
   if (g == 0 && tid == 0) {
-    a.num_valid_ids[0] = rows;
+    a.num_valid_ids[0] = p.rows;
     a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
+  p.row = p.key < E ? sm.off[p.key] + byte_sum_before(sm.wc[p.key], sm.cnt[p.key], warp) + rank : -1;
+  return p;
+}
 
+// Whether row r (< rows) holds a real pair (else it is a pad row of its segment).
+template <int E>
+__device__ __forceinline__ bool tiny_real_row(const TinySmem<E>& sm, int r, int lg) {
+  const int e = sm.blk2e[r >> lg];
+  return r - sm.off[e] < static_cast<int>(sm.cnt[e]);
+}
+
+// Block g of num_g writes the rows of its slice (kTinyThreads-row chunks g, g + num_g,
+// ...) and block 0 the reverse entries of the pairs that are not local.
+template <int E, int K>
+__device__ __forceinline__ void tiny_write_rows(const AiterAuxSortArgs& a, const TinySmem<E>& sm,
+                                                const TinyPair& p, int g, int num_g) {
+  const int tid = thread_idx();
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int lg = log2_block_m(a.block_m);
   const int m = static_cast<int>(a.num_tokens);
   const int slice_stride = num_g * kTinyThreads;
-  if (key < E) {
-    const int r = sm.off[key] + byte_sum_before(sm.wc[key], sm.cnt[key], warp) + rank;
-    if ((r / kTinyThreads) % num_g == g) write_pair_row<K>(a, r, j, wt);  // in this slice
-  } else if (g == 0 && j < n) {
-    a.reverse_sorted[j] = -1;
+  if (p.key < E) {
+    if ((p.row / kTinyThreads) % num_g == g) write_pair_row<K>(a, p.row, p.j, p.wt);  // in slice
+  } else if (g == 0 && p.j < n) {
+    a.reverse_sorted[p.j] = -1;
   }
 
-  for (int r = g * kTinyThreads + tid; r < rows; r += slice_stride) {
+  for (int r = g * kTinyThreads + tid; r < p.rows; r += slice_stride) {
     const int b = r >> lg;
     const int e = sm.blk2e[b];
     if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) write_pad_row(a, r, m);
-    if ((r & (bm - 1)) == 0) a.sorted_expert_ids[b] = e;
+    if ((r & (a.block_m - 1)) == 0) a.sorted_expert_ids[b] = e;
   }
+}
+
+template <int E, int K>
+__device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
+                                                int num_g) {
+  const TinyPair p = tiny_rank<E, K>(a, sm, g);
+  tiny_write_rows<E, K>(a, sm, p, g, num_g);
 }
 
 // CUDA: with MXFP8 quant blocks (D tagged kFp8Dim) ptxas otherwise picks 32 registers for

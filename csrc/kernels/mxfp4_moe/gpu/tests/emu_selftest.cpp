@@ -617,6 +617,30 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
 }
 
 // ----------------------------------------------------- sort_scales tests ----
+// moe_sort_scales' output (docs/ops.md): a loop over (row, scale column) that places the
+// byte; want has ceil(max_rows / BM) * BM rows.
+void ref_sorted_scales(const uint8_t* as, int m, int d, int bm, const std::vector<int32_t>& sti,
+                       int64_t nv0, int64_t max_rows, std::vector<uint8_t>& want) {
+  const int BM = bm > 32 ? bm : 32;
+  const int64_t out_rows = static_cast<int64_t>(want.size()) / (d / 32);
+  const int cm1 = BM / 32, ck1 = d / 256;
+  for (int64_t row = 0; row < out_rows; ++row) {
+    const int64_t c = row / BM;
+    const int rr = static_cast<int>(row % BM);
+    const int mi = rr / 32, ia = (rr / 16) % 2, nl = rr % 16;
+    int64_t tok = -1;
+    if (row < max_rows && row < nv0) {
+      tok = static_cast<uint32_t>(sti[row]) & 0xFFFFFFu;
+      if (tok >= m) tok = -1;
+    }
+    for (int col = 0; col < d / 32; ++col) {
+      const int ku = col / 8, ik = (col / 4) % 2, kl = col % 4;
+      const int64_t dw = ((((c * cm1 + mi) * ck1 + ku) * 4 + kl) * 16 + nl);
+      want[dw * 4 + 2 * ik + ia] = tok >= 0 ? as[tok * (d / 32) + col] : 0;
+    }
+  }
+}
+
 template <int D>
 void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid,
                      int in_off = 0, int out_off = 0) {
@@ -647,23 +671,7 @@ void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_val
   a.max_rows = max_rows;
   a.sorted_scales = got;
   const int rc = moe_sort_scales<D>(a, nullptr);
-  // reference: loop over (row, scale column) and place the byte
-  const int cm1 = BM / 32, ck1 = D / 256;
-  for (int64_t row = 0; row < out_rows; ++row) {
-    const int64_t c = row / BM;
-    const int rr = static_cast<int>(row % BM);
-    const int mi = rr / 32, ia = (rr / 16) % 2, nl = rr % 16;
-    int64_t tok = -1;
-    if (row < max_rows && row < nv[0]) {
-      tok = static_cast<uint32_t>(sb.sti[row]) & 0xFFFFFFu;
-      if (tok >= m) tok = -1;
-    }
-    for (int col = 0; col < D / 32; ++col) {
-      const int ku = col / 8, ik = (col / 4) % 2, kl = col % 4;
-      const int64_t dw = ((((c * cm1 + mi) * ck1 + ku) * 4 + kl) * 16 + nl);
-      want[dw * 4 + 2 * ik + ia] = tok >= 0 ? as[tok * (D / 32) + col] : 0;
-    }
-  }
+  ref_sorted_scales(as, m, D, bm, sb.sti, nv[0], max_rows, want);
   const std::string tag = "moe_sort_scales<" + std::to_string(D) + "> M=" + std::to_string(m) +
                           " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "") +
                           " offs=" + std::to_string(in_off) + "," + std::to_string(out_off);
@@ -821,6 +829,7 @@ void test_arg_checks() {
 }  // namespace
 
 #include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
+#include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
@@ -993,6 +1002,7 @@ int main() {
   run_scatter_case<2560, 11, true>(260, 40, 93);
 
   test_fp8();
+  test_sort_quant_scales();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
