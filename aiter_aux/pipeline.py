@@ -4,7 +4,9 @@ For each token count: routing drawn like a real router (each token takes ``topk`
 experts with skewed, Zipf-like popularity; when ``expert`` is odd the last expert is a fused
 shared expert that every token takes), bf16 activations; then sort -> quant -> fused
 sort+quant -> sort_scales -> (expert outputs drawn at random in sorted order) ->
-scatter_reduce and scatter_reduce_q.  Each compiled op is compared byte for byte with the
+scatter_reduce and scatter_reduce_q.  The fused op's checked call also writes the sorted
+scales (``sorted_scales=``, the decode step in one call), compared with the reference's
+sort_scales.  Each compiled op is compared byte for byte with the
 reference (:mod:`aiter_aux.reference`); that call is also the warm-up.  Then it is timed
 ``repeat`` times (default: as many as fit in about 0.2 s, 5 to 100): on the CPU by the wall
 clock around each call, on a GPU by CUDA events around each call behind a short GPU
@@ -165,17 +167,19 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         _same(got_q, want_q) and _same(got_s, want_s))  # fmt: skip
 
     say(fop)
+    sort_args = (want_s, want_sort.sorted_token_ids, want_sort.num_valid_ids, block_m)
+    want_scales = ref.moe_sort_scales(*sort_args)
     zero_buf = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
+    # the checked call is the decode step in one call: the sorted scales too (issue 14 item 3)
+    one_call = torch.full_like(want_scales, 0xA5)
     fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zero_buf,
-                                       quant_dtype=qdt)  # fmt: skip
+                                       quant_dtype=qdt, sorted_scales=one_call)  # fmt: skip
     ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(fs, want_s)
-    ok = ok and not bool(zero_buf.view(torch.int16).any())
+    ok = ok and not bool(zero_buf.view(torch.int16).any()) and _same(one_call, want_scales)
     add(fop, "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m,
                                                  quant_dtype=qdt), ok)  # fmt: skip
 
     say("moe_sort_scales")
-    sort_args = (want_s, want_sort.sorted_token_ids, want_sort.num_valid_ids, block_m)
-    want_scales = ref.moe_sort_scales(*sort_args)
     got_scales = ops.moe_sort_scales(*sort_args)
     add("moe_sort_scales", f"BM={max(32, block_m)}", lambda: ops.moe_sort_scales(*sort_args),
         _same(got_scales, want_scales))  # fmt: skip

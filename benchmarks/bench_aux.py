@@ -9,8 +9,9 @@ One command::
     python3 benchmarks/bench_aux.py --floors     # print the bandwidth-floor table (no GPU)
 
 For every shape x token count and every op (moe_sort, mxfp4_quant, moe_sort_quant,
-moe_sort_scales, moe_scatter_reduce, moe_scatter_reduce_q, and decode_pipeline = fused
-sort+quant then sort_scales) it measures
+moe_sort_scales, moe_scatter_reduce, moe_scatter_reduce_q, and decode_pipeline = one call
+of fused sort+quant writing the sorted scales too, ``moe_sort_quant_out(..., sorted_scales=)``)
+it measures
 
 * ours: the ``_out`` variant of the compiled op, captured several times back to back in a
   CUDA graph (input/output buffer sets rotated so that they exceed 2x L2 when M is large),
@@ -24,7 +25,8 @@ sort+quant then sort_scales) it measures
   the region the spec defines;
 * for the fused ops, ours over their parts' times in the same run (``x parts``):
   moe_sort_quant / max(moe_sort, mxfp4_quant), moe_sort_quant_fp8 / max(moe_sort,
-  mxfp8_quant), decode_pipeline / (moe_sort_quant + moe_sort_scales) (``FUSED_PARTS``).
+  mxfp8_quant), decode_pipeline / (moe_sort_quant + moe_sort_scales), the two launches the
+  one call replaces, each timed as its own op (``FUSED_PARTS``).
 
 It prints one table and the goals as PASS/FAIL lines (issue 14's in a section of their own),
 and writes ``results.csv``, ``meta.json`` and ``bench_aux.png`` (if matplotlib is installed)

@@ -52,6 +52,7 @@ _SORT_OUTPUTS = ("sorted_token_ids", "sorted_weights", "m_indices", "sorted_expe
                  "num_valid_ids", "reverse_sorted")  # fmt: skip
 _SORT_INPUTS = "Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m"
 _ZERO_BUF = "Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None"
+_SORTED_SCALES = ", Tensor(s!)? sorted_scales=None"  # the fused sort+quant ops only
 _SCALE = "float routed_scaling_factor=1.0"
 
 OPS: dict[str, OpSpec] = {
@@ -64,7 +65,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("moe_sort_quant", ("num_experts", "topk", "model_dim"), "AiterAuxSortQuantArgs",
                "AITER_AUX_OP_MOE_SORT_QUANT", ("e", "k", "d"),
                "Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m",
-               _SORT_OUTPUTS + ("a_q", "a_scale"), _ZERO_BUF),
+               _SORT_OUTPUTS + ("a_q", "a_scale"), _ZERO_BUF + _SORTED_SCALES),
         OpSpec("moe_sort_scales", ("model_dim",), "AiterAuxSortScalesArgs",
                "AITER_AUX_OP_MOE_SORT_SCALES", ("d",),
                "Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids, int block_m",
@@ -84,7 +85,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("moe_sort_quant_fp8", ("num_experts", "topk", "model_dim"),
                "AiterAuxSortQuantArgs", "AITER_AUX_OP_MOE_SORT_QUANT_FP8", ("e", "k", "d"),
                "Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m",
-               _SORT_OUTPUTS + ("a_q", "a_scale"), _ZERO_BUF),
+               _SORT_OUTPUTS + ("a_q", "a_scale"), _ZERO_BUF + _SORTED_SCALES),
     )
 }  # fmt: skip
 

@@ -52,6 +52,22 @@ def test_cpp_signatures_follow_the_schemas():
         "void(const Tensor&, const Tensor&, int64_t, int64_t, " + "const Tensor&, " * 6
         + ", ".join(["const std::optional<Tensor>&"] * 3) + ")"
     )  # fmt: skip
+    # the fused ops take a fourth optional tensor, sorted_scales (issue 14 item 3)
+    for op in ("moe_sort_quant", "moe_sort_quant_fp8"):
+        alloc, out = inst.schemas(inst.OPS[op])
+        assert out.endswith("Tensor(s!)? sorted_scales=None) -> ()")
+        assert inst.cpp_signature(out) == (
+            "void(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, "
+            + "const Tensor&, " * 8
+            + ", ".join(["const std::optional<Tensor>&"] * 4)
+            + ")"
+        )
+        assert inst.cpp_signature(alloc) == (
+            f"std::tuple<{', '.join(['Tensor'] * 8)}>(const Tensor&, const Tensor&, "
+            "const Tensor&, int64_t, int64_t, " + ", ".join(["const std::optional<Tensor>&"] * 4)
+            + ")"
+        )  # fmt: skip
+    assert "sorted_scales" not in inst.OPS["moe_sort"].kwargs
 
 
 def _sort_case(m=4):

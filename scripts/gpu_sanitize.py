@@ -71,6 +71,14 @@ def main() -> int:
         ok &= same(srt8.reverse_sorted, want.reverse_sorted)
         sc = ops.moe_sort_scales(s, srt.sorted_token_ids, srt.num_valid_ids, 32)
         ok &= same(sc, ref.moe_sort_scales(rs, want.sorted_token_ids, want.num_valid_ids, 32))
+        # the decode step in one call (issue 14 item 3): the fused op writes sorted_scales too
+        # (poisoned buffer with guard rows past out_rows, which must keep their bytes)
+        for qd, ref_scale in (("mxfp4", rs), ("mxfp8", rs8)):
+            want_sc = ref.moe_sort_scales(ref_scale, want.sorted_token_ids, want.num_valid_ids, 32)
+            rows = want_sc.shape[0]
+            buf = torch.full((rows + 32, d // 32), 0xA5, dtype=torch.uint8, device=dev)
+            ops.moe_sort_quant(ids, w, x, e, 32, quant_dtype=qd, sorted_scales=buf)
+            ok &= same(buf[:rows], want_sc) and bool((buf[rows:] == 0xA5).all())
         eo = torch.randn(max(nv, 1), d, generator=g).bfloat16()
         out = ops.moe_scatter_reduce(eo.to(dev), srt.reverse_sorted, srt.sorted_weights, k)
         ok &= same(out, ref.moe_scatter_reduce(eo, want.reverse_sorted, want.sorted_weights, k))

@@ -67,13 +67,16 @@ def _static(*tensors: T | None) -> bool:
     return all(isinstance(s, int) for t in tensors if t is not None for s in t.shape)
 
 
-def _sort_shapes(ids: T, w: T, num_experts: int, block_m: int, zero_buf, x=None, opts=(None, None)):
+def _sort_shapes(ids: T, w: T, num_experts: int, block_m: int, zero_buf, x=None, opts=(None, None),
+                 sorted_scales=None):  # fmt: skip
     """(M, topk, max_rows) with the reference's checks when sizes are static; ``opts`` is
-    (expert_map, zero_buf_init)."""
-    if _static(ids, w, zero_buf, x, *opts):
+    (expert_map, zero_buf_init); ``sorted_scales`` only with ``x`` (the fused ops)."""
+    if _static(ids, w, zero_buf, x, *opts, sorted_scales):
         if x is None:
             return V.validate_moe_sort(ids, w, num_experts, block_m, zero_buf, *opts)
-        return V.validate_moe_sort_quant(ids, w, x, num_experts, block_m, zero_buf, *opts)[:3]
+        return V.check_moe_sort_quant_alloc_call(
+            ids, w, x, num_experts, block_m, zero_buf, *opts, sorted_scales
+        )[:3]
     V.check_tensor(ids, "topk_ids", torch.int32, 2, "[M, topk]")
     V.check_tensor(w, "topk_weights", torch.float32, 2, "[M, topk]")
     m, k = ids.shape
@@ -106,10 +109,12 @@ def _fake_quant_fp8(x):
 
 
 def _fake_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None,
-                     expert_map=None, zero_buf_init=None, fp8=False):  # fmt: skip
+                     expert_map=None, zero_buf_init=None, sorted_scales=None,
+                     fp8=False):  # fmt: skip
     _sort_shapes(
-        topk_ids, topk_weights, num_experts, block_m, zero_buf, x, (expert_map, zero_buf_init)
-    )
+        topk_ids, topk_weights, num_experts, block_m, zero_buf, x, (expert_map, zero_buf_init),
+        sorted_scales,
+    )  # fmt: skip
     return (*_fake_sort(topk_ids, topk_weights, num_experts, block_m), *_fake_quant(x, fp8))
 
 
@@ -120,8 +125,7 @@ def _fake_sort_quant_fp8(*args, **kwargs):
 def _fake_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m):
     if _static(a_scale, sorted_token_ids, num_valid_ids):
         V.validate_moe_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m)
-    bm = max(32, V.validate_block_m(block_m))
-    out_rows = (sorted_token_ids.shape[0] + bm - 1) // bm * bm
+    out_rows = V.sort_scales_rows(sorted_token_ids.shape[0], V.validate_block_m(block_m))
     return a_scale.new_empty(out_rows, a_scale.shape[1])
 
 
@@ -161,11 +165,13 @@ def _fake_quant_fp8_out(x, a_q, a_scale):
 
 
 def _fake_sort_quant_out(topk_ids, topk_weights, x, num_experts, block_m, *outs, zero_buf=None,
-                         expert_map=None, zero_buf_init=None, fp8=False):  # fmt: skip
-    if _static(topk_ids, topk_weights, x, zero_buf, expert_map, zero_buf_init, *outs):
+                         expert_map=None, zero_buf_init=None, sorted_scales=None,
+                         fp8=False):  # fmt: skip
+    if _static(topk_ids, topk_weights, x, zero_buf, expert_map, zero_buf_init, sorted_scales,
+               *outs):  # fmt: skip
         V.check_moe_sort_quant_call(
             topk_ids, topk_weights, x, num_experts, block_m, outs[:6], outs[6], outs[7], zero_buf,
-            expert_map, zero_buf_init, fp8,
+            expert_map, zero_buf_init, fp8, sorted_scales,
         )  # fmt: skip
 
 

@@ -215,25 +215,43 @@ def moe_sort_quant_out(
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """:func:`moe_sort_out` and :func:`mxfp4_quant_out` (``quant_dtype="mxfp8"``:
     :func:`mxfp8_quant_out`, the torch op ``moe_sort_quant_fp8_out``) in one call (one launch
-    on GPU); outputs identical to the separate ops.  Returns ``(out, a_q, a_scale)``."""
+    on GPU); outputs identical to the separate ops.  Returns ``(out, a_q, a_scale)``.
+
+    ``sorted_scales`` (optional; the decode pipeline in one call instead of this op then
+    :func:`moe_sort_scales_out`): uint8 2-D ``[>= out_rows, model_dim / 32]``, contiguous, on
+    the inputs' device, with ``out_rows = ceil(max_rows / BM) * BM``, ``BM = max(32,
+    block_m)`` and ``model_dim % 256 == 0``; it must share no byte with any other buffer of the
+    call.  The call then also writes it exactly as ``moe_sort_scales_out(a_scale[:M],
+    out.sorted_token_ids[:max_rows], out.num_valid_ids, block_m, sorted_scales)`` would
+    (every byte of the first ``out_rows`` rows; later rows keep their bytes); it is not
+    returned.  Errors: ``TypeError`` (not a tensor, not uint8), ``ValueError`` (not 2-D, not
+    contiguous, another device, wrong column count, too few rows, model_dim % 256 != 0,
+    overlap), before any kernel runs (see :func:`aiter_aux.reference.moe_sort_quant_out`)."""
     fp8 = V.validate_quant_dtype(quant_dtype)
     try:
         op = _moe_sort_quant_fp8_out if fp8 else _moe_sort_quant_out
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            op(topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale)
+            if sorted_scales is None:
+                op(topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale)  # _NO_KW
+            else:
+                op(topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale,
+                   sorted_scales=sorted_scales)  # fmt: skip
         else:
             op(
                 topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale,
                 zero_buf=zero_buf, expert_map=expert_map, zero_buf_init=zero_buf_init,
+                sorted_scales=sorted_scales,
             )  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
             e, lambda: V.check_moe_sort_quant_call(topk_ids, topk_weights, x, num_experts,
                                                    block_m, out, a_q, a_scale, zero_buf,
-                                                   expert_map, zero_buf_init, fp8)
+                                                   expert_map, zero_buf_init, fp8,
+                                                   sorted_scales)
         ) from None  # fmt: skip
     return out, a_q, a_scale
 
@@ -249,19 +267,28 @@ def moe_sort_quant(
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
-    """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``."""
+    """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``.
+    ``sorted_scales`` is the caller's buffer, checked and written as in
+    :func:`moe_sort_quant_out` (like ``zero_buf``, it is not allocated or returned)."""
     op = _moe_sort_quant_fp8 if V.validate_quant_dtype(quant_dtype) else _moe_sort_quant
     try:
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            r = op(topk_ids, topk_weights, x, num_experts, block_m)
+            if sorted_scales is None:
+                r = op(topk_ids, topk_weights, x, num_experts, block_m)
+            else:
+                r = op(topk_ids, topk_weights, x, num_experts, block_m,
+                       sorted_scales=sorted_scales)  # fmt: skip
         else:
             r = op(topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf,
-                   expert_map=expert_map, zero_buf_init=zero_buf_init)  # fmt: skip
+                   expert_map=expert_map, zero_buf_init=zero_buf_init,
+                   sorted_scales=sorted_scales)  # fmt: skip
     except (RuntimeError, TypeError) as e:
         raise translate(
-            e, lambda: V.validate_moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m,
-                                                 zero_buf, expert_map, zero_buf_init)
+            e, lambda: V.check_moe_sort_quant_alloc_call(topk_ids, topk_weights, x, num_experts,
+                                                         block_m, zero_buf, expert_map,
+                                                         zero_buf_init, sorted_scales)
         ) from None  # fmt: skip
     return MoeSortOutput(*r[:6]), r[6], r[7]
 

@@ -8,8 +8,9 @@ For every op of the op table there are two torch ops, with the schemas of
              Tensor(z!)? zero_buf=None) -> (Tensor x 6)      # MoeSortOutput fields
     mxfp4_quant(Tensor x) -> (Tensor a_q, Tensor a_scale)
     mxfp8_quant(Tensor x) -> (Tensor a_q, Tensor a_scale)    # a_q uint8 [M, model_dim] E4M3
-    moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None)
-        -> (Tensor x 6, Tensor a_q, Tensor a_scale)
+    moe_sort_quant(topk_ids, topk_weights, x, num_experts, block_m, *, zero_buf=None,
+                   ..., Tensor(s!)? sorted_scales=None)
+        -> (Tensor x 6, Tensor a_q, Tensor a_scale)   # sorted_scales written, not returned
     moe_sort_quant_fp8(...)   # the same with MXFP8 a_q (quant_dtype="mxfp8" of the wrappers)
     moe_sort_scales(Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids,
                     int block_m) -> Tensor
@@ -17,7 +18,8 @@ For every op of the op table there are two torch ops, with the schemas of
                        int topk) -> Tensor
     moe_scatter_reduce_q(Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted,
                          Tensor sorted_weights, int topk) -> Tensor
-    <op>_out(<inputs>, Tensor(a!) <each output buffer>..., *, [zero_buf]) -> ()
+    <op>_out(<inputs>, Tensor(a!) <each output buffer>..., *, [zero_buf, ...,
+             sorted_scales]) -> ()
 
 ``torch.ops.aiter_aux.<op>`` allocates its outputs; ``torch.ops.aiter_aux.<op>_out`` writes
 preallocated buffers and returns nothing.  The real kernels are C++ (torch's stable ABI),

@@ -12,6 +12,7 @@ from . import chunks
 from .mxfp4 import _quant_rows
 from .mxfp8 import _quant_rows_fp8
 from .sort import _alloc_sort_out, _sort_into
+from .sort_scales import moe_sort_scales_out
 
 # --------------------------------------------------------------------------------------------
 # mxfp4_quant
@@ -147,6 +148,7 @@ def moe_sort_quant_out(
     expert_map: torch.Tensor | None = None,
     zero_buf_init: torch.Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: torch.Tensor | None = None,
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
     """:func:`moe_sort_out` and :func:`mxfp4_quant_out` in one call (one launch on GPU);
     with ``quant_dtype="mxfp8"``, :func:`mxfp8_quant_out` instead (``a_q`` ``[M, model_dim]``).
@@ -155,22 +157,37 @@ def moe_sort_quant_out(
     as in the two ops, and the outputs are identical to those of the separate ops.  All
     arguments are checked before anything is written.
 
+    ``sorted_scales`` (optional, the decode pipeline in one call): uint8
+    ``[>= out_rows, model_dim / 32]``, contiguous, ``out_rows = ceil(max_rows / BM) * BM``,
+    ``BM = max(32, block_m)``, ``model_dim % 256 == 0``, sharing no byte with any other
+    buffer of the call.  When given, the call also writes it exactly as
+    ``moe_sort_scales_out(a_scale[:M], out.sorted_token_ids[:max_rows], out.num_valid_ids,
+    block_m, sorted_scales)`` would after the sort and the quant (every byte of its first
+    ``out_rows`` rows; rows past them are not written).  It is not returned.
+
     Returns:
         ``(out, a_q, a_scale)``.
 
     Raises:
-        TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows.
+        TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows, and
+            the checks of ``sorted_scales`` (:func:`aiter_aux.validation.check_sorted_scales`,
+            overlap).
     """
     fp8 = V.validate_quant_dtype(quant_dtype)
-    *_, out = V.check_moe_sort_quant_call(
+    m, _, max_rows, _, out = V.check_moe_sort_quant_call(
         topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf,
-        expert_map, zero_buf_init, fp8,
+        expert_map, zero_buf_init, fp8, sorted_scales,
     )  # fmt: skip
     _sort_into(
         topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
         zero_buf_init,
     )  # fmt: skip
     _quant_into(x, a_q, a_scale, fp8)
+    if sorted_scales is not None:
+        moe_sort_scales_out(
+            a_scale[:m], out.sorted_token_ids[:max_rows], out.num_valid_ids, int(block_m),
+            sorted_scales,
+        )  # fmt: skip
     return out, a_q, a_scale
 
 
@@ -185,18 +202,21 @@ def moe_sort_quant(
     expert_map: torch.Tensor | None = None,
     zero_buf_init: torch.Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: torch.Tensor | None = None,
 ) -> tuple[MoeSortOutput, torch.Tensor, torch.Tensor]:
     """Allocating form of :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``
     shaped as by :func:`moe_sort` and :func:`mxfp4_quant` (:func:`mxfp8_quant` for
-    ``quant_dtype="mxfp8"``).
+    ``quant_dtype="mxfp8"``).  ``sorted_scales`` (the caller's buffer, as in
+    :func:`moe_sort_quant_out`) is written, not returned.
 
     Raises:
         TypeError, ValueError: as :func:`moe_sort_quant_out`.
     """
     fp8 = V.validate_quant_dtype(quant_dtype)
-    m, topk, max_rows, d = V.validate_moe_sort_quant(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
-    )
+    m, topk, max_rows, d = V.check_moe_sort_quant_alloc_call(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init,
+        sorted_scales,
+    )  # fmt: skip
     dev = topk_ids.device
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), dev)
     a_q = torch.empty(m, d if fp8 else d // 2, dtype=torch.uint8, device=dev)
@@ -204,4 +224,5 @@ def moe_sort_quant(
     return moe_sort_quant_out(
         topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf,
         expert_map=expert_map, zero_buf_init=zero_buf_init, quant_dtype=quant_dtype,
+        sorted_scales=sorted_scales,
     )  # fmt: skip

@@ -106,6 +106,14 @@ def validate_sort_sizes(
     return max_rows
 
 
+def sort_scales_rows(max_rows: int, block_m: int) -> int:
+    """The rows ``out_rows = ceil(max_rows / BM) * BM``, ``BM = max(32, block_m)``, that
+    ``moe_sort_scales`` writes for a sort of capacity ``max_rows`` (the binding's
+    ``sort_scales_rows`` is the C++ twin).  Plain ints, already checked."""
+    bm = max(32, block_m)
+    return (max_rows + bm - 1) // bm * bm
+
+
 def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
     """Return ``value`` as a float (any int or float; bool and other types raise TypeError)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

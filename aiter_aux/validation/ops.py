@@ -13,6 +13,7 @@ import torch
 from aiter_aux.types import MoeSortOutput
 
 from .ints import (
+    sort_scales_rows,
     validate_block_m,
     validate_model_dim,
     validate_scale,
@@ -182,9 +183,11 @@ def validate_moe_sort_quant(
     zero_buf: object = None,
     expert_map: object = None,
     zero_buf_init: object = None,
+    sorted_scales: object = None,
 ) -> tuple[int, int, int, int]:
     """Check the inputs of ``moe_sort_quant``: those of ``moe_sort`` and ``mxfp4_quant``, with
-    ``x.shape[0] == topk_ids.shape[0]`` and all tensors on one device.
+    ``x.shape[0] == topk_ids.shape[0]`` and all tensors on one device, then the optional
+    ``sorted_scales`` buffer (:func:`check_sorted_scales`; both forms take it).
 
     Returns:
         ``(M, topk, max_rows, model_dim)``.
@@ -202,7 +205,35 @@ def validate_moe_sort_quant(
     if mx != m:
         raise ValueError(f"x must have M = topk_ids.shape[0] = {m} rows, got {mx}")
     max_rows = validate_sort_sizes(m, k, num_experts, block_m)
+    check_sorted_scales(sorted_scales, max_rows, int(block_m), d, ids.device)
     return m, k, max_rows, d
+
+
+def check_sorted_scales(
+    sorted_scales: object, max_rows: int, block_m: int, model_dim: int, device: torch.device
+) -> None:
+    """Check the optional ``sorted_scales`` of ``moe_sort_quant[_fp8]`` (either form), which
+    the call writes as ``moe_sort_scales_out`` would from its own outputs: the buffer of
+    :func:`validate_moe_sort_scales_out` (uint8 2-D ``[>= out_rows, model_dim / 32]``,
+    contiguous, on ``device``; ``out_rows = ceil(max_rows / BM) * BM``, ``BM = max(32,
+    block_m)``), and ``model_dim % 256 == 0`` (the GEMM scale layout).  Overlap is checked
+    with the call's other buffers (:func:`check_moe_sort_quant_call`).
+
+    Raises:
+        TypeError: not a tensor, or not uint8.
+        ValueError: not 2-D, not contiguous, another device, wrong column count, too few
+            rows, or ``model_dim`` not a multiple of 256.
+    """
+    if sorted_scales is None:
+        return
+    validate_moe_sort_scales_out(
+        sorted_scales, sort_scales_rows(max_rows, block_m), model_dim, device
+    )
+    if model_dim % 256 != 0:
+        raise ValueError(
+            f"sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), "
+            f"got model_dim = {model_dim}"
+        )
 
 
 def validate_moe_sort_scales(
@@ -242,9 +273,7 @@ def validate_moe_sort_scales(
             f"sorted_token_ids length (max_rows = {max_rows}) must be a multiple of "
             f"block_m = {b}"
         )
-    bm = max(32, b)
-    out_rows = (max_rows + bm - 1) // bm * bm
-    return m, cols * 32, max_rows, out_rows
+    return m, cols * 32, max_rows, sort_scales_rows(max_rows, b)
 
 
 def validate_moe_sort_scales_out(
@@ -441,19 +470,47 @@ def check_moe_sort_quant_call(
     expert_map=None,
     zero_buf_init=None,
     fp8: bool = False,
+    sorted_scales=None,
 ) -> tuple[int, int, int, int, MoeSortOutput]:
     """All checks of ``moe_sort_quant_out`` (``moe_sort_quant_fp8_out`` with ``fp8``); returns
     ``(M, topk, max_rows, model_dim, out)``."""
     m, k, max_rows, d = validate_moe_sort_quant(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init
-    )
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init,
+        sorted_scales,
+    )  # fmt: skip
     out = validate_moe_sort_out(out, m, k, max_rows, block_m, topk_ids.device)
     validate_mxfp4_quant_out(a_q, a_scale, m, d, x.device, fp8)
     check_no_overlap(
-        {**out._asdict(), "a_q": a_q, "a_scale": a_scale, "zero_buf": zero_buf},
+        {**out._asdict(), "a_q": a_q, "a_scale": a_scale, "zero_buf": zero_buf,
+         "sorted_scales": sorted_scales},
+        _sort_reads(topk_ids, topk_weights, x, expert_map, zero_buf_init),
+    )  # fmt: skip
+    return m, k, max_rows, d, out
+
+
+def check_moe_sort_quant_alloc_call(
+    topk_ids,
+    topk_weights,
+    x,
+    num_experts,
+    block_m,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+) -> tuple[int, int, int, int]:
+    """All checks of the allocating ``moe_sort_quant`` (``moe_sort_quant_fp8``): its inputs,
+    then the caller's buffers ``zero_buf`` and ``sorted_scales`` against the inputs and each
+    other; returns ``(M, topk, max_rows, model_dim)``."""
+    sizes = validate_moe_sort_quant(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init,
+        sorted_scales,
+    )  # fmt: skip
+    check_no_overlap(
+        {"zero_buf": zero_buf, "sorted_scales": sorted_scales},
         _sort_reads(topk_ids, topk_weights, x, expert_map, zero_buf_init),
     )
-    return m, k, max_rows, d, out
+    return sizes
 
 
 def check_moe_sort_scales_call(

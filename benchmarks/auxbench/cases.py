@@ -76,8 +76,8 @@ BYTES_FORMULAS = {
     "rows of expert_out and their sorted_weights; write out bf16)",
     "moe_scatter_reduce_q": "4N + L*(D/2 + D/32 + 4) + 2MD   (the same with the e2m1 rows and "
     "their e8m0 scales)",
-    "decode_pipeline": "moe_sort_quant + moe_sort_scales   (a_scale is written by the first "
-    "launch and read by the second)",
+    "decode_pipeline": "moe_sort_quant + moe_sort_scales   (one call, moe_sort_quant_out with "
+    "sorted_scales: the bytes of the two ops, a_scale written and read back counted as in them)",
     "moe_sort_ep": "moe_sort + 4E   (the expert_map read once)",
     "moe_sort_quant_init": "moe_sort_quant + 4MD   (zero_buf_init read, zero_buf written)",
     "moe_scatter_reduce_scaled": "moe_scatter_reduce",
@@ -243,22 +243,14 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
                 out["scales"] = torch.empty(s.out_rows, s.d // 32, dtype=torch.uint8, device=dev)
             return out
 
-        def run(fns, i, o):
-            srt, q, sc = o["sort"], o["q"], o["s"]
-            fns[0](i["ids"], i["w"], i["x"], e, bm, srt, q, sc, zero_buf=o.get("zero_buf"),
-                   quant_dtype=qd)  # fmt: skip
-            if pipe:
-                fns[1](sc, srt.sorted_token_ids, srt.num_valid_ids, bm, o["scales"])
-
-        ours_fns = (ops.moe_sort_quant_out, ops.moe_sort_scales_out)
-        ref_fns = (ref.moe_sort_quant_out, ref.moe_sort_scales_out)
+        def run(fn, i, o):
+            # decode_pipeline: ONE call, moe_sort_quant_out with sorted_scales (issue 14 item 3)
+            kw = {"sorted_scales": o["scales"]} if pipe else {}
+            fn(i["ids"], i["w"], i["x"], e, bm, o["sort"], o["q"], o["s"],
+               zero_buf=o.get("zero_buf"), quant_dtype=qd, **kw)  # fmt: skip
 
         def comp(c, i, o):
-            fns = (
-                lambda *a, **kw: c.call("moe_sort_quant_out", *a, **kw),
-                lambda *a: c.call("moe_sort_scales_out", *a),
-            )
-            run(fns, i, o)
+            run(lambda *a, **kw: c.call("moe_sort_quant_out", *a, **kw), i, o)
 
         def same(g, w):
             ok = same_sort(g["sort"], w["sort"], bm) and _same(g["q"], w["q"])
@@ -268,8 +260,8 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
         return OpSpec(
             {"ids": base["ids"], "w": base["w"], "x": base["x"]},
             new_out,
-            lambda i, o: run(ours_fns, i, o),
-            lambda i, o: run(ref_fns, i, o),
+            lambda i, o: run(ops.moe_sort_quant_out, i, o),
+            lambda i, o: run(ref.moe_sort_quant_out, i, o),
             comp,
             same,
         )

@@ -282,6 +282,13 @@ inline int64_t sort_capacity(int64_t m, int64_t k, int64_t e, int64_t b) {
   return max_rows;
 }
 
+// validation.ints.sort_scales_rows: the rows out_rows = ceil(max_rows / BM) * BM,
+// BM = max(32, block_m), that moe_sort_scales writes for a sort of capacity max_rows.
+inline int64_t sort_scales_rows(int64_t max_rows, int64_t block_m) {
+  const int64_t bm = block_m > 32 ? block_m : 32;
+  return (max_rows + bm - 1) / bm * bm;
+}
+
 // A new contiguous tensor on the device of `like`.
 inline Tensor empty(const Meta& like, std::initializer_list<int64_t> sizes, DType dtype) {
   int64_t sz[2] = {0, 0}, st[2] = {1, 1};

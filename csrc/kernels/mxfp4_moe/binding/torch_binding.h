@@ -132,6 +132,12 @@ struct SortSizes {
   int64_t m, k, max_rows, d;
 };
 
+// An optional tensor's metadata (nullopt: not given) and a pointer to it (nullptr: none).
+inline std::optional<Meta> optional_meta(const std::optional<Tensor>& t, const char* name) {
+  return t ? std::optional<Meta>(std::in_place, *t, name) : std::nullopt;
+}
+inline const Meta* opt_ptr(const std::optional<Meta>& m) { return m ? &*m : nullptr; }
+
 // The sort's optional tensors (zero_buf, expert_map, zero_buf_init), read once.
 struct SortOptions {
   std::optional<Meta> zb, map, init;
@@ -194,6 +200,22 @@ inline void check_quant_out(const Meta& a_q, const Meta& a_scale, int64_t m, int
   const int64_t cq = fp8 ? d : d / 2;
   check_buffer(a_q, kUInt8(), m * cq, on, 2, cq);
   check_buffer(a_scale, kUInt8(), m * (d / 32), on, 2, d / 32);
+}
+
+// validate_moe_sort_scales_out: the buffer of moe_sort_scales_out for out_rows rows
+inline void check_scales_out(const Meta& out, int64_t out_rows, int64_t d, const Meta& on) {
+  check_buffer(out, kUInt8(), out_rows * (d / 32), on, 2, d / 32);
+}
+
+// check_sorted_scales: the optional sorted_scales of moe_sort_quant[_fp8] (either form),
+// checked after the inputs (check_sort_inputs, i.e. validate_moe_sort_quant's last check)
+inline void check_sorted_scales(const Meta* ss, const SortSizes& s, int64_t block_m,
+                                const Meta& on) {
+  if (!ss) return;
+  check_scales_out(*ss, sort_scales_rows(s.max_rows, block_m), s.d, on);
+  if (s.d % 256 != 0)
+    fail("ValueError", cat("sorted_scales needs model_dim a multiple of 256 (the layout of "
+                           "moe_sort_scales), got model_dim = ", s.d));
 }
 
 inline AiterAuxSortArgs sort_args(const Meta& ids, const Meta& w, const SortSizes& s,
@@ -271,22 +293,27 @@ void sort_quant_out_impl(const Tensor& topk_ids, const Tensor& topk_weights, con
                          const Tensor& reverse_sorted, const Tensor& a_q_, const Tensor& a_scale_,
                          const std::optional<Tensor>& zero_buf,
                          const std::optional<Tensor>& expert_map,
-                         const std::optional<Tensor>& zero_buf_init) {
+                         const std::optional<Tensor>& zero_buf_init,
+                         const std::optional<Tensor>& sorted_scales) {
   constexpr bool kFp8 = Op == AITER_AUX_OP_MOE_SORT_QUANT_FP8;
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
   const SortOptions opt(zero_buf, expert_map, zero_buf_init);
   const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
+  const std::optional<Meta> ss = optional_meta(sorted_scales, "sorted_scales");
+  check_sorted_scales(opt_ptr(ss), s, block_m, ids);
   const SortOut o(sorted_token_ids, sorted_weights, m_indices, sorted_expert_ids, num_valid_ids,
                   reverse_sorted);
   check_sort_out(o, s, block_m, ids);
   const Meta a_q(a_q_, "a_q"), a_scale(a_scale_, "a_scale");
   check_quant_out(a_q, a_scale, s.m, s.d, x, kFp8);
-  check_no_overlap({&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, &a_q, &a_scale, opt.z()},
-                   {&ids, &w, &x, opt.m(), opt.i()});
+  check_no_overlap(
+      {&o.sti, &o.sw, &o.mi, &o.sei, &o.nv, &o.rev, &a_q, &a_scale, opt.z(), opt_ptr(ss)},
+      {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
   const AiterAuxInstance& inst = find_instance(Op, values);
   const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, opt),
-                                   quant_args(x, s.m, s.d, a_q, a_scale)};
+                                   quant_args(x, s.m, s.d, a_q, a_scale),
+                                   ptr<uint8_t>(opt_ptr(ss))};
   launch(inst, &args, x);
 }
 
@@ -297,12 +324,16 @@ SortQuantResult sort_quant_impl(const Tensor& topk_ids, const Tensor& topk_weigh
                                 const Tensor& x_, int64_t num_experts, int64_t block_m,
                                 const std::optional<Tensor>& zero_buf,
                                 const std::optional<Tensor>& expert_map,
-                                const std::optional<Tensor>& zero_buf_init) {
+                                const std::optional<Tensor>& zero_buf_init,
+                                const std::optional<Tensor>& sorted_scales) {
   constexpr bool kFp8 = Op == AITER_AUX_OP_MOE_SORT_QUANT_FP8;
   const Meta ids(topk_ids, "topk_ids"), w(topk_weights, "topk_weights"), x(x_, "x");
   const SortOptions opt(zero_buf, expert_map, zero_buf_init);
   const SortSizes s = check_sort_inputs(ids, w, &x, num_experts, block_m, opt);
-  check_no_overlap({opt.z()}, {&ids, &w, &x, opt.m(), opt.i()});
+  const std::optional<Meta> ss = optional_meta(sorted_scales, "sorted_scales");
+  check_sorted_scales(opt_ptr(ss), s, block_m, ids);
+  // check_moe_sort_quant_alloc_call: the caller's buffers against the inputs and each other
+  check_no_overlap({opt.z(), opt_ptr(ss)}, {&ids, &w, &x, opt.m(), opt.i()});
   const int32_t values[] = {int32_t(num_experts), int32_t(s.k), int32_t(s.d)};
   const AiterAuxInstance& inst = find_instance(Op, values);
   auto so = alloc_sort(x, s, block_m);
@@ -312,7 +343,8 @@ SortQuantResult sort_quant_impl(const Tensor& topk_ids, const Tensor& topk_weigh
                   std::get<4>(so), std::get<5>(so));
   const Meta a_q(q, "a_q"), a_scale(sc, "a_scale");
   const AiterAuxSortQuantArgs args{sort_args(ids, w, s, num_experts, block_m, o, opt),
-                                   quant_args(x, s.m, s.d, a_q, a_scale)};
+                                   quant_args(x, s.m, s.d, a_q, a_scale),
+                                   ptr<uint8_t>(opt_ptr(ss))};
   launch(inst, &args, x);
   return std::tuple_cat(so, std::make_tuple(q, sc));
 }
@@ -324,19 +356,21 @@ SortQuantResult sort_quant_impl(const Tensor& topk_ids, const Tensor& topk_weigh
       const Tensor& m_indices, const Tensor& sorted_expert_ids, const Tensor& num_valid_ids,  \
       const Tensor& reverse_sorted, const Tensor& a_q, const Tensor& a_scale,                 \
       const std::optional<Tensor>& zero_buf, const std::optional<Tensor>& expert_map,        \
-      const std::optional<Tensor>& zero_buf_init) {                                          \
+      const std::optional<Tensor>& zero_buf_init,                                            \
+      const std::optional<Tensor>& sorted_scales) {                                          \
     sort_quant_out_impl<OP>(topk_ids, topk_weights, x, num_experts, block_m, sorted_token_ids, \
                             sorted_weights, m_indices, sorted_expert_ids, num_valid_ids,      \
                             reverse_sorted, a_q, a_scale, zero_buf, expert_map,               \
-                            zero_buf_init);                                                   \
+                            zero_buf_init, sorted_scales);                                    \
   }                                                                                          \
   inline SortQuantResult NAME(const Tensor& topk_ids, const Tensor& topk_weights,            \
                               const Tensor& x, int64_t num_experts, int64_t block_m,         \
                               const std::optional<Tensor>& zero_buf,                         \
                               const std::optional<Tensor>& expert_map,                       \
-                              const std::optional<Tensor>& zero_buf_init) {                  \
+                              const std::optional<Tensor>& zero_buf_init,                    \
+                              const std::optional<Tensor>& sorted_scales) {                  \
     return sort_quant_impl<OP>(topk_ids, topk_weights, x, num_experts, block_m, zero_buf,    \
-                               expert_map, zero_buf_init);                                   \
+                               expert_map, zero_buf_init, sorted_scales);                    \
   }
 AITER_AUX_SORT_QUANT_OPS(moe_sort_quant, AITER_AUX_OP_MOE_SORT_QUANT)
 AITER_AUX_SORT_QUANT_OPS(moe_sort_quant_fp8, AITER_AUX_OP_MOE_SORT_QUANT_FP8)
@@ -411,8 +445,7 @@ inline ScalesSizes check_scales_inputs(const Meta& a_scale, const Meta& sti, con
   if (max_rows % b != 0)
     fail("ValueError", cat("sorted_token_ids length (max_rows = ", max_rows,
                            ") must be a multiple of block_m = ", b));
-  const int64_t bm = std::max<int64_t>(32, b);
-  return {m, cols * 32, max_rows, (max_rows + bm - 1) / bm * bm};
+  return {m, cols * 32, max_rows, sort_scales_rows(max_rows, b)};
 }
 
 inline void scales_launch(const Meta& a_scale, const Meta& sti, const Meta& nv, int64_t block_m,
@@ -431,7 +464,7 @@ inline void moe_sort_scales_out(const Tensor& a_scale_, const Tensor& sorted_tok
       nv(num_valid_ids, "num_valid_ids");
   const ScalesSizes s = check_scales_inputs(a_scale, sti, nv, block_m);
   const Meta out(sorted_scales, "sorted_scales");
-  check_buffer(out, kUInt8(), s.out_rows * (s.d / 32), a_scale, 2, s.d / 32);
+  check_scales_out(out, s.out_rows, s.d, a_scale);
   check_no_overlap({&out}, {&a_scale, &sti, &nv});
   const int32_t values[] = {int32_t(s.d)};
   scales_launch(a_scale, sti, nv, block_m, s, out,
