@@ -21,7 +21,7 @@ namespace sort_detail {
 // segments of smaller experts: every lane reads every lane's (key, padded size)
 // by shuffles, all independent.  Warp 0 writes the real rows (row off + rank of
 // lane j's pair), reverse_sorted, sorted_expert_ids and num_valid_ids; warp w
-// writes the pad rows of the segments of leaders i % warps == w, lane p the rows p + lane.
+// writes pad row p (< block_m) of every segment for p % warps == w.
 constexpr int kMicroThreads = 256;
 constexpr int kMicroWarps = kMicroThreads / kWarpSize;
 
@@ -66,18 +66,8 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
       a.num_valid_ids[1] = m;
     }
   }
-  // Pad rows: warp w takes the segments of the leaders i, i % kMicroWarps == w (in lane
-  // order); its lanes write consecutive pad rows (one store instruction per output and
-  // kWarpSize rows, not one per segment and row).
-  lane_mask_t leaders = warp_ballot(lead);
-  for (int i = 0; leaders != 0; ++i) {
-    const int l = popc((leaders & (~leaders + 1)) - 1);  // the lowest leader's lane
-    leaders &= leaders - 1;
-    if (i % kMicroWarps != warp) continue;  // warp-uniform
-    const int so = shfl_idx_i32(off, l);
-    const int sc = shfl_idx_i32(cnt, l);
-    const int sp = shfl_idx_i32(padded, l);
-    for (int p = sc + lane; p < sp; p += kWarpSize) write_pad_row(a, so + p, m);
+  if (lead) {
+    for (int p = cnt + warp; p < padded; p += kMicroWarps) write_pad_row(a, off + p, m);
   }
 }
 
