@@ -125,7 +125,7 @@ constexpr size_t kStaticSmemBytes = 48 * 1024;
 template <int E>
 constexpr size_t sort_smem_bytes() {
   constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
-  constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinyScalesSmem<E>);  // > TinySmem
+  constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinySmem<E>);
   constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
   return ab > cd ? ab : cd;
 }
@@ -351,15 +351,20 @@ inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const
     return fail_invalid("%s: sorted_scales needs model_dim %% 256 == 0 (the instance has %d)", op,
                         kDim);
   } else {
-    ScalesPlan sp;
-    int ng = 0;
-    if (plan_tiny_scales<E, K, D>(a.sort, a.sorted_scales, &sp, &ng)) {
-      const AuxGrid x = aux_grid<D>(a.sort, a.quant, kTinyThreads, 1);
-      AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, D>),
-                       dim3(ng + sp.z_blocks + x.quant_blocks + x.zero_blocks), dim3(kTinyThreads),
-                       static_cast<hipStream_t>(stream))(a.sort, a.quant, sp, ng, x.quant_blocks,
-                                                         x.zero_blocks, x.x_al16, x.q_al4);
-      return check_launch(op);
+    // one launch where its shared memory fits (every E of the catalog with topk >= 2)
+    if constexpr (sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes) {
+      ScalesPlan sp;
+      int ng = 0;
+      // the quant blocks take kQuantUnroll units per lane: fewer blocks, one wave
+      const AuxGrid x = aux_grid<D>(a.sort, a.quant, kTinyThreads, quant_detail::kQuantUnroll);
+      if (plan_tiny_scales<E, K, D>(a.sort, a.sorted_scales, x.quant_blocks + x.zero_blocks,
+                                    device_sm_count(), &sp, &ng)) {
+        AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, D>),
+                         dim3(ng + kDim / 256 * sp.parts + sp.z_blocks + x.quant_blocks + x.zero_blocks),
+                         dim3(kTinyThreads), static_cast<hipStream_t>(stream))(
+            a.sort, a.quant, sp, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+        return check_launch(op);
+      }
     }
     rc = launch_sort<E, K, D>(a.sort, a.quant, stream, op);
     if (rc != AITER_AUX_OK) return rc;

@@ -56,6 +56,7 @@ struct TinySmem {
   alignas(16) uint8_t wc[E][kTinyWarps];  // pairs of e in warp w (<= kWarpSize)
   int off[E];                             // first row of e's segment
   uint16_t cnt[E];                        // pairs of e
+  uint16_t cstart[E];                     // pairs of the experts before e
   uint16_t blk2e[kTinyThreads / 16 + E];
   int warp_tot[kTinyWarps];
 };
@@ -69,7 +70,7 @@ struct TinyPair {
   int rows;  // num_valid_ids[0]
 };
 
-// Ranks every pair (one per thread) into sm (off, cnt, blk2e: the segments of every
+// Ranks every pair (one per thread) into sm (off, cnt, cstart, blk2e: the segments of every
 // expert) and returns this thread's; block 0 (g == 0) writes num_valid_ids.  sm.off, cnt
 // and blk2e are final (a barrier precedes the return); sm.wc is still being read.
 template <int E, int K>
@@ -103,11 +104,18 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
     c = static_cast<uint32_t>(byte_total_then_prefix(sm.wc[tid]));
     padded = ((c + bm - 1) >> lg) << lg;
   }
-  const int off = block_exclusive_scan<kTinyThreads>(static_cast<int>(padded), sm.warp_tot, &p.rows);
+  // one scan of (padded << 11) | c: padded sums < 2^17 (<= 1024 + 1024 * 127 rows), count
+  // sums <= kTinyThreads < 2^11
+  static_assert(kTinyThreads < (1 << 11), "packed scan");
+  int tot = 0;
+  const int both = block_exclusive_scan<kTinyThreads>(static_cast<int>((padded << 11) | c),
+                                                      sm.warp_tot, &tot);
+  p.rows = tot >> 11;
   if (tid < E) {
-    sm.off[tid] = off;
+    sm.off[tid] = both >> 11;
     sm.cnt[tid] = static_cast<uint16_t>(c);
-    for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
+    sm.cstart[tid] = static_cast<uint16_t>(both & 0x7FF);
+    for (int b = (both >> 11) >> lg; b < ((both >> 11) + static_cast<int>(padded)) >> lg; ++b)
       sm.blk2e[b] = static_cast<uint16_t>(tid);
   }
   if (g == 0 && tid == 0) {

@@ -3,22 +3,22 @@
 // sort, quant and sorted scales are one launch, with no inter-block dependency.  Part of
 // sort.h, which includes it after sort_tiny.h; not a standalone header.
 //
-// Grid: num_g ranking blocks, then z_blocks, then the quant / zero_buf blocks (aux_block).
-//  * Ranking block g ranks every pair (tiny_rank) and writes its slice of the sort rows
-//    (tiny_write_rows), as the tiny path does.  Besides, it owns the tokens
-//    [g * tpb, (g + 1) * tpb) of M: before the ranking each thread loads one 32-element
-//    block of their x rows, after it turns it into the block's scale byte with the
-//    quantiser's own function (so it equals a_scale's byte) and writes the sorted-scale
-//    bytes of the rows of those tokens' pairs.  Last, it writes the zeros of the 32-row
-//    tiles of its slice below zrow = round_up(num_valid_ids[0], 32).
-//  * The z blocks write the zeros of the tiles from zrow to out_rows.  Each finds zrow
-//    itself, by a histogram of the ids (shared atomics) and the sum of the padded counts,
-//    without the ranking.
-// Who writes the bytes of a tile below zrow: the output dword (tile, ku, kl, nl) holds rows
-// nl (bytes 0, 2) and 16 + nl (bytes 1, 3) of the tile.  With no real row, the zero pass of
-// the slice's block (one 16-byte store when none of the 4 dwords of a group has one); with
-// one real row, that row's owner (its two scale bytes and the two zeros); with two, each
-// owner its two bytes.  Every byte is written once.
+// Grid: num_g tiny sort blocks (tiny_sort_block, as the tiny path), then `parts` scale blocks
+// per 256-column group ku (D / 256 groups; part p takes every parts-th set of 32 tiles), then
+// z_blocks, then the quant / zero_buf blocks (aux_block).
+//  * Scale block ku: each thread loads one 32-element block of x in the columns
+//    [256 ku, 256 ku + 256) of every token before ranking every pair again (tiny_rank), and
+//    turns it into the block's scale byte with the quantiser's own function (so it equals
+//    a_scale's byte).  It lists the tokens of the pairs in row order (sorted_t) and then
+//    writes, for every 32-row tile of its part below zrow = round_up(num_valid_ids[0], 32), the tile's 256 bytes of column
+//    group ku: a 32-lane group per tile, lane l holding row l's 8 bytes; lanes l and l ^ 16
+//    swap theirs (the rows of a dword are nl and 16 + nl), and each store instruction writes
+//    two whole 64-byte runs.  Pad rows and rows past num_valid_ids[0] give zeros.
+//  * The z blocks write the zeros of the tiles from zrow to out_rows.  Each finds zrow itself,
+//    by a histogram of the ids (shared atomics) and the sum of the padded counts.
+// Every byte is written once, by whole 32-byte sectors: partial-sector stores into the
+// output (a row's bytes are spread over 4-byte words shared with other rows) measured
+// 3-5x slower than the whole operation (docs/perf.md log 53).
 #pragma once
 
 #include "quant.h"
@@ -30,20 +30,21 @@ namespace sort_detail {
 
 constexpr int kScaleZeroBlocksMax = 128;
 constexpr int kScaleZeroStores = 4;  // 16-byte stores per thread of a z block (grid size)
+constexpr int kScaleTilePairs = 128;  // scale blocks of a column group: one per this many pairs,
+constexpr int kScaleMaxParts = 4;     // at most this many, and all blocks in one wave
 
 struct ScalesPlan {
   uint8_t* out;  // sorted_scales, 16-byte aligned
-  int tpb;       // tokens per ranking block
   int out_rows;  // ceil(max_rows / BM) * BM
+  int parts;     // scale blocks per column group, each a share of the tiles
   int z_blocks;
 };
 
-template <int E>
+template <int E, int K>
 struct TinyScalesSmem {
   TinySmem<E> t;
-  int pair_row[kTinyThreads];  // the block's pairs: (row << 1) | (partner row is real), or -1
-  uint32_t real[kTinyThreads / 32];           // real rows of a slice chunk, a word per tile
-  alignas(16) uint8_t scales[kTinyThreads];   // the block's tokens' scale bytes [t][D / 32]
+  uint16_t sorted_t[kTinyThreads];  // the tokens of the pairs in expert-major (row) order
+  alignas(8) uint8_t sc[kTinyThreads / K * 8];  // scale bytes [token][8] of the column group
 };
 
 // The quantiser's scale byte of a block (D tagged with kFp8Dim for MXFP8).
@@ -56,100 +57,86 @@ __device__ __forceinline__ uint32_t block_scale_byte(uint32_t amax16) {
   }
 }
 
+// The scale byte of the 32-element block of x at p (16 words of bf16 pairs loaded).
+template <int D>
+__device__ __forceinline__ uint8_t scale_of(const uint32_t w[16]) {
+  uint32_t mx = w[0] & 0x7FFF7FFFu;
+#pragma unroll
+  for (int i = 1; i < 16; ++i) mx = pk_max_u16(mx, w[i] & 0x7FFF7FFFu);
+  const uint32_t amax16 = (mx & 0xFFFFu) > (mx >> 16) ? (mx & 0xFFFFu) : (mx >> 16);
+  return static_cast<uint8_t>(block_scale_byte<D>(amax16));
+}
+
+__device__ __forceinline__ void load_block32(const uint16_t* p, bool al16, uint32_t w[16]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) load_bf16x8(p + 8 * u, al16, &w[4 * u]);
+}
+
 template <int E, int K, int D>
-__device__ __forceinline__ void tiny_scales_block(const AiterAuxSortArgs& a,
+__device__ __forceinline__ void scale_group_block(const AiterAuxSortArgs& a,
                                                   const AiterAuxQuantArgs& q, const ScalesPlan& sp,
-                                                  TinyScalesSmem<E>& sm, int g, int num_g,
+                                                  TinyScalesSmem<E, K>& sm, int ku, int part,
                                                   bool x_al16) {
   constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  constexpr int kCols = kDim / 32;   // scale bytes of a token
-  constexpr int kRowWords = kDim / 64;  // dwords holding a row's bytes
   constexpr int kCK1 = kDim / 256;
-  constexpr int kGroups = kDim / 16;  // 16-byte groups of a 32-row tile (D bytes)
   const int tid = thread_idx();
   const int m = static_cast<int>(a.num_tokens);
-  const int t0 = g * sp.tpb;
-  const int nt = m - t0 < sp.tpb ? (m - t0 > 0 ? m - t0 : 0) : sp.tpb;
-  // 1. this thread's 32-element block of x, loaded before the ranking's ids
+  // 1. item i = (token i / 8, block i % 8 of the group): one per thread before the ranking
+  auto item_ptr = [&](int i) {
+    return q.x + static_cast<int64_t>(i >> 3) * kDim + ku * 256 + (i & 7) * 32;
+  };
   uint32_t w[16];
-  const bool has_blk = tid < nt * kCols;
-  if (has_blk) {
-    const uint16_t* px = q.x + static_cast<int64_t>(t0) * kDim + static_cast<int64_t>(tid) * 32;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) load_bf16x8(px + 8 * u, x_al16, &w[4 * u]);
+  const bool first = tid < m * 8;
+  if (first) load_block32(item_ptr(tid), x_al16, w);
+  const TinyPair p = tiny_rank<E, K>(a, sm.t, -1);
+  if (first) sm.sc[tid] = scale_of<D>(w);
+  for (int i = tid + kTinyThreads; i < m * 8; i += kTinyThreads) {  // topk < 8 only
+    load_block32(item_ptr(i), x_al16, w);
+    sm.sc[i] = scale_of<D>(w);
   }
-  const TinyPair p = tiny_rank<E, K>(a, sm.t, g);
-  const int lg = log2_block_m(a.block_m);
-  // 2. the scale bytes, and the rows of the block's pairs
-  if (has_blk) {
-    uint32_t mx = w[0] & 0x7FFF7FFFu;
-#pragma unroll
-    for (int i = 1; i < 16; ++i) mx = pk_max_u16(mx, w[i] & 0x7FFF7FFFu);
-    const uint32_t amax16 = (mx & 0xFFFFu) > (mx >> 16) ? (mx & 0xFFFFu) : (mx >> 16);
-    sm.scales[tid] = static_cast<uint8_t>(block_scale_byte<D>(amax16));
-  }
-  const int pb = t0 * K;
-  if (p.j >= pb && p.j < pb + nt * K) {
-    int v = -1;
-    if (p.key < E) {
-      const int partner = p.row ^ 16;  // the other row of the row's dwords
-      const bool real = partner < p.rows && tiny_real_row<E>(sm.t, partner, lg);
-      v = (p.row << 1) | (real ? 1 : 0);
-    }
-    sm.pair_row[p.j - pb] = v;
-  }
-  tiny_write_rows<E, K>(a, sm.t, p, g, num_g);
+  // 2. the tokens of the real rows in row order
+  if (p.key < E)
+    sm.sorted_t[sm.t.cstart[p.key] + (p.row - sm.t.off[p.key])] = static_cast<uint16_t>(p.j / K);
   block_sync();
-  // 3. the sorted-scale bytes of the block's real rows, a (pair, dword) per step
-  for (int i = tid; i < nt * K * kRowWords; i += kTinyThreads) {
-    const int pl = i / kRowWords;
-    const int v = sm.pair_row[pl];
-    if (v < 0) continue;
-    const int dq = i - pl * kRowWords;  // ku * 4 + kl
-    const int ku = dq >> 2;
-    const int kl = dq & 3;
-    const uint8_t* srow = sm.scales + (pl / K) * kCols;
-    const uint32_t s0 = srow[8 * ku + kl];
-    const uint32_t s1 = srow[8 * ku + 4 + kl];
-    const int r = v >> 1;
-    const int ia = (r >> 4) & 1;
-    const int64_t dw = (static_cast<int64_t>(r >> 5) * kCK1 + ku) * 64 + kl * 16 + (r & 15);
-    uint8_t* o = sp.out + dw * 4;
-    if (v & 1) {
-      o[ia] = static_cast<uint8_t>(s0);
-      o[2 + ia] = static_cast<uint8_t>(s1);
-    } else {
-      *reinterpret_cast<uint32_t*>(o) = (s0 << (8 * ia)) | (s1 << (16 + 8 * ia));
-    }
-  }
-  // 4. the zeros of the slice's tiles below zrow (kTinyThreads-row chunks g, g + num_g, ...)
-  const int zrow = (p.rows + 31) & ~31;
-  for (int base = g * kTinyThreads; base < zrow; base += num_g * kTinyThreads) {
-    const int r = base + tid;
-    const lane_mask_t bal = warp_ballot(r < p.rows && tiny_real_row<E>(sm.t, r, lg));
-    if (lane_id() == 0) {
-#pragma unroll
-      for (int h = 0; h < kWarpSize / 32; ++h)
-        sm.real[warp_id() * (kWarpSize / 32) + h] = static_cast<uint32_t>(bal >> (32 * h));
-    }
-    block_sync();
-    const int rows = zrow - base < kTinyThreads ? zrow - base : kTinyThreads;
-    uint8_t* tb = sp.out + static_cast<int64_t>(base / 32) * kDim;
-    for (int i = tid; i < (rows / 32) * kGroups; i += kTinyThreads) {
-      const int tl = i / kGroups;
-      const int c = i - tl * kGroups;
-      const uint32_t mk = sm.real[tl];
-      const uint32_t any = ((mk >> (4 * (c & 3))) | (mk >> (16 + 4 * (c & 3)))) & 0xFu;
-      uint8_t* o = tb + static_cast<int64_t>(tl) * kDim + c * 16;
-      if (any == 0) {
-        *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
-      } else {
-#pragma unroll
-        for (int d = 0; d < 4; ++d)
-          if (((any >> d) & 1u) == 0) reinterpret_cast<uint32_t*>(o)[d] = 0u;
+  // 3. the tiles below zrow, a 32-lane group each
+  const int lg = log2_block_m(a.block_m);
+  const int tiles = (p.rows + 31) >> 5;
+  constexpr int kGroups = kTinyThreads / 32;
+  const int lane = lane_id();
+  const int l = lane & 31;
+  const int nl = l & 15;
+  for (int base = (part * kTinyWarps + warp_id()) * (kWarpSize / 32); base < tiles;
+       base += kGroups * sp.parts) {  // warp-uniform
+    const int tile = base + (lane >> 5);
+    const int r = tile * 32 + l;
+    uint32_t lo = 0u, hi = 0u;  // this row's bytes: columns 8 ku + 0..3, 8 ku + 4..7
+    if (r < p.rows) {
+      const int e = sm.t.blk2e[r >> lg];
+      const int o = r - sm.t.off[e];
+      if (o < static_cast<int>(sm.t.cnt[e])) {
+        const int t = sm.sorted_t[sm.t.cstart[e] + o];
+        const uint2 v = *reinterpret_cast<const uint2*>(&sm.sc[t * 8]);
+        lo = v.x;
+        hi = v.y;
       }
     }
-    block_sync();
+    const uint32_t plo = static_cast<uint32_t>(shfl_idx_i32(static_cast<int>(lo), lane ^ 16));
+    const uint32_t phi = static_cast<uint32_t>(shfl_idx_i32(static_cast<int>(hi), lane ^ 16));
+    if (tile < tiles) {
+      const bool top = l < 16;  // this row is nl (bytes 0, 2), else 16 + nl (bytes 1, 3)
+      const uint32_t r0lo = top ? lo : plo, r0hi = top ? hi : phi;
+      const uint32_t r1lo = top ? plo : lo, r1hi = top ? phi : hi;
+      // dword (kl, nl) = [r0 col kl, r1 col kl, r0 col 4 + kl, r1 col 4 + kl]
+      const uint32_t i01 = byte_perm(r0lo, r1lo, 0x5140u);  // kl 0, 1: r0[0] r1[0] r0[1] r1[1]
+      const uint32_t i23 = byte_perm(r0lo, r1lo, 0x7362u);  // kl 2, 3
+      const uint32_t h01 = byte_perm(r0hi, r1hi, 0x5140u);
+      const uint32_t h23 = byte_perm(r0hi, r1hi, 0x7362u);
+      const uint32_t a0 = top ? i01 : i23, a1 = top ? h01 : h23;  // lanes < 16: kl 0, 1
+      uint32_t* o = reinterpret_cast<uint32_t*>(sp.out) +
+                    (static_cast<int64_t>(tile) * kCK1 + ku) * 64 + (top ? 0 : 32) + nl;
+      o[0] = byte_perm(a0, a1, 0x5410u);   // kl 0 (or 2): a0 low half, a1 low half
+      o[16] = byte_perm(a0, a1, 0x7632u);  // kl 1 (or 3)
+    }
   }
 }
 
@@ -173,7 +160,7 @@ __device__ __forceinline__ void scales_zero_block(const AiterAuxSortArgs& a, con
   const int64_t end = static_cast<int64_t>(sp.out_rows / 32) * (kDim / 16);
   uint4* o = reinterpret_cast<uint4*>(sp.out);
   for (int64_t i = static_cast<int64_t>(zrow / 32) * (kDim / 16) +
-                   static_cast<int64_t>(b) * kTinyThreads + thread_idx();
+                   static_cast<int64_t>(b) * kTinyThreads + tid;
        i < end; i += static_cast<int64_t>(sp.z_blocks) * kTinyThreads)
     o[i] = make_uint4(0u, 0u, 0u, 0u);
 }
@@ -182,45 +169,52 @@ template <int E, int K, int D>
 __global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, D) void sort_tiny_scales_kernel(
     AiterAuxSortArgs a, AiterAuxQuantArgs q, ScalesPlan sp, int num_g, int quant_blocks,
     int zero_blocks, bool x_al16, bool q_al4) {
-  __shared__ TinyScalesSmem<E> sm;
+  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
+  __shared__ TinyScalesSmem<E, K> sm;
   int b = block_idx();
   if (b < num_g) {
-    tiny_scales_block<E, K, D>(a, q, sp, sm, b, num_g, x_al16);
+    tiny_sort_block<E, K>(a, sm.t, b, num_g);
     return;
   }
   b -= num_g;
+  if (b < kDim / 256 * sp.parts) {
+    scale_group_block<E, K, D>(a, q, sp, sm, b % (kDim / 256), b / (kDim / 256), x_al16);
+    return;
+  }
+  b -= kDim / 256 * sp.parts;
   if (b < sp.z_blocks) {
-    scales_zero_block<E, K, (D & (quant_detail::kFp8Dim - 1))>(a, sp, sm.t, b);
+    scales_zero_block<E, K, kDim>(a, sp, sm.t, b);
     return;
   }
   aux_block<D, kTinyThreads>(b - sp.z_blocks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 // The one-launch plan when it applies (n <= kTinyFullPathPairs, sorted_scales 16-byte
-// aligned, the tokens' scale rows fit the ranking blocks); else false.
+// aligned); else false.  *num_g: the tiny path's sort blocks; other_blocks: the quant /
+// zero_buf blocks.  One block of kTinyThreads per SM is resident (registers), so the scale
+// blocks' parts are capped to keep the grid within `sms` blocks: a second wave would hold
+// back the scale blocks, the longest part.
 template <int E, int K, int D>
-inline bool plan_tiny_scales(const AiterAuxSortArgs& a, uint8_t* out, ScalesPlan* sp, int* num_g) {
+inline bool plan_tiny_scales(const AiterAuxSortArgs& a, uint8_t* out, int other_blocks, int sms,
+                             ScalesPlan* sp, int* num_g) {
   constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  constexpr int kTokensMax = kTinyThreads / (kDim / 32);  // per ranking block (scales[])
+  constexpr int kGroups = kDim / 256;
   const int64_t n = a.num_tokens * K;
-  if (kTokensMax < 1 || n > kTinyFullPathPairs || !is_aligned(out, 16)) return false;
-  const int m = static_cast<int>(a.num_tokens);
+  if (n > kTinyFullPathPairs || !is_aligned(out, 16)) return false;
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-  const int g0 = static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
-  const int need = (m + kTokensMax - 1) / kTokensMax;
-  const int ng = g0 > need ? g0 : need;
-  if (ng > kTinyMaxBlocks) return false;
   const int64_t bm = a.block_m;
   const int64_t tile_m = bm > 32 ? bm : 32;
   const int64_t out_rows = ceil_div_i64(a.max_rows, tile_m) * tile_m;
   // the z blocks: sized for the whole output (at decode most of it lies past the valid rows)
   const int64_t z16 = out_rows / 32 * (kDim / 16);
   sp->out = out;
-  sp->tpb = (m + ng - 1) / ng;
   sp->out_rows = static_cast<int>(out_rows);
   sp->z_blocks = static_cast<int>(
       clamp_i64(ceil_div_i64(z16, int64_t(kTinyThreads) * kScaleZeroStores), 1, kScaleZeroBlocksMax));
-  *num_g = ng;
+  *num_g = static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
+  const int64_t room = (sms - *num_g - sp->z_blocks - other_blocks) / kGroups;
+  const int64_t want = clamp_i64(ceil_div_i64(n, kScaleTilePairs), 1, kScaleMaxParts);
+  sp->parts = static_cast<int>(clamp_i64(want < room ? want : room, 1, kScaleMaxParts));
   return true;
 }
 

@@ -70,8 +70,7 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
 
 void test_sort_quant_scales() {
   // the one-launch path: M = 1 (micro-path sizes), every block_m, hot / one / no local
-  // expert, the largest catalog E, several ranking blocks' token ranges (D = 7168: 4 tokens
-  // each), fp8
+  // expert, the largest catalog E, up to 1024 pairs, topk < 8 (more x blocks than threads), fp8
   for (int bm : {16, 32, 64, 128}) {
     run_sort_quant_scales_case<257, 9, 7168, false>(1, bm, 0, 300 + bm);
     run_sort_quant_scales_case<385, 9, 512, false>(37, bm, bm == 64 ? 1 : 0, 301 + bm);
@@ -86,11 +85,12 @@ void test_sort_quant_scales() {
   run_sort_quant_scales_case<8, 1, 512, false>(500, 16, 2, 317);
   run_sort_quant_scales_case<257, 9, 7168, true>(16, 32, 0, 318);
   run_sort_quant_scales_case<896, 16, 3584, true>(1, 16, 0, 319);
-  // the fallback: sorted_scales not 16-byte aligned; more pairs than the tiny path; more
-  // tokens than 32 ranking blocks hold (K = 1, D = 16384: 2 tokens a block)
+  // the fallback: sorted_scales not 16-byte aligned; more pairs than the tiny path; topk 1
+  // (the one-launch kernel's shared memory would not fit)
   run_sort_quant_scales_case<257, 9, 7168, false>(5, 32, 0, 320, 4);
   run_sort_quant_scales_case<257, 9, 256, false>(200, 64, 0, 321);
   run_sort_quant_scales_case<8, 1, 16384, false>(100, 32, 0, 322);
+  run_sort_quant_scales_case<1024, 1, 512, false>(300, 16, 1, 324);
   run_sort_quant_scales_case<385, 9, 512, true>(300, 16, 1, 323, 8);
 }
 

@@ -239,6 +239,7 @@ static void sweep_all() {
   for (int m : {16, 32, 64, 96, 128, 192, 256, 512, 1024}) sweep<E, K>(m);
 }
 
+#ifndef AITER_AUX_SWEEP_NO_MAIN  // decode_sweep.cu includes this file for routing()
 int main(int argc, char** argv) {
   if (argc == 6) {
     const int e = atoi(argv[1]), k = atoi(argv[2]), m = atoi(argv[3]);
@@ -264,3 +265,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif
