@@ -18,8 +18,8 @@ one TU per op (each instance TU #included once), and compiled:
   scatter_q kernel (> 2^31 units only).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
-  The device-side tool ``gpu/tests/sort_sweep.cu`` is compiled too (it calls the sort's
-  per-path launch functions).
+  The device-side tools ``gpu/tests/sort_sweep.cu`` and ``decode_sweep.cu`` are compiled
+  too (they call the sort's per-path launch functions and the decode kernel's parts).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -150,7 +150,7 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
 
 # Device-side development tools built by hand on the GPU machine: compiled here so that they
 # keep up with the kernels' internal API.
-TOOLS = (kernels_dir() / "gpu" / "tests" / "sort_sweep.cu",)
+TOOLS = tuple(kernels_dir() / "gpu" / "tests" / t for t in ("sort_sweep.cu", "decode_sweep.cu"))
 
 
 def compile_tool(src: Path, work: Path) -> tuple:

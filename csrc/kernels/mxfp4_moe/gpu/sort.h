@@ -23,6 +23,8 @@
 //          their own chunk;
 //   large  the rest (below).
 // All are one launch except large.  The thresholds are measured (docs/perf.md log 49).
+// moe_sort_quant with sorted_scales: one launch up to kTinyFullPathPairs
+// (sort_tiny_scales.h), else the path's launches and then moe_sort_scales'.
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
