@@ -197,9 +197,12 @@ __host__ __device__ __forceinline__ uint32_t mx_scale_byte(uint32_t amax16) {
 // 8 elements of a block whose max |x| bits (after the pair reduction) are
 // amax16.  Returns the 4 a_q bytes; *s_out = the block's scale byte.
 __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16, uint32_t* s_out) {
+  if (amax16 >= 0x7F80u) {  // a NaN or an Inf in the block
+    *s_out = mx_scale_byte(amax16);  // 255
+    return 0u;
+  }
   const uint32_t s = mx_scale_byte(amax16);
   *s_out = s;
-  if (s == 255u) return 0u;  // a NaN or an Inf in the block
 #if AITER_AUX_AMDGCN_DEVICE && defined(__gfx950__)
   // v_cvt_scalef32_pk_fp4_bf16 converts x / 2^(e-127), e = exponent field
   // of the scale operand (here s << 23), to e2m1 by pure exponent arithmetic

@@ -95,7 +95,7 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
     m = pk_max_u16(m, pair_other(m));
     const uint32_t amax16 = (m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16);
     const bool bad = amax16 >= 0x7F80u;  // a NaN or an Inf in the block
-    const uint32_t s = fp8_scale_byte(amax16);
+    const uint32_t s = bad ? 255u : fp8_scale_byte(amax16);  // (folds to the encoder's scale)
     uint32_t q0[2] = {0u, 0u}, q1[2] = {0u, 0u};
     if (!bad) {
       quant8_fp8(&w[t][0], s, q0);

@@ -56,7 +56,6 @@ struct TinySmem {
   alignas(16) uint8_t wc[E][kTinyWarps];  // pairs of e in warp w (<= kWarpSize)
   int off[E];                             // first row of e's segment
   uint16_t cnt[E];                        // pairs of e
-  uint16_t cstart[E];                     // pairs of the experts before e
   uint16_t blk2e[kTinyThreads / 16 + E];
   int warp_tot[kTinyWarps];
 };
@@ -65,38 +64,52 @@ struct TinySmem {
 struct TinyPair {
   int j;     // the pair, = thread_idx()
   int key;   // its local expert, or E (not local / past the end)
-  int row;   // its row when key < E
+  int rank;  // among the lanes of its warp with the same key
   float wt;  // its weight when key < E
   int rows;  // num_valid_ids[0]
+  int n;     // M * topk
+  int bm;    // block_m
+  int lg;    // log2(block_m)
 };
 
-// Ranks every pair (one per thread) into sm (off, cnt, cstart, blk2e: the segments of every
-// expert) and returns this thread's; block 0 (g == 0) writes num_valid_ids.  sm.off, cnt
-// and blk2e are final (a barrier precedes the return); sm.wc is still being read.
+// The row of a local pair (key < E) after tiny_rank.
+template <int E>
+__device__ __forceinline__ int tiny_row(const TinySmem<E>& sm, const TinyPair& p) {
+  return sm.off[p.key] + byte_sum_before(sm.wc[p.key], sm.cnt[p.key], warp_id()) + p.rank;
+}
+
+// Ranks every pair (one per thread) into sm (off, cnt, blk2e: the segments of every expert)
+// and returns this thread's; block 0 (g == 0) writes num_valid_ids.  With cstart (not null)
+// also each expert's first pair in expert-major order, from the same scan.  sm.off, cnt,
+// blk2e and cstart are final (a barrier precedes the return); the rows need sm.wc (tiny_row).
 template <int E, int K>
-__device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g) {
+__device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
+                                              uint16_t* cstart = nullptr) {
   static_assert(E <= kTinyThreads, "one expert per thread in the scan");
+  TinyPair p;
   const int tid = thread_idx();
   const int lane = lane_id();
   const int warp = warp_id();
   const int n = static_cast<int>(a.num_tokens) * K;
   const int bm = a.block_m;
   const int lg = log2_block_m(bm);
+  p.n = n;
+  p.bm = bm;
+  p.lg = lg;
 
   {  // zero wc
     uint4* z = reinterpret_cast<uint4*>(&sm.wc[0][0]);
     constexpr int kVec = E * kTinyWarps / 16;
     for (int i = tid; i < kVec; i += kTinyThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  TinyPair p;
   p.j = tid;
   load_keys<E, 1>(a, p.j, 0, n, &p.key);
   p.wt = p.key < E ? a.topk_weights[p.j] : 0.0f;
   block_sync();
 
   const lane_mask_t peers = match_key<E>(p.key);  // ballots: fixed cost, whatever the keys
-  const int rank = popc(peers & lanemask_lt(lane));
-  if (p.key < E && rank == 0) sm.wc[p.key][warp] = static_cast<uint8_t>(popc(peers));
+  p.rank = popc(peers & lanemask_lt(lane));
+  if (p.key < E && p.rank == 0) sm.wc[p.key][warp] = static_cast<uint8_t>(popc(peers));
   block_sync();
 
   uint32_t c = 0, padded = 0;
@@ -104,18 +117,21 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
     c = static_cast<uint32_t>(byte_total_then_prefix(sm.wc[tid]));
     padded = ((c + bm - 1) >> lg) << lg;
   }
-  // one scan of (padded << 11) | c: padded sums < 2^17 (<= 1024 + 1024 * 127 rows), count
-  // sums <= kTinyThreads < 2^11
+  // With cstart, one scan of (padded << 11) | c: padded sums < 2^17 (<= 1024 + 1024 * 127
+  // rows), count sums <= kTinyThreads < 2^11.  (Without, the padded counts alone: the
+  // packed scan measured +0.1 us on the tiny path, docs/perf.md log 53.)
   static_assert(kTinyThreads < (1 << 11), "packed scan");
+  const int sh = cstart != nullptr ? 11 : 0;
   int tot = 0;
-  const int both = block_exclusive_scan<kTinyThreads>(static_cast<int>((padded << 11) | c),
-                                                      sm.warp_tot, &tot);
-  p.rows = tot >> 11;
+  const int both = block_exclusive_scan<kTinyThreads>(
+      static_cast<int>((padded << sh) | (cstart != nullptr ? c : 0u)), sm.warp_tot, &tot);
+  p.rows = tot >> sh;
+  const int off = both >> sh;
   if (tid < E) {
-    sm.off[tid] = both >> 11;
+    sm.off[tid] = off;
     sm.cnt[tid] = static_cast<uint16_t>(c);
-    sm.cstart[tid] = static_cast<uint16_t>(both & 0x7FF);
-    for (int b = (both >> 11) >> lg; b < ((both >> 11) + static_cast<int>(padded)) >> lg; ++b)
+    if (cstart != nullptr) cstart[tid] = static_cast<uint16_t>(both & 0x7FF);
+    for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
       sm.blk2e[b] = static_cast<uint16_t>(tid);
   }
   if (g == 0 && tid == 0) {
@@ -123,7 +139,6 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
     a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
-  p.row = p.key < E ? sm.off[p.key] + byte_sum_before(sm.wc[p.key], sm.cnt[p.key], warp) + rank : -1;
   return p;
 }
 
@@ -140,12 +155,13 @@ template <int E, int K>
 __device__ __forceinline__ void tiny_write_rows(const AiterAuxSortArgs& a, const TinySmem<E>& sm,
                                                 const TinyPair& p, int g, int num_g) {
   const int tid = thread_idx();
-  const int n = static_cast<int>(a.num_tokens) * K;
-  const int lg = log2_block_m(a.block_m);
+  const int n = p.n;
+  const int lg = p.lg;
   const int m = static_cast<int>(a.num_tokens);
   const int slice_stride = num_g * kTinyThreads;
   if (p.key < E) {
-    if ((p.row / kTinyThreads) % num_g == g) write_pair_row<K>(a, p.row, p.j, p.wt);  // in slice
+    const int r = tiny_row<E>(sm, p);
+    if ((r / kTinyThreads) % num_g == g) write_pair_row<K>(a, r, p.j, p.wt);  // in this slice
   } else if (g == 0 && p.j < n) {
     a.reverse_sorted[p.j] = -1;
   }
@@ -154,7 +170,7 @@ __device__ __forceinline__ void tiny_write_rows(const AiterAuxSortArgs& a, const
     const int b = r >> lg;
     const int e = sm.blk2e[b];
     if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) write_pad_row(a, r, m);
-    if ((r & (a.block_m - 1)) == 0) a.sorted_expert_ids[b] = e;
+    if ((r & (p.bm - 1)) == 0) a.sorted_expert_ids[b] = e;
   }
 }
 

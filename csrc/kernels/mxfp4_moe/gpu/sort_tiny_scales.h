@@ -43,7 +43,8 @@ struct ScalesPlan {
 template <int E, int K>
 struct TinyScalesSmem {
   TinySmem<E> t;
-  uint16_t sorted_t[kTinyThreads];  // the tokens of the pairs in expert-major (row) order
+  uint16_t cstart[E];               // each expert's first pair in expert-major order
+  uint16_t sorted_t[kTinyThreads];  // the tokens of the pairs in that (row) order
   alignas(8) uint8_t sc[kTinyThreads / K * 8];  // scale bytes [token][8] of the column group
 };
 
@@ -88,7 +89,7 @@ __device__ __forceinline__ void scale_group_block(const AiterAuxSortArgs& a,
   uint32_t w[16];
   const bool first = tid < m * 8;
   if (first) load_block32(item_ptr(tid), x_al16, w);
-  const TinyPair p = tiny_rank<E, K>(a, sm.t, -1);
+  const TinyPair p = tiny_rank<E, K>(a, sm.t, -1, sm.cstart);
   if (first) sm.sc[tid] = scale_of<D>(w);
   for (int i = tid + kTinyThreads; i < m * 8; i += kTinyThreads) {  // topk < 8 only
     load_block32(item_ptr(i), x_al16, w);
@@ -96,10 +97,11 @@ __device__ __forceinline__ void scale_group_block(const AiterAuxSortArgs& a,
   }
   // 2. the tokens of the real rows in row order
   if (p.key < E)
-    sm.sorted_t[sm.t.cstart[p.key] + (p.row - sm.t.off[p.key])] = static_cast<uint16_t>(p.j / K);
+    sm.sorted_t[sm.cstart[p.key] + (tiny_row<E>(sm.t, p) - sm.t.off[p.key])] =
+        static_cast<uint16_t>(p.j / K);
   block_sync();
   // 3. the tiles below zrow, a 32-lane group each
-  const int lg = log2_block_m(a.block_m);
+  const int lg = p.lg;
   const int tiles = (p.rows + 31) >> 5;
   constexpr int kGroups = kTinyThreads / 32;
   const int lane = lane_id();
@@ -114,7 +116,7 @@ __device__ __forceinline__ void scale_group_block(const AiterAuxSortArgs& a,
       const int e = sm.t.blk2e[r >> lg];
       const int o = r - sm.t.off[e];
       if (o < static_cast<int>(sm.t.cnt[e])) {
-        const int t = sm.sorted_t[sm.t.cstart[e] + o];
+        const int t = sm.sorted_t[sm.cstart[e] + o];
         const uint2 v = *reinterpret_cast<const uint2*>(&sm.sc[t * 8]);
         lo = v.x;
         hi = v.y;
