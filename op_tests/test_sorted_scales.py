@@ -213,7 +213,8 @@ def _bad_buffers(rows):
         "wrong dtype": (torch.zeros(rows, cols, dtype=torch.int8), TypeError, "dtype"),
         "int32": (torch.zeros(rows, cols, dtype=torch.int32), TypeError, "dtype"),
         "too few rows": (torch.zeros(rows - 1, cols, dtype=torch.uint8), ValueError,
-                         "buffer too small: sorted_scales"),
+                         rf"buffer too small: sorted_scales needs >= {rows * cols} elements, "
+                         rf"got {(rows - 1) * cols} \(>= {rows} rows of {cols}\)"),
         "wrong columns": (torch.zeros(rows, cols + 1, dtype=torch.uint8), ValueError,
                           "sorted_scales must have 224 columns"),
         "1-D": (torch.zeros(rows * cols, dtype=torch.uint8), ValueError, "2-D"),

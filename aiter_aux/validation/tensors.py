@@ -105,7 +105,8 @@ def check_buffer(
     Raises:
         TypeError: not a tensor, or wrong dtype.
         ValueError: wrong rank or column count, not contiguous, on another device, or fewer
-            than ``needed`` elements (``"buffer too small: <name> needs >= N elements, got K"``).
+            than ``needed`` elements (``"buffer too small: <name> needs >= N elements, got K"``,
+            and for 2-D buffers `` (>= R rows of C)``).
     """
     buf = check_tensor(buf, name, dtype, ndim)
     if buf.device != device:
@@ -118,7 +119,10 @@ def check_buffer(
             f"got shape {_shape_str(buf.shape)}"
         )
     if buf.numel() < needed:
-        raise ValueError(f"buffer too small: {name} needs >= {needed} elements, got {buf.numel()}")
+        rows = f" (>= {-(-needed // cols)} rows of {cols})" if cols else ""
+        raise ValueError(
+            f"buffer too small: {name} needs >= {needed} elements, got {buf.numel()}{rows}"
+        )
     return buf
 
 

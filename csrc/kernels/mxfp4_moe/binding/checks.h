@@ -182,6 +182,9 @@ inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta&
   if (cols >= 0 && b.size(b.dim - 1) != cols)
     fail("ValueError", cat(b.name, " must have ", cols, " columns (shape [rows, ", cols,
                            "]), got shape ", b.shape()));
+  if (b.numel < needed && cols > 0)
+    fail("ValueError", cat("buffer too small: ", b.name, " needs >= ", needed, " elements, got ",
+                           b.numel, " (>= ", (needed + cols - 1) / cols, " rows of ", cols, ")"));
   if (b.numel < needed)
     fail("ValueError", cat("buffer too small: ", b.name, " needs >= ", needed,
                            " elements, got ", b.numel));
