@@ -10,15 +10,16 @@
 //    [256 ku, 256 ku + 256) of every token before ranking every pair again (tiny_rank), and
 //    turns it into the block's scale byte with the quantiser's own function (so it equals
 //    a_scale's byte).  It lists the tokens of the pairs in row order (sorted_t) and then
-//    writes, for every 32-row tile of its part below zrow = round_up(num_valid_ids[0], 32), the tile's 256 bytes of column
-//    group ku: a 32-lane group per tile, lane l holding row l's 8 bytes; lanes l and l ^ 16
-//    swap theirs (the rows of a dword are nl and 16 + nl), and each store instruction writes
-//    two whole 64-byte runs.  Pad rows and rows past num_valid_ids[0] give zeros.
+//    writes, for every 32-row tile of its part below zrow = round_up(num_valid_ids[0], 32),
+//    the tile's 256 bytes of column group ku: a 32-lane group per tile, lane l holding row
+//    l's 8 bytes; lanes l and l ^ 16 swap theirs (the rows of a dword are nl and 16 + nl),
+//    and each store instruction writes two whole 64-byte runs.  Pad rows and rows past
+//    num_valid_ids[0] give zeros.
 //  * The z blocks write the zeros of the tiles from zrow to out_rows.  Each finds zrow itself,
 //    by a histogram of the ids (shared atomics) and the sum of the padded counts.
-// Every byte is written once, by whole 32-byte sectors: partial-sector stores into the
-// output (a row's bytes are spread over 4-byte words shared with other rows) measured
-// 3-5x slower than the whole operation (docs/perf.md log 53).
+// Every byte is written once, by whole 32-byte sectors: a first version that stored each
+// row's bytes (4-byte words shared with other rows: partial sectors) was 1.4-2.75x slower
+// than the two launches it replaced (docs/perf.md log 53).
 #pragma once
 
 #include "quant.h"
