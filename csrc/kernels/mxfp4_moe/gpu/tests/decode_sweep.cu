@@ -99,34 +99,7 @@ void decode_case(int m) {
       return;
     }
     CK(cudaStreamSynchronize(st));
-    constexpr int kCalls = 20, kReps = 30;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kCalls; ++i) launch();
-    CK(cudaStreamEndCapture(st, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r < kReps; ++r) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaGraphLaunch(exec, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms * 1000.f / kCalls);
-    }
-    std::sort(ts.begin(), ts.end());
-    printf("%d,%d,%d,%d,%s,%.2f\n", E, K, D, m, name, ts[ts.size() / 2]);
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    printf("%d,%d,%d,%d,%s,%.2f\n", E, K, D, m, name, graph_us(st, launch));
   };
   AiterAuxSortQuantArgs plain = a;
   plain.sorted_scales = nullptr;

@@ -63,6 +63,40 @@ static void routing(int m, int e, int k, uint32_t seed, std::vector<int32_t>& id
   }
 }
 
+// Median µs per call of `launch` (returns 0 on success): a CUDA graph of kCalls
+// back-to-back launches on `st`, replayed kReps times between two events.
+template <class Launch>
+static float graph_us(cudaStream_t st, Launch launch) {
+  constexpr int kCalls = 20, kReps = 30;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) launch();
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, st));
+  CK(cudaStreamSynchronize(st));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int r = 0; r < kReps; ++r) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms * 1000.f / kCalls);
+  }
+  std::sort(ts.begin(), ts.end());
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return ts[ts.size() / 2];
+}
+
 struct Bufs {
   int32_t *ids, *sti, *mi, *seid, *nv, *rev;
   float *w, *sw;
@@ -159,35 +193,9 @@ static void sweep(int m) {
     const auto s = snapshot();
     const bool same = first.empty() || s == first;
     if (first.empty()) first = s;
-    constexpr int kCalls = 20, kReps = 30;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kCalls; ++i) launch();
-    CK(cudaStreamEndCapture(st, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r < kReps; ++r) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaGraphLaunch(exec, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms * 1000.f / kCalls);
-    }
-    std::sort(ts.begin(), ts.end());
-    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? "fused-" : "", path, chunks, ts[ts.size() / 2],
+    const float us = graph_us(st, launch);
+    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? "fused-" : "", path, chunks, us,
            same ? "" : ",MISMATCH");
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
   };
   if constexpr (D > 0) {
     run("quant", 0, [&]() { return mxfp4_quant<D>(none, st); });
