@@ -119,15 +119,7 @@ void run_sort_quant_fp8_case(int m, int bm, uint32_t seed) {
   SortBufs want = prefilled(max_rows, bm, ids.size());
   std::vector<uint8_t> q(m * D + 8, 0xAB), s(m * D / 32 + 8, 0xCD), wq(m * D), ws(m * D / 32);
   std::vector<uint16_t> zb(static_cast<size_t>(m) * 64, 0x1234);
-  AiterAuxSortQuantArgs a = {};
-  a.sort = sort_args(ids, w, m, K, E, bm, max_rows, got);
-  a.sort.zero_buf = zb.data();
-  a.sort.zero_numel = static_cast<int64_t>(zb.size());
-  a.quant.x = xs.data();
-  a.quant.num_tokens = m;
-  a.quant.model_dim = D;
-  a.quant.a_q = q.data();
-  a.quant.a_scale = s.data();
+  const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   const int rc = moe_sort_quant_fp8<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   ref_quant_fp8(xs.data(), m, D, wq, ws);

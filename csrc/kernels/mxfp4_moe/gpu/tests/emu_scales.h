@@ -29,15 +29,7 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
   uint8_t* base = reinterpret_cast<uint8_t*>(store.data());
   memset(base, 0xEE, store.size() * 16);
   uint8_t* ss = base + out_off;
-  AiterAuxSortQuantArgs a = {};
-  a.sort = sort_args(ids, w, m, K, E, bm, max_rows, got);
-  a.sort.zero_buf = zb.data();
-  a.sort.zero_numel = static_cast<int64_t>(zb.size());
-  a.quant.x = xs.data();
-  a.quant.num_tokens = m;
-  a.quant.model_dim = D;
-  a.quant.a_q = q.data();
-  a.quant.a_scale = s.data();
+  AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   a.sorted_scales = ss;
   const int rc = kFp8 ? moe_sort_quant_fp8<E, K, D>(a, nullptr) : moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);

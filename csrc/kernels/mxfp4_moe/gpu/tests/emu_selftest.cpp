@@ -441,6 +441,23 @@ AiterAuxSortArgs sort_args(const std::vector<int32_t>& ids, const std::vector<fl
   return a;
 }
 
+// The fused op's args: sort_args plus zero_buf and the quant of x into q / s.
+AiterAuxSortQuantArgs sort_quant_args(const std::vector<int32_t>& ids, const std::vector<float>& w,
+                                      int m, int k, int e, int bm, int64_t max_rows, SortBufs& o,
+                                      std::vector<uint16_t>& zb, const std::vector<uint16_t>& xs,
+                                      int d, std::vector<uint8_t>& q, std::vector<uint8_t>& s) {
+  AiterAuxSortQuantArgs a = {};
+  a.sort = sort_args(ids, w, m, k, e, bm, max_rows, o);
+  a.sort.zero_buf = zb.data();
+  a.sort.zero_numel = static_cast<int64_t>(zb.size());
+  a.quant.x = xs.data();
+  a.quant.num_tokens = m;
+  a.quant.model_dim = d;
+  a.quant.a_q = q.data();
+  a.quant.a_scale = s.data();
+  return a;
+}
+
 void compare_sort(const SortBufs& got, const SortBufs& want, const std::string& tag) {
   std::string w;
   check(same_bytes(got.nv, want.nv, &w), tag + ": num_valid_ids " + w);
@@ -593,15 +610,7 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
   SortBufs want = prefilled(max_rows, bm, ids.size());
   std::vector<uint8_t> q(m * D / 2, 0xAB), s(m * D / 32, 0xCD), wq(q.size()), ws(s.size());
   std::vector<uint16_t> zb(static_cast<size_t>(m) * D, 0x1234);
-  AiterAuxSortQuantArgs a = {};
-  a.sort = sort_args(ids, w, m, K, E, bm, max_rows, got);
-  a.sort.zero_buf = zb.data();
-  a.sort.zero_numel = static_cast<int64_t>(zb.size());
-  a.quant.x = xs.data();
-  a.quant.num_tokens = m;
-  a.quant.model_dim = D;
-  a.quant.a_q = q.data();
-  a.quant.a_scale = s.data();
+  const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   const int rc = moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   ref_quant(xs.data(), m, D, wq, ws);
