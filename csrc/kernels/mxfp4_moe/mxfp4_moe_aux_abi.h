@@ -99,6 +99,21 @@ typedef struct AiterAuxSortScalesArgs {
   uint8_t* sorted_scales;           // [ceil(max_rows / BM) * BM, model_dim / 32] bytes
 } AiterAuxSortScalesArgs;
 
+// The moe_sort_scales args of a fused call's sorted_scales: this call's a_scale (its M rows),
+// sorted_token_ids (its max_rows) and num_valid_ids (every backend's one definition).
+static inline AiterAuxSortScalesArgs aiter_aux_sort_scales_args(const AiterAuxSortQuantArgs* a) {
+  AiterAuxSortScalesArgs s;
+  s.a_scale = a->quant.a_scale;
+  s.num_tokens = a->quant.num_tokens;
+  s.model_dim = a->quant.model_dim;
+  s.block_m = a->sort.block_m;
+  s.sorted_token_ids = a->sort.sorted_token_ids;
+  s.num_valid_ids = a->sort.num_valid_ids;
+  s.max_rows = a->sort.max_rows;
+  s.sorted_scales = a->sorted_scales;
+  return s;
+}
+
 // moe_scatter_reduce (bf16 expert_out) and moe_scatter_reduce_q (MXFP4 expert_out).
 // Compile-time parameters: model_dim, topk.
 typedef struct AiterAuxScatterArgs {

@@ -395,14 +395,6 @@ int mxfp4_quant(const AiterAuxQuantArgs& a) {
 }
 
 namespace detail {
-// The moe_sort_scales args of a fused call's optional sorted_scales: this call's a_scale
-// (its M rows), sorted_token_ids (its max_rows) and num_valid_ids.
-inline AiterAuxSortScalesArgs sort_scales_args(const AiterAuxSortQuantArgs& a) {
-  return AiterAuxSortScalesArgs{a.quant.a_scale, a.quant.num_tokens, a.quant.model_dim,
-                                a.sort.block_m, a.sort.sorted_token_ids, a.sort.num_valid_ids,
-                                a.sort.max_rows, a.sorted_scales};
-}
-
 // The fused sort + quant of either format: every check first (the sort checks its capacity
 // before writing anything, so on failure nothing has been written), then both, then (when
 // a.sorted_scales is given) moe_sort_scales on their outputs.
@@ -425,7 +417,8 @@ int sort_quant(const AiterAuxSortQuantArgs& a, const char* op, QuantImpl quant) 
   if (rc != AITER_AUX_OK) return rc;
   quant(a.quant);
   if constexpr (ModelDim % 256 == 0) {
-    if (a.sorted_scales != nullptr) return sort_scales_impl<ModelDim>(sort_scales_args(a));
+    if (a.sorted_scales != nullptr)
+      return sort_scales_impl<ModelDim>(aiter_aux_sort_scales_args(&a));
   }
   return AITER_AUX_OK;
 }

@@ -370,16 +370,7 @@ inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const
     }
     rc = launch_sort<E, K, D>(a.sort, a.quant, stream, op);
     if (rc != AITER_AUX_OK) return rc;
-    AiterAuxSortScalesArgs s = {};
-    s.a_scale = a.quant.a_scale;
-    s.num_tokens = a.quant.num_tokens;
-    s.model_dim = kDim;
-    s.block_m = a.sort.block_m;
-    s.sorted_token_ids = a.sort.sorted_token_ids;
-    s.num_valid_ids = a.sort.num_valid_ids;
-    s.max_rows = a.sort.max_rows;
-    s.sorted_scales = a.sorted_scales;
-    return moe_sort_scales<kDim>(s, stream);
+    return moe_sort_scales<kDim>(aiter_aux_sort_scales_args(&a), stream);
   }
 }
 
