@@ -156,5 +156,15 @@ constexpr int kQuantMinOccupancy =
     0;
 #endif
 
+// The mid path's kernel with moe_sort_quant's wide MXFP4 quant blocks (kSortThreads = 512
+// on sm_90, two tiles per step): at least 3 blocks per SM, i.e. the quant kernel's 1536
+// threads and <= 40 registers (55 unconstrained; no spills at 40).  None on CDNA.
+constexpr int kFusedSortMinOccupancy =
+#if defined(AITER_AUX_GPU_CUDA)
+    3;
+#else
+    0;
+#endif
+
 }  // namespace gpu
 }  // namespace aiter_aux

@@ -148,9 +148,10 @@ __device__ __forceinline__ void quant_tensor_tiles(const AiterAuxQuantArgs& a, i
   }
 }
 
-// The quant blocks of moe_sort_quant[_fp8] (warps gwarp of nwarps) take one tile per
-// step, which keeps the sort kernels' register counts where they were (the two-tile loop
-// on top of their own code would add up to 16): quant_tensor<D> in quant_fp8.h.
+// The quant blocks of moe_sort_quant[_fp8] (warps gwarp of nwarps): quant_tensor<D, kTiles>
+// in quant_fp8.h.  One tile per step keeps the sort kernels' register counts where they
+// were; the mid path on wide MXFP4 tensors and the large path's place launch take
+// kStepTiles as mxfp4_quant does (sort_mid.h, sort_large.h).
 // kFp8Dim: the tag bit of the fused kernels' D for MXFP8 (model_dim | kFp8Dim).
 constexpr int kFp8Dim = 1 << 24;
 

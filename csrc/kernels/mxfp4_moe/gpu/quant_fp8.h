@@ -165,14 +165,15 @@ __device__ __forceinline__ void quant_fp8_tiles(const AiterAuxQuantArgs& a, int6
 }
 
 // The quant blocks of the fused launches: D is the model_dim, with kFp8Dim set for MXFP8
-// (sort.h passes the tagged value through its kernels' template parameter D).
-template <int D>
+// (sort.h passes the tagged value through its kernels' template parameter D); kTiles tiles
+// per step (quant.h).
+template <int D, int kTiles = 1>
 __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
                                              int64_t nwarps, bool x_al16, bool q_al4) {
   if constexpr ((D & kFp8Dim) != 0) {
-    quant_fp8_tiles<(D & ~kFp8Dim), 1>(a, gwarp, nwarps, x_al16, q_al4);
+    quant_fp8_tiles<(D & ~kFp8Dim), kTiles>(a, gwarp, nwarps, x_al16, q_al4);
   } else {
-    quant_tensor_tiles<D, 1>(a, gwarp, nwarps, x_al16, q_al4);
+    quant_tensor_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
   }
 }
 

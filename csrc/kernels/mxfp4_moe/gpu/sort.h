@@ -32,8 +32,7 @@
 // cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
 // in the last launch):
 //   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
-//              home(g)[e]; the remaining blocks quantise x (moe_sort_quant) and
-//              zero zero_buf;
+//              home(g)[e]; the remaining blocks zero zero_buf;
 //   2. scan  : one warp per expert e (kScanWarps per block): loads cnt[g][e] of
 //              all chunks at once (a few per lane), warp scan over g, writes the
 //              exclusive prefix pre[g][e] back to home(g)[e] and the total T_e to
@@ -45,7 +44,9 @@
 //              off_e + pre[g][e] + rank, reverse_sorted (-1 for pairs that are not
 //              local) over its own pair range, sorted_expert_ids at the first row of
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
-//              round_up(T_e, block_m)) of the experts e % G == g.
+//              round_up(T_e, block_m)) of the experts e % G == g; the remaining
+//              blocks quantise x (moe_sort_quant): beside the longest launch, which
+//              measured 4-12 % faster than beside the count launch (docs/perf.md log 55).
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
@@ -96,6 +97,10 @@ constexpr int kMidFusedDimPerTopk = 300;
 constexpr int kMidChunkPairs = 16;       // mid chunks: ~this many pairs, up to half the SMs,
 constexpr int kMidLargeChunkPairs = 128;  // then ~this many, up to one per SM
 constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
+// Fused MXFP4 quant blocks of the mid path take two tiles per step under a register bound
+// (kFusedSortMinOccupancy) from this many elements of x on, one tile without it below
+// (measured: docs/perf.md log 55).
+constexpr int64_t kWideQuantElems = int64_t(1) << 24;
 #if defined(AITER_AUX_GPU_EMU)
 constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chunks at most
 #endif
@@ -225,9 +230,16 @@ inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hip
   const int64_t n = a.num_tokens * K;
   const int cq = static_cast<int>(n / num_chunks);
   const int cr = static_cast<int>(n % num_chunks);
-  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D>), dim3(num_chunks + x.quant_blocks + x.zero_blocks),
-                   dim3(kSortThreads), st)(a, q, cq, cr, num_chunks, x.quant_blocks,
-                                           x.zero_blocks, x.x_al16, x.q_al4);
+  const dim3 grid(num_chunks + x.quant_blocks + x.zero_blocks);
+  if constexpr (D > 0 && (D & quant_detail::kFp8Dim) == 0) {
+    if (q.num_tokens * int64_t(D) >= kWideQuantElems) {
+      AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D, true>), grid, dim3(kSortThreads), st)(
+          a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+      return check_launch(op);
+    }
+  }
+  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D, false>), grid, dim3(kSortThreads), st)(
+      a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
@@ -265,7 +277,10 @@ template <int E, int K, int D>
 inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
                         int sms, const char* op) {
   constexpr int64_t kUnit = large_unit<E>();
-  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
+  AiterAuxSortArgs no_zero = a;  // zero_buf beside the count launch, x beside the place one
+  no_zero.zero_buf = nullptr;
+  const AuxGrid z = aux_grid<0>(a, q, kSortThreads, 1);
+  const AuxGrid x = aux_grid<D>(no_zero, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
   // num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= kUnit here):
   // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
@@ -284,16 +299,16 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
-  AITER_AUX_LAUNCH((sort_count_kernel<E, K, D>), dim3(nc + x.quant_blocks + x.zero_blocks),
-                   dim3(kSortThreads), st)(a, q, q32, r32, nc, x.quant_blocks, x.zero_blocks,
-                                           x.x_al16, x.q_al4);
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K>), dim3(nc + z.zero_blocks), dim3(kSortThreads),
+                   st)(a, q32, r32, nc, z.zero_blocks);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),
                    dim3(kScanThreads), st)(a, q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_place_kernel<E, K>), dim3(nc), dim3(kSortThreads), st)(a, q32, r32, nc);
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K, D>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
+                   st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 

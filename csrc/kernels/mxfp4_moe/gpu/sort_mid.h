@@ -189,9 +189,11 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
   chunk_pads<E>(a, g, num_chunks, sm.u.row.pad_end);
 }
 
-// Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).
-template <int E, int K, int D>
-__global__ __launch_bounds__(kSortThreads) void sort_mid_kernel(AiterAuxSortArgs a,
+// Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).  kWide (MXFP4, x
+// of >= kWideQuantElems elements): the quant blocks take two tiles a step, under the
+// register bound of kFusedSortMinOccupancy; else one, unbounded.
+template <int E, int K, int D, bool kWide>
+__global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(AiterAuxSortArgs a,
                                                                 AiterAuxQuantArgs q, int cq,
                                                                 int cr, int num_chunks,
                                                                 int quant_blocks, int zero_blocks,
@@ -202,7 +204,9 @@ __global__ __launch_bounds__(kSortThreads) void sort_mid_kernel(AiterAuxSortArgs
     mid_sort_block<E, K>(a, sm, b, num_chunks, cq, cr);
     return;
   }
-  aux_block<D>(b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+  aux_block<D, kSortThreads, kWide ? quant_detail::kStepTiles : 1>(b - num_chunks, a, q,
+                                                                    quant_blocks, zero_blocks,
+                                                                    x_al16, q_al4);
 }
 
 }  // namespace sort_detail

@@ -10,15 +10,15 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
-// Blocks after the sort blocks: quantisation (D > 0) then zero_buf.
-template <int D, int kThreads = kSortThreads>
+// Blocks after the sort blocks: quantisation (D > 0; kTiles tiles per step) then zero_buf.
+template <int D, int kThreads = kSortThreads, int kTiles = 1>
 __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
                                           const AiterAuxQuantArgs& q, int quant_blocks,
                                           int zero_blocks, bool x_al16, bool q_al4) {
   if constexpr (D > 0) {
     if (b < quant_blocks) {
       constexpr int kWarps = kThreads / kWarpSize;
-      quant_detail::quant_tensor<D>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
+      quant_detail::quant_tensor<D, kTiles>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
                                     static_cast<int64_t>(quant_blocks) * kWarps, x_al16, q_al4);
       return;
     }
@@ -190,6 +190,19 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
 #else
 #define AITER_AUX_SORT_BOUNDS(T, D) __launch_bounds__(T)
 #endif
+
+// The mid path's kernel with wide MXFP4 quant blocks (W): the register bound of
+// kFusedSortMinOccupancy (launch_traits.h); none otherwise.
+#if defined(AITER_AUX_GPU_CUDA)
+#define AITER_AUX_FUSED_BOUNDS(T, W) __launch_bounds__(T, (W) ? kFusedSortMinOccupancy : 0)
+#else
+#define AITER_AUX_FUSED_BOUNDS(T, W) __launch_bounds__(T)
+#endif
+
+// Tiles per step of the large path's fused quant blocks (the place launch): two for MXFP4
+// (as mxfp4_quant), one for MXFP8, whose two-tile step measured slower there (log 55).
+template <int D>
+constexpr int kFusedQuantTiles = (D & quant_detail::kFp8Dim) != 0 ? 1 : quant_detail::kStepTiles;
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
 template <int E, int K, int D>

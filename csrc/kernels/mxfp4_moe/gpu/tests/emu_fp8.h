@@ -149,7 +149,8 @@ void test_fp8() {
   run_quant_fp8_case<96>(101, 137, false, 0, 2);  // partial steps, several per warp
   run_quant_fp8_case<7168>(70, 129, false, 0);
   run_sort_quant_fp8_case<257, 9, 512>(40, 32, 131);       // tiny path
-  run_sort_quant_fp8_case<257, 9, 256>(1000, 64, 132);     // large path
+  run_sort_quant_fp8_case<257, 9, 256>(1000, 64, 132);     // mid path
+  run_sort_quant_fp8_case<8, 2, 256>(21000, 32, 136);      // large path (42000 pairs)
   run_sort_quant_fp8_case<8, 2, 7168>(2, 16, 133);
   run_sort_quant_fp8_case<896, 16, 3584>(64, 32, 134);
   run_sort_quant_fp8_case<257, 9, 256>(600, 16, 135);      // small path (5400 pairs)

@@ -939,6 +939,8 @@ int main() {
   run_sort_quant_case<257, 9, 256>(1000, 64, 27);
   run_sort_quant_case<8, 2, 7168>(2, 16, 28);
   run_sort_quant_case<896, 16, 3584>(64, 32, 29);
+  run_sort_quant_case<8, 2, 256>(21000, 32, 91);   // large path: the quant beside the place launch
+  run_sort_quant_case<8, 2, 7168>(2400, 64, 92);   // mid path, wide MXFP4 quant (two tiles a step)
   run_quant_case<7168>(70, 33, true);
   // partial tiles / steps (a step is kWarpSize blocks of 32), M = 0, one-sided
   // misalignment, and several grid-stride steps per warp (small direct grids)

@@ -4,6 +4,9 @@
 // one's byte for byte.  Build and run on the GPU machine (repo root):
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep
+// `sort_sweep fused M...` times moe_sort_quant's paths only (its a_q / a_scale must equal
+// mxfp4_quant's or mxfp8_quant's; SWEEP_FP8=1 adds moe_sort_quant_fp8, SWEEP_E=E one shape,
+// SWEEP_AUTO_ONLY=1 the launch_sort choice only, SWEEP_NO_TIME=1 no timing).
 // Prints CSV: E,topk,M,pairs,path,chunks,us
 #include <cuda_runtime.h>
 
@@ -106,8 +109,11 @@ struct Bufs {
 static const char* g_only_path = nullptr;
 static int g_only_chunks = 0;
 
-template <int E, int K, int D = 0>
+// F8: moe_sort_quant_fp8 (D tagged with kFp8Dim for the kernels, a_q of D bytes a row).
+template <int E, int K, int D = 0, bool F8 = false>
 static void sweep(int m) {
+  constexpr size_t kQB = F8 ? D : D / 2;
+  constexpr int DT = F8 ? (D | aiter_aux::gpu::quant_detail::kFp8Dim) : D;
   const int bm = 32;
   std::vector<int32_t> ids;
   std::vector<float> w;
@@ -144,9 +150,10 @@ static void sweep(int m) {
   uint8_t *aq = nullptr, *as = nullptr;
   if (D > 0) {
     CK(cudaMalloc(&x, size_t(m) * D * 2));
-    CK(cudaMalloc(&aq, size_t(m) * D / 2));
+    CK(cudaMalloc(&aq, size_t(m) * kQB));
     CK(cudaMalloc(&as, size_t(m) * D / 32));
     CK(cudaMemset(x, 0x3f, size_t(m) * D * 2));
+    CK(cudaDeviceSynchronize());  // the kernels run on a non-blocking stream
     none.x = x;
     none.num_tokens = m;
     none.model_dim = D;
@@ -160,7 +167,7 @@ static void sweep(int m) {
   auto snapshot = [&]() {
     int32_t nv[2];
     CK(cudaMemcpy(nv, b.nv, 8, cudaMemcpyDeviceToHost));
-    const int64_t rows = nv[0];
+    const int64_t rows = nv[0] < 0 || nv[0] > cap ? cap : nv[0];
     std::vector<char> s(8 + rows * 12 + rows / bm * 4 + n * 4);
     char* p = s.data();
     memcpy(p, nv, 8);
@@ -176,9 +183,24 @@ static void sweep(int m) {
     CK(cudaMemcpy(p, b.rev, n * 4, cudaMemcpyDeviceToHost));
     return s;
   };
+  // A fused variant's a_q / a_scale must equal mxfp4_quant's (the "quant" run, first).
+  std::vector<char> qfirst;
+  auto qsnap = [&]() {
+    std::vector<char> s(size_t(m) * kQB + size_t(m) * D / 32);
+    if (D > 0 && m > 0) {
+      CK(cudaMemcpy(s.data(), aq, size_t(m) * kQB, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(s.data() + size_t(m) * kQB, as, size_t(m) * D / 32, cudaMemcpyDeviceToHost));
+    }
+    return s;
+  };
   auto run = [&](const char* path, int chunks, auto launch) {
-    CK(cudaMemset(b.sti, 0xAB, cap * 4));
-    CK(cudaMemset(b.rev, 0xAB, std::max<int64_t>(n, 1) * 4));
+    if (D > 0) {
+      CK(cudaMemsetAsync(aq, 0xAB, size_t(m) * kQB, st));
+      CK(cudaMemsetAsync(as, 0xAB, size_t(m) * D / 32, st));
+    }
+    CK(cudaMemsetAsync(b.nv, 0, 8, st));
+    CK(cudaMemsetAsync(b.sti, 0xAB, cap * 4, st));
+    CK(cudaMemsetAsync(b.rev, 0xAB, std::max<int64_t>(n, 1) * 4, st));
     if (launch() != 0) {
       printf("%d,%d,%d,%lld,%s,%d,FAIL %s\n", E, K, m, (long long)n, path, chunks, g_last_error.c_str());
       return;
@@ -191,27 +213,44 @@ static void sweep(int m) {
       return;
     }
     const auto s = snapshot();
-    const bool same = first.empty() || s == first;
+    bool same = first.empty() || s == first;
     if (first.empty()) first = s;
-    const float us = graph_us(st, launch);
-    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? "fused-" : "", path, chunks, us,
+    if (D > 0) {
+      const auto qs = qsnap();
+      if (!qfirst.empty() && qs != qfirst) {
+        same = false;
+        size_t i = 0, bad = 0;
+        while (qs[i] == qfirst[i]) ++i;
+        for (size_t k = 0; k < qs.size(); ++k) bad += qs[k] != qfirst[k];
+        printf("# %s/%d: a_q/a_scale differ at byte %zu of %zu (%s; got %02x want %02x), %zu bytes\n",
+               path, chunks, i, qs.size(), i < size_t(m) * kQB ? "a_q" : "a_scale",
+               qs[i] & 0xff, qfirst[i] & 0xff, bad);
+      }
+      if (qfirst.empty()) qfirst = qs;
+    }
+    if (!same && s != first) printf("# %s/%d: the sort outputs differ\n", path, chunks);
+    const float us = getenv("SWEEP_NO_TIME") ? 0.f : graph_us(st, launch);
+    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? (F8 ? "fp8-" : "fused-") : "", path, chunks, us,
            same ? "" : ",MISMATCH");
   };
   if constexpr (D > 0) {
-    run("quant", 0, [&]() { return mxfp4_quant<D>(none, st); });
+    run("quant", 0, [&]() { return F8 ? mxfp8_quant<D>(none, st) : mxfp4_quant<D>(none, st); });
     first.clear();
-    run("auto", 0, [&]() { return sd::launch_sort<E, K, D>(a, none, st, "x"); });
-    if (n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, D>(a, none, st, "x"); });
+    run("auto", 0, [&]() { return sd::launch_sort<E, K, DT>(a, none, st, "x"); });
+    const bool all = getenv("SWEEP_AUTO_ONLY") == nullptr;  // else quant and auto only
+    if (all && n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, DT>(a, none, st, "x"); });
     std::vector<int> gf;
     for (int c : {4, 8, 16, 32, 64}) {
       const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), 132));
       if (std::find(gf.begin(), gf.end(), g) == gf.end()) gf.push_back(g);
     }
     for (int g : gf) {
-      if ((n + g - 1) / g > 65535) continue;
-      run("mid", g, [&]() { return sd::launch_mid<E, K, D>(a, none, st, g, "x"); });
+      if (!all || (n + g - 1) / g > 65535) continue;
+      run("mid", g, [&]() { return sd::launch_mid<E, K, DT>(a, none, st, g, "x"); });
     }
-    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, D>(a, none, st, device_sm_count(), "x"); });
+    if (all && n >= sd::large_unit<E>()) {
+      run("large", 0, [&]() { return sd::launch_large<E, K, DT>(a, none, st, device_sm_count(), "x"); });
+    }
   } else {
   if (g_only_path != nullptr) {
       const std::string p = g_only_path;
@@ -249,6 +288,25 @@ static void sweep_all() {
 
 #ifndef AITER_AUX_SWEEP_NO_MAIN  // decode_sweep.cu includes this file for routing()
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "fused") {  // "fused M...": moe_sort_quant only
+    printf("E,topk,M,pairs,path,chunks,us\n");
+    const int only_e = getenv("SWEEP_E") ? atoi(getenv("SWEEP_E")) : 0;  // one shape
+    for (int i = 2; i < argc; ++i) {
+      const int m = atoi(argv[i]);
+      if (only_e == 0 || only_e == 256) sweep<256, 8, 7168>(m);
+      if (only_e == 0 || only_e == 257) sweep<257, 9, 7168>(m);
+      if (only_e == 0 || only_e == 385) sweep<385, 9, 7168>(m);
+      if (only_e == 0 || only_e == 513) sweep<513, 11, 2560>(m);
+      if (only_e == 0 || only_e == 896) sweep<896, 16, 3584>(m);
+      if (getenv("SWEEP_FP8") == nullptr) continue;
+      if (only_e == 0 || only_e == 256) sweep<256, 8, 7168, true>(m);
+      if (only_e == 0 || only_e == 257) sweep<257, 9, 7168, true>(m);
+      if (only_e == 0 || only_e == 385) sweep<385, 9, 7168, true>(m);
+      if (only_e == 0 || only_e == 513) sweep<513, 11, 2560, true>(m);
+      if (only_e == 0 || only_e == 896) sweep<896, 16, 3584, true>(m);
+    }
+    return 0;
+  }
   if (argc == 6) {
     const int e = atoi(argv[1]), k = atoi(argv[2]), m = atoi(argv[3]);
     g_only_path = argv[4];
