@@ -211,3 +211,39 @@ def test_quick_on_cpu(cpu_module, tmp_path, capsys):
         else:
             assert r["fused_over_parts"] == ""
     assert n == 3 * len(cases.QUICK_SHAPES) * len(cases.QUICK_TOKENS_CPU)
+
+
+def test_perf_tables_from_two_csv_files(tmp_path):
+    """benchmarks/perf_tables.py: E x M tables of µs and of each fused op over its parts, the
+    parts taken from either file (expected ratios worked out by hand)."""
+    import perf_tables
+
+    head = "op,expert,model_dim,inter,topk,tokens,block_m,ours_us\n"
+    (tmp_path / "a.csv").write_text(
+        head
+        + "moe_sort,257,7168,256,9,1,32,2.0\n"
+        + "mxfp4_quant,257,7168,256,9,1,32,1.0\n"
+        + "moe_sort_quant,257,7168,256,9,1,32,3.0\n"
+        + "moe_sort_scales,257,7168,256,9,1,32,2.0\n"
+        + "decode_pipeline,257,7168,256,9,1,32,4.0\n"
+        + "moe_sort,257,7168,256,9,2,32,9.0\n"
+    )
+    (tmp_path / "b.csv").write_text(
+        head
+        + "mxfp8_quant,257,7168,256,9,1,32,4.0\n"
+        + "moe_sort_quant_fp8,257,7168,256,9,1,32,5.0\n"
+        + "moe_sort,257,7168,256,9,2,32,2.5\n"  # the later file wins
+    )
+    times = perf_tables.load([tmp_path / "a.csv", tmp_path / "b.csv"])
+    assert times[("moe_sort", 257, 2)] == 2.5
+    md = perf_tables.tables(times, None)
+    assert "**moe_sort** (µs)\n\n| E \\ M | 1 | 2 |\n|---|---|---|\n| 257 | 2.00 | 2.50 |" in md
+    # moe_sort_quant: 3 / max(2, 1); the fp8 op: 5 / max(2, 4) across the files; the
+    # pipeline: 4 / (3 + 2)
+    assert "**moe_sort_quant / max(moe_sort, mxfp4_quant)**" in md
+    assert "| 257 | 1.50 |" in md and "| 257 | 1.25 |" in md and "| 257 | 0.80 |" in md
+    only = perf_tables.tables(times, ["mxfp4_quant"])
+    assert only.startswith("**mxfp4_quant** (µs)") and "moe_sort" not in only
+    with pytest.raises(SystemExit) as e:
+        perf_tables.main([str(tmp_path / "missing.csv")])
+    assert e.value.code == 2

@@ -15,7 +15,7 @@
 //
 // Paths by n = M*topk (host: launch_sort):
 //   micro  n <= kMicroPathPairs (sort_mid.h): one warp ranks everything, no barrier;
-//   tiny   n <= kTinyPathPairs, kTinyFullPathPairs with a fused quant or an expert map
+//   tiny   n <= kTinyPathPairs, kTinyFullPathPairs with an expert map
 //          (sort_tiny.h):
 //          G redundant ranking blocks that each write a slice of the rows;
 //   mid    n <= kMidPathBase + kMidPathPerExpert * E, or wherever a fused quant is the
@@ -82,10 +82,10 @@ constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks all)
 constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
-constexpr int kTinyPathPairs = 512;  // ... up to here (the mid path is faster above), and
-constexpr int kTinyFullPathPairs = kTinyThreads;  // up to here with a fused quant or an
-                                                  // expert map (each mid block would map
-                                                  // every id; the quant blocks' grid)
+constexpr int kTinyPathPairs = 512;  // ... up to here (the mid path is faster above, with a
+                                     // fused quant too: docs/perf.md log 55), and
+constexpr int kTinyFullPathPairs = kTinyThreads;  // up to here with an expert map (each mid
+                                                  // block would map every id)
 constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...
 constexpr int kTinyMaxBlocks = 32;            // ... blocks at most
 // Mid path up to kMidPathBase + kMidPathPerExpert * E pairs (the large path's 3 launches
@@ -325,7 +325,7 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
                     kTinyFullPathPairs <= kTinyThreads,
                 "path limits");
   if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
-  const int tiny_max = D > 0 || a.expert_map != nullptr ? kTinyFullPathPairs : kTinyPathPairs;
+  const int tiny_max = a.expert_map != nullptr ? kTinyFullPathPairs : kTinyPathPairs;
   if (n <= tiny_max) return launch_tiny<E, K, D>(a, q, st, op);
   const int sms = device_sm_count();
 #if defined(AITER_AUX_GPU_EMU)
