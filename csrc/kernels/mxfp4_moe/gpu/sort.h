@@ -46,7 +46,7 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 4-12 % faster than beside the count launch (docs/perf.md log 55).
+//              measured 2-16 % faster than beside the count launch (docs/perf.md log 55).
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
@@ -83,7 +83,7 @@ constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks al
 constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
 constexpr int kTinyPathPairs = 512;  // ... up to here (the mid path is faster above, with a
-                                     // fused quant too: docs/perf.md log 55), and
+                                     // fused quant too: docs/perf.md log 56), and
 constexpr int kTinyFullPathPairs = kTinyThreads;  // up to here with an expert map (each mid
                                                   // block would map every id)
 constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...

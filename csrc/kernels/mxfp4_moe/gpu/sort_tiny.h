@@ -19,7 +19,8 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
     if (b < quant_blocks) {
       constexpr int kWarps = kThreads / kWarpSize;
       quant_detail::quant_tensor<D, kTiles>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
-                                    static_cast<int64_t>(quant_blocks) * kWarps, x_al16, q_al4);
+                                            static_cast<int64_t>(quant_blocks) * kWarps,
+                                            x_al16, q_al4);
       return;
     }
   } else {
