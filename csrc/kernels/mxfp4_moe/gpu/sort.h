@@ -277,10 +277,8 @@ template <int E, int K, int D>
 inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
                         int sms, const char* op) {
   constexpr int64_t kUnit = large_unit<E>();
-  AiterAuxSortArgs no_zero = a;  // zero_buf beside the count launch, x beside the place one
-  no_zero.zero_buf = nullptr;
-  const AuxGrid z = aux_grid<0>(a, q, kSortThreads, 1);
-  const AuxGrid x = aux_grid<D>(no_zero, q, kSortThreads, quant_detail::kQuantUnroll);
+  // zero_buf's blocks beside the count launch, the quant blocks beside the place launch
+  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
   // num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= kUnit here):
   // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
@@ -299,8 +297,8 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
-  AITER_AUX_LAUNCH((sort_count_kernel<E, K>), dim3(nc + z.zero_blocks), dim3(kSortThreads),
-                   st)(a, q32, r32, nc, z.zero_blocks);
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K>), dim3(nc + x.zero_blocks), dim3(kSortThreads),
+                   st)(a, q32, r32, nc, x.zero_blocks);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),

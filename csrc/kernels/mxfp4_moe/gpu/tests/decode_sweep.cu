@@ -33,21 +33,10 @@ void decode_case(int m) {
   std::vector<int32_t> ids;
   std::vector<float> w;
   routing(m, E, K, 4321u + m, ids, w);
-  const int64_t n = int64_t(m) * K;
   const int64_t cap = sort_capacity(m, K, E, bm);
   const int64_t out_rows = (cap + 31) / 32 * 32;
   const size_t ss_bytes = size_t(out_rows) * (D / 32);
-  Bufs b;
-  CK(cudaMalloc(&b.ids, n * 4));
-  CK(cudaMalloc(&b.w, n * 4));
-  CK(cudaMalloc(&b.rev, n * 4));
-  CK(cudaMalloc(&b.sti, cap * 4));
-  CK(cudaMalloc(&b.sw, cap * 4));
-  CK(cudaMalloc(&b.mi, cap * 4));
-  CK(cudaMalloc(&b.seid, cap / bm * 4));
-  CK(cudaMalloc(&b.nv, 8));
-  CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b.w, w.data(), n * 4, cudaMemcpyHostToDevice));
+  Bufs b = sort_bufs(ids, w, cap, bm);
   uint16_t* x;
   uint8_t *aq, *as, *ss, *ss2;
   CK(cudaMalloc(&x, size_t(m) * D * 2));
@@ -60,19 +49,7 @@ void decode_case(int m) {
   for (auto& v : hx) v = static_cast<uint16_t>(0x3C00u + rng() % 0x0800u) | ((rng() & 1u) << 15);
   CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   AiterAuxSortQuantArgs a = {};
-  a.sort.topk_ids = b.ids;
-  a.sort.topk_weights = b.w;
-  a.sort.num_tokens = m;
-  a.sort.num_experts = E;
-  a.sort.topk = K;
-  a.sort.block_m = bm;
-  a.sort.max_rows = cap;
-  a.sort.sorted_token_ids = b.sti;
-  a.sort.sorted_weights = b.sw;
-  a.sort.m_indices = b.mi;
-  a.sort.sorted_expert_ids = b.seid;
-  a.sort.num_valid_ids = b.nv;
-  a.sort.reverse_sorted = b.rev;
+  a.sort = sort_args(b, m, E, K, bm, cap);
   a.quant.x = x;
   a.quant.num_tokens = m;
   a.quant.model_dim = D;
@@ -126,8 +103,7 @@ void decode_case(int m) {
     });
   }
   fflush(stdout);
-  cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
-  cudaFree(b.mi), cudaFree(b.seid), cudaFree(b.nv);
+  free_bufs(b);
   cudaFree(x), cudaFree(aq), cudaFree(as), cudaFree(ss), cudaFree(ss2);
   cudaStreamDestroy(st);
 }

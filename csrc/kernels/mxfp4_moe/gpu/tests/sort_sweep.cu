@@ -105,6 +105,48 @@ struct Bufs {
   float *w, *sw;
 };
 
+// The sort's device buffers for ids / w (copied in) and cap rows; decode_sweep.cu uses them too.
+static Bufs sort_bufs(const std::vector<int32_t>& ids, const std::vector<float>& w, int64_t cap,
+                      int bm) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t n1 = std::max<int64_t>(n, 1);
+  Bufs b;
+  CK(cudaMalloc(&b.ids, n1 * 4));
+  CK(cudaMalloc(&b.w, n1 * 4));
+  CK(cudaMalloc(&b.rev, n1 * 4));
+  CK(cudaMalloc(&b.sti, cap * 4));
+  CK(cudaMalloc(&b.sw, cap * 4));
+  CK(cudaMalloc(&b.mi, cap * 4));
+  CK(cudaMalloc(&b.seid, cap / bm * 4));
+  CK(cudaMalloc(&b.nv, 8));
+  CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(b.w, w.data(), n * 4, cudaMemcpyHostToDevice));
+  return b;
+}
+
+static AiterAuxSortArgs sort_args(const Bufs& b, int m, int e, int k, int bm, int64_t cap) {
+  AiterAuxSortArgs a = {};
+  a.topk_ids = b.ids;
+  a.topk_weights = b.w;
+  a.num_tokens = m;
+  a.num_experts = e;
+  a.topk = k;
+  a.block_m = bm;
+  a.max_rows = cap;
+  a.sorted_token_ids = b.sti;
+  a.sorted_weights = b.sw;
+  a.m_indices = b.mi;
+  a.sorted_expert_ids = b.seid;
+  a.num_valid_ids = b.nv;
+  a.reverse_sorted = b.rev;
+  return a;
+}
+
+static void free_bufs(Bufs& b) {
+  cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
+  cudaFree(b.mi), cudaFree(b.seid), cudaFree(b.nv);
+}
+
 // argv mode: "E K M path chunks" runs that one variant twice (for ncu), no timing.
 static const char* g_only_path = nullptr;
 static int g_only_chunks = 0;
@@ -120,31 +162,8 @@ static void sweep(int m) {
   routing(m, E, K, 1234u + m, ids, w);
   const int64_t n = int64_t(m) * K;
   const int64_t cap = sort_capacity(m, K, E, bm);
-  Bufs b;
-  CK(cudaMalloc(&b.ids, std::max<int64_t>(n, 1) * 4));
-  CK(cudaMalloc(&b.w, std::max<int64_t>(n, 1) * 4));
-  CK(cudaMalloc(&b.rev, std::max<int64_t>(n, 1) * 4));
-  CK(cudaMalloc(&b.sti, cap * 4));
-  CK(cudaMalloc(&b.sw, cap * 4));
-  CK(cudaMalloc(&b.mi, cap * 4));
-  CK(cudaMalloc(&b.seid, cap / bm * 4));
-  CK(cudaMalloc(&b.nv, 8));
-  CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b.w, w.data(), n * 4, cudaMemcpyHostToDevice));
-  AiterAuxSortArgs a = {};
-  a.topk_ids = b.ids;
-  a.topk_weights = b.w;
-  a.num_tokens = m;
-  a.num_experts = E;
-  a.topk = K;
-  a.block_m = bm;
-  a.max_rows = cap;
-  a.sorted_token_ids = b.sti;
-  a.sorted_weights = b.sw;
-  a.m_indices = b.mi;
-  a.sorted_expert_ids = b.seid;
-  a.num_valid_ids = b.nv;
-  a.reverse_sorted = b.rev;
+  Bufs b = sort_bufs(ids, w, cap, bm);
+  const AiterAuxSortArgs a = sort_args(b, m, E, K, bm, cap);
   AiterAuxQuantArgs none = {};
   uint16_t* x = nullptr;
   uint8_t *aq = nullptr, *as = nullptr;
@@ -275,8 +294,7 @@ static void sweep(int m) {
     if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
   }
   fflush(stdout);
-  cudaFree(b.ids), cudaFree(b.w), cudaFree(b.rev), cudaFree(b.sti), cudaFree(b.sw);
-  cudaFree(b.mi), cudaFree(b.seid), cudaFree(b.nv);
+  free_bufs(b);
   if (D > 0) cudaFree(x), cudaFree(aq), cudaFree(as);
   cudaStreamDestroy(st);
 }
