@@ -14,8 +14,8 @@ one TU per op (each instance TU #included once), and compiled:
 * gfx950 / gfx942: no register spills and no scratch memory (each kernel's resources come
   from ``-Rpass-analysis=kernel-resource-usage``).  sm_90 (ptxas ``-warn-spills``): spills
   are printed as notes, not failures: the H200-tuned occupancy bounds spill a few bytes in
-  mxfp4_quant (D = 4096, 8192: 4 bytes at 6 blocks per SM) and in the 64-bit-index
-  scatter_q kernel (> 2^31 units only).
+  mxfp4_quant and moe_sort_quant's wide mid-path kernel (D = 4096, 8192: 4 bytes at 6
+  and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
   The device-side tools ``gpu/tests/sort_sweep.cu`` and ``decode_sweep.cu`` are compiled

@@ -158,7 +158,8 @@ constexpr int kQuantMinOccupancy =
 
 // The mid path's kernel with moe_sort_quant's wide MXFP4 quant blocks (kSortThreads = 512
 // on sm_90, two tiles per step): at least 3 blocks per SM, i.e. the quant kernel's 1536
-// threads and <= 40 registers (55 unconstrained; no spills at 40).  None on CDNA.
+// threads and <= 40 registers (55 unconstrained; at 40, 4 bytes of spill at D = 4096 and
+// 8192, as mxfp4_quant at 6 blocks).  None on CDNA.
 constexpr int kFusedSortMinOccupancy =
 #if defined(AITER_AUX_GPU_CUDA)
     3;
