@@ -28,9 +28,9 @@ it measures
   mxfp8_quant), decode_pipeline / (moe_sort_quant + moe_sort_scales), the two launches the
   one call replaces, each timed as its own op (``FUSED_PARTS``).
 
-It prints one table and the goals as PASS/FAIL lines (issue 14's in a section of their own),
-and writes ``results.csv``, ``meta.json`` and ``bench_aux.png`` (if matplotlib is installed)
-under ``--out``.  Exit status 1 when any output mismatches the reference, else 0 (goals are
+It prints one table and the goals of ``benchmarks/goals.json`` as PASS/FAIL lines, and
+writes ``results.csv``, ``meta.json`` and ``bench_aux.png`` (if matplotlib is installed) under
+``--out``.  Exit status 1 when any output mismatches the reference, else 0 (goals are
 reported, not enforced).
 
 ``--device cpu --quick`` is a smoke test (tiny sizes, wall-clock timing, eager peer only).
@@ -72,14 +72,13 @@ from auxbench.cases import (  # noqa: E402
 )
 from auxbench.common import is_mxfp4_moe_shape_supported, log, ops  # noqa: E402
 from auxbench.floors import print_floors  # noqa: E402
+from auxbench.goals import evaluate  # noqa: E402
 from auxbench.measure import run_op  # noqa: E402
 from auxbench.peers import CompiledPeer  # noqa: E402
 from auxbench.plot import plot  # noqa: E402
 from auxbench.report import (  # noqa: E402
     Row,
     fmt,
-    goals,
-    issue14_goals,
     print_table,
     set_fused_parts,
     shape_str,
@@ -287,12 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     how = "CUDA-graph replay time per call" if cuda else "wall time per call (cpu)"
     log(plot(out_dir / "bench_aux.png", rows, copy_bw, how))
 
-    log("\ngoals:")
-    for line in goals(rows, peer.enabled):
-        log(f"  {line}")
-    log("\ngoals of issue 14 (kernels fast at every batch size; H200 figures):")
-    for line in issue14_goals(rows):
-        log(f"  {line}")
+    for title, lines in evaluate(rows, peer.enabled):
+        log(f"\n{title} (benchmarks/goals.json):")
+        for line in lines:
+            log(f"  {line}")
     bad = [r for r in rows if r.check != "ok"]
     if peer.enabled:
         log(

@@ -1,12 +1,14 @@
 """Markdown tables (rows: E of the shape, columns: M) of bench_aux's results.csv files.
 
-    python benchmarks/perf_tables.py docs/bench/h200_run16.csv docs/bench/h200_run16_fp8_q.csv
+    python benchmarks/perf_tables.py docs/bench/h200_run17.csv docs/bench/h200_run17_fp8_q.csv
+    python benchmarks/perf_tables.py --goals run/results.csv run_fp8/results.csv  # goal lines
 
 The files are merged (a later file's row wins), so a fused op's parts may come from another
 invocation of the same run.  For each op: its time in µs; for each fused op of
 ``FUSED_PARTS`` whose parts are all present: its time over theirs combined (max or sum, as
-bench_aux's own ratio column).  ``--ops`` picks and orders the ops.  This is how the tables
-of docs/perf.md are made.
+bench_aux's own ratio column).  ``--ops`` picks and orders the ops.  ``--goals`` prints the
+goals of ``benchmarks/goals.json`` checked against the merged rows instead, as bench_aux
+does.  This is how the tables of docs/perf.md are made.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from auxbench.report import FUSED_PARTS  # noqa: E402
+from auxbench.goals import evaluate  # noqa: E402
+from auxbench.report import FUSED_PARTS, read_csv  # noqa: E402
 
 
 def load(paths: list[Path]) -> dict[tuple[str, int, int], float]:
@@ -74,12 +77,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="+", type=Path, help="bench_aux results.csv files")
     ap.add_argument("--ops", nargs="+", help="ops to print, in this order (default: all)")
+    ap.add_argument("--goals", action="store_true", help="print the goal lines instead")
     args = ap.parse_args(argv)
     missing = [str(p) for p in args.csv if not p.is_file()]
     if missing:
         ap.error(f"no such file: {', '.join(missing)}")
-    print(tables(load(args.csv), args.ops))
+    if args.goals:
+        print(goal_report(args.csv))
+    else:
+        print(tables(load(args.csv), args.ops))
     return 0
+
+
+def goal_report(paths: list[Path]) -> str:
+    """The goal lines of bench_aux for the merged rows of ``paths`` (a later file's row of
+    the same op, shape and M wins)."""
+    merged = {}
+    for path in paths:
+        for r in read_csv(path):
+            merged[(r.op, r.shape, r.tokens)] = r
+    rows = list(merged.values())
+    out = []
+    for title, lines in evaluate(rows, any(r.compiled_us for r in rows)):
+        out += [f"{title}:"] + [f"  {ln}" for ln in lines] + [""]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

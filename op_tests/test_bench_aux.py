@@ -1,6 +1,6 @@
-"""benchmarks/bench_aux.py on the CPU: the defaults of issue 14, the `x parts` column (a fused
-op's time over its parts') and issue 14's goal lines on synthetic timings whose expected
-values are worked out by hand below, and a `--device cpu --quick` smoke run."""
+"""benchmarks/bench_aux.py on the CPU: the default cases, the `x parts` column (a fused op's
+time over its parts') and the goal lines of benchmarks/goals.json on synthetic timings whose
+expected values are worked out by hand below, and a `--device cpu --quick` smoke run."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from auxbench import cases, report  # noqa: E402
+from auxbench import cases, goals, report  # noqa: E402
 from auxbench.report import Row  # noqa: E402
 
-A = (257, 7168, 256, 9)  # E/topk 257/9: vLLM and SGLang in issue 14's table
+A = (257, 7168, 256, 9)  # E/topk 257/9: vLLM and SGLang in the peer table
 B = (256, 7168, 256, 8)  # 256/8: SGLang only
 
 
-def test_defaults_of_issue_14():
+def test_default_cases():
     from aiter_aux.ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
 
     assert cases.DEFAULT_TOKENS == (
@@ -126,19 +126,24 @@ def test_fused_parts_in_table_and_csv(tmp_path, capsys):
     assert (r["parts_us"], r["fused_over_parts"]) == ("", "")
 
 
-def test_issue14_goal_lines():
-    lines = report.issue14_goals(_rows())
+def _section(title: str, lines: list) -> list[str]:
+    (got,) = [ln for t, ln in lines if t == title]
+    return got
+
+
+def test_goal_lines_at_every_batch_size():
+    lines = _section("goals at every batch size (H200 figures)", goals.evaluate(_rows(), False))
     a, b = "257,7168,256,9", "256,7168,256,8"
     assert lines == [
-        f"PASS  moe_sort at M=1 <= 1.3 us: worst 1.25 us (moe_sort {b} M=1), 2 cases",
-        f"FAIL  moe_sort at M=256 <= 4.0 us: worst 4.50 us (moe_sort {b} M=256), 1/2 cases fail",
-        f"PASS  moe_sort at M=1024 <= 6.0 us: worst 5.00 us (moe_sort {a} M=1024), 2 cases",
+        f"PASS  M=1: moe_sort <= 1.3 us: worst 1.25 us (moe_sort {b} M=1), 2 cases",
+        f"FAIL  M=256: moe_sort <= 4 us: worst 4.50 us (moe_sort {b} M=256), 1/2 cases fail",
+        f"PASS  M=1024: moe_sort <= 6 us: worst 5.00 us (moe_sort {a} M=1024), 2 cases",
         # ours / faster peer: A 1.2/1.56, 3.0/4.16, 3.9/5.06, 5.0/7.59, 4.9/19.24 (all SGLang);
         # B 1.25/1.65, 4.5/4.83 = 0.932 (the one over 0.8), 4.0/7.85
-        "FAIL  moe_sort <= 0.8 x the faster peer of issue 14's table (vLLM, SGLang) at its "
-        f"(E, topk, M): worst 0.93x (moe_sort {b} M=256), 1/8 cases fail",
+        "FAIL  moe_sort <= 0.8 x the faster peer (vLLM, SGLang): "
+        f"worst 0.93x (moe_sort {b} M=256), 1/8 cases fail",
         # time / largest at a smaller M: A 2.5, 1.3, 1.28, 0.98; B 3.6, 0.889
-        "FAIL  moe_sort monotonic in M within 5% (time / the largest time at a smaller M): "
+        "FAIL  moe_sort monotonic in M: time >= 0.95 x the largest at a smaller M: "
         f"worst 0.89x (moe_sort {b} M=1024), 1/6 cases fail",
         # 8.8 / 8.0 = 1.10 and 31 / 30 = 1.03
         "FAIL  M>=1024: moe_sort_quant <= 1.05 x max(moe_sort, mxfp4_quant): worst 1.10x "
@@ -147,28 +152,68 @@ def test_issue14_goal_lines():
         f"(moe_sort_quant {a} M=16), 1/2 cases fail",
         "PASS  decode M<=64: decode_pipeline (sort + quant + sorted scales) <= 4.5 us: worst "
         f"4.00 us (decode_pipeline {a} M=1), 1 cases",
-        "FAIL  moe_scatter_reduce at M=1 <= 1.4 us: worst 1.50 us "
+        "FAIL  M=1: moe_scatter_reduce <= 1.4 us: worst 1.50 us "
         f"(moe_scatter_reduce {a} M=1), 1/2 cases fail",
         "PASS  prefill M>=4096: moe_scatter_reduce >= 97% of a same-bytes copy: worst 98.00% "
         f"(moe_scatter_reduce {a} M=4096), 1 cases",
-        "SKIP  moe_scatter_reduce <= 0.95 x vLLM / SGLang at M=16-1024: the peers' reduce "
-        "times are in neither this bench nor issue 14's table",
+        "SKIP  M=16-1024: moe_scatter_reduce <= 0.95 x the faster peer (vLLM, SGLang): the "
+        "peers' reduce times are not in this bench's peer table",
     ]
 
 
-def test_issue14_goals_without_cases():
-    lines = report.issue14_goals([Row("mxfp4_quant", A, 1, ours_us=1.0)])
-    assert all(ln.startswith("SKIP") for ln in lines)
-    assert len(lines) == 11
+def test_goals_without_cases():
+    for _, lines in goals.evaluate([Row("mxfp4_quant", A, 1, ours_us=1.0)], False):
+        assert all(ln.startswith("SKIP") for ln in lines)
+    n = sum(len(s["goals"]) for s in goals.load()["sections"])
+    assert sum(len(ln) for _, ln in goals.evaluate([], False)) == n
 
 
 def test_fp8_goal_reads_the_parts_ratio():
     # 5.1 / max(5.0, 4.0) = 1.02 <= 1.05
-    lines = report.goals(_rows(), have_compiled=False)
+    lines = _section("goals", goals.evaluate(_rows(), have_compiled=False))
     assert (
         "PASS  M>=1024: moe_sort_quant_fp8 <= 1.05 x max(moe_sort, mxfp8_quant): worst 1.02x "
         "(moe_sort_quant_fp8 257,7168,256,9 M=1024), 1 cases"
     ) in lines
+    assert "SKIP  every op >= 5x faster than torch.compile: compiled peer not run" in lines
+
+
+def test_goals_file_is_checked(tmp_path):
+    """Every goal of goals.json names a bench op (or every op) and a known metric; the ops
+    judged against the copy bandwidth are the ones the bench times a same-bytes copy for."""
+    data = goals.load()
+    for section in data["sections"]:
+        for g in section["goals"]:
+            assert g["op"] == "*" or g["op"] in cases.OPS, g
+    assert goals.same_copy_ops() == {
+        "mxfp4_quant", "mxfp8_quant", "moe_scatter_reduce", "moe_scatter_reduce_q",
+        "moe_sort_scales",
+    }  # fmt: skip
+    assert goals.faster_peer_us(257, 9, 1) == 1.56  # SGLang, faster than vLLM's 4.10
+    assert goals.faster_peer_us(257, 9, 2) is None
+    bad = tmp_path / "goals.json"
+    bad.write_text('{"sections": [{"title": "t", "goals": [{"op": "*", "metric": "us"}]}]}')
+    with pytest.raises(ValueError, match="bad goal"):
+        goals.load(bad)
+
+
+def test_goals_from_a_results_csv(tmp_path):
+    """perf_tables.py --goals reads results.csv files back (report.read_csv) and prints the
+    same goal lines as the bench for the same rows."""
+    import perf_tables
+
+    rows = _rows()
+    report.set_fused_parts(rows)
+    report.write_csv(tmp_path / "r.csv", rows, 32)
+    back = report.read_csv(tmp_path / "r.csv")
+    assert [(r.op, r.shape, r.tokens, r.ours_us) for r in back] == [
+        (r.op, r.shape, r.tokens, float(f"{r.ours_us:.4g}")) for r in rows
+    ]
+    text = perf_tables.goal_report([tmp_path / "r.csv"])
+    for title, lines in goals.evaluate(rows, False):
+        assert f"{title}:" in text
+        for ln in lines:
+            assert f"  {ln}" in text
 
 
 def _load_bench_aux():
@@ -184,7 +229,7 @@ def test_quick_on_cpu(cpu_module, tmp_path, capsys):
     rc = _load_bench_aux().main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out[-3000:]
-    assert "x parts" in out and "goals of issue 14" in out
+    assert "x parts" in out and "goals at every batch size" in out
     with (tmp_path / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert {r["check"] for r in rows} == {"ok"}

@@ -7,7 +7,8 @@
   rotated buffer sets, the copy bandwidth;
 * ``peers``   -- :class:`~auxbench.peers.CompiledPeer` (``torch.compile`` of the reference);
 * ``measure`` -- one op of one case: ours, the eager and the compiled peer, the check;
-* ``report``  -- :class:`~auxbench.report.Row`, the table, the CSV, the goals;
+* ``report``  -- :class:`~auxbench.report.Row`, the table, the CSV;
+* ``goals``   -- the goals of ``benchmarks/goals.json`` checked against the rows;
 * ``floors``  -- the prefill bandwidth-floor table (``--floors``);
 * ``plot``    -- the optional matplotlib figure.
 

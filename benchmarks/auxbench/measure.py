@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from .cases import OpSpec, Sizes, clone_inputs, footprint
+from .goals import same_copy_ops
 from .peers import CompiledPeer
-from .report import BANDWIDTH_GOALS, Row
+from .report import Row
 from .timing import Timer, n_buffer_sets
 
 
@@ -47,7 +48,7 @@ def run_op(
     del sets, calls
 
     # a copy kernel of the same bytes, timed the same way: what a plain kernel reaches here
-    if op in BANDWIDTH_GOALS:
+    if op in same_copy_ops():
         row.copy_same_us = timer.same_bytes_copy_us(row.bytes, l2_bytes)
 
     # torch.compile peer
