@@ -170,7 +170,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     sort_args = (want_s, want_sort.sorted_token_ids, want_sort.num_valid_ids, block_m)
     want_scales = ref.moe_sort_scales(*sort_args)
     zero_buf = torch.randn(num_tokens, model_dim, generator=gen).bfloat16().to(device)
-    # the checked call is the decode step in one call: the sorted scales too (issue 14 item 3)
+    # the checked call is the decode step in one call: the sorted scales too
     one_call = torch.full_like(want_scales, 0xA5)
     fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zero_buf,
                                        quant_dtype=qdt, sorted_scales=one_call)  # fmt: skip

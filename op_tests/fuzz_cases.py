@@ -84,7 +84,7 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         if d.draw(st.booleans(), "zero_buf"):
             a["zero_buf"] = values(g, (d.draw(st.integers(0, 300)),), torch.bfloat16, "bits")
     if op in FUSED and dim % 256 == 0 and d.draw(st.booleans(), "sorted_scales"):
-        # the decode step in one call (issue 14 item 3): a mutated buffer, fuzzed as an output
+        # the decode step in one call: a mutated buffer, fuzzed as an output
         b = max(32, bm)
         out_rows = -(-ref.moe_sort_capacity(m, k, e, bm) // b) * b
         outs["sorted_scales"] = ((out_rows, dim // 32), torch.uint8)

@@ -1,6 +1,6 @@
 """The torch binding of the module (csrc/kernels/mxfp4_moe/binding/, templates/binding.j2):
-the op table is the one definition of every op, overlapping buffers are refused (issue 15
-D9) by the reference and by the binding alike, and the GPU variant of the binding compiles
+the op table is the one definition of every op, overlapping buffers are refused
+by the reference and by the binding alike, and the GPU variant of the binding compiles
 here against the installed torch's headers."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_cpp_signatures_follow_the_schemas():
         "void(const Tensor&, const Tensor&, int64_t, int64_t, " + "const Tensor&, " * 6
         + ", ".join(["const std::optional<Tensor>&"] * 3) + ")"
     )  # fmt: skip
-    # the fused ops take a fourth optional tensor, sorted_scales (issue 14 item 3)
+    # the fused ops take a fourth optional tensor, sorted_scales (the decode step in one call)
     for op in ("moe_sort_quant", "moe_sort_quant_fp8"):
         alloc, out = inst.schemas(inst.OPS[op])
         assert out.endswith("Tensor(s!)? sorted_scales=None) -> ()")
@@ -79,7 +79,7 @@ def _sort_case(m=4):
 
 
 def _aliased_calls():
-    """The five aliasing cases of issue 15 D9, each as (label, op name, kwargs)."""
+    """The five aliasing cases, each as (label, op name, kwargs)."""
     ids, w, x = _sort_case()
     m = ids.shape[0]
     rows = ref.moe_sort_capacity(m, K, E, BM)

@@ -217,7 +217,7 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     assert len(manifest["keys"]) == 8 and manifest["shapes"] == [list(k) for k in keep]
 
 
-# ------------------------------------------------------------------ issue 15 D5, D7, D8
+# ------------------ D5: concurrent edits, D8: lists changed outside their literal, D7: bad values
 ADDER = """
 import sys, time
 from aiter_aux import catalog_edit as ce

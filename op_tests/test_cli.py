@@ -1,6 +1,6 @@
-"""The ``aiter-aux`` command line: --version and help, one-line user errors (issue 15),
+"""The ``aiter-aux`` command line: --version and help, one-line user errors,
 ``clean``'s confirmation and ``--backend``, ``list``'s table, and ``run``'s table with its
-CSV/JSON output (issue 18).  Builds use a one-shape copy of the sources
+CSV/JSON output.  Builds use a one-shape copy of the sources
 (``AITER_AUX_SOURCE_DIR``) and a temporary cache."""
 
 from __future__ import annotations

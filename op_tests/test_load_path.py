@@ -1,5 +1,4 @@
-"""The load path (aiter_aux/jit/spec.py) and the build cache's edge cases (issue 15: D1, D6,
-D10, D11, D13), CPU backend.
+"""The load path (aiter_aux/jit/spec.py) and the build cache's edge cases, CPU backend.
 
 Every case runs in child processes on a copy of the sources whose catalog holds one shape
 (``AITER_AUX_SOURCE_DIR``) and a cache of its own, so an edit never touches the checkout.

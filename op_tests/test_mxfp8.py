@@ -1,4 +1,4 @@
-"""MXFP8 (E4M3 + e8m0 per 1x32, issue 16): the reference against independent oracles, and every
+"""MXFP8 (E4M3 + e8m0 per 1x32, a8w4): the reference against independent oracles, and every
 backend of the compiled module against the reference, byte for byte.
 
 * The scale formula ``clamp(((bits(fp32(amax)) + 0x1FFFFF) >> 23) - 8, 1, 254)`` against its

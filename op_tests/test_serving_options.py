@@ -1,4 +1,4 @@
-"""What serving engines need (issue 17): ``expert_map`` (expert parallelism), ``zero_buf_init``
+"""What serving engines need: ``expert_map`` (expert parallelism), ``zero_buf_init``
 (the GEMM2 accumulator initialised from the shared expert's output) and
 ``routed_scaling_factor`` on the reduce.  Every backend (CPU everywhere, CUDA where a GPU is
 present) against the reference, byte for byte, on fresh random inputs with poisoned outputs."""

@@ -1,4 +1,4 @@
-"""The decode pipeline in one call (issue 14, item 3): ``moe_sort_quant[_fp8]`` with the
+"""The decode pipeline in one call: ``moe_sort_quant[_fp8]`` with the
 optional ``sorted_scales`` buffer also writes what ``moe_sort_scales_out`` would write from the
 call's own outputs.  Every backend (CPU everywhere, CUDA where a GPU is present) against the
 reference, byte for byte, with poisoned outputs and a guard region; the reference against the

@@ -71,7 +71,7 @@ def main() -> int:
         ok &= same(srt8.reverse_sorted, want.reverse_sorted)
         sc = ops.moe_sort_scales(s, srt.sorted_token_ids, srt.num_valid_ids, 32)
         ok &= same(sc, ref.moe_sort_scales(rs, want.sorted_token_ids, want.num_valid_ids, 32))
-        # the decode step in one call (issue 14 item 3): the fused op writes sorted_scales too
+        # the decode step in one call: the fused op writes sorted_scales too
         # (poisoned buffer with guard rows past out_rows, which must keep their bytes)
         for qd, ref_scale in (("mxfp4", rs), ("mxfp8", rs8)):
             want_sc = ref.moe_sort_scales(ref_scale, want.sorted_token_ids, want.num_valid_ids, 32)

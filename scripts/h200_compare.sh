@@ -52,7 +52,7 @@ if [ "${BENCH:-1}" = 1 ]; then
   fi
 fi
 if [ "${MIDM:-0}" = 1 ]; then
-  echo "== moe_sort / moe_sort_quant at every M (issue 14's shapes): this tree, then the reference tree"
+  echo "== moe_sort / moe_sort_quant at every M (the peer table's shapes): this tree, then the reference tree"
   MID="--no-compile-peer --ops moe_sort moe_sort_quant --tokens 1 64 128 256 512 1024 2048 4096 16384
        --shapes 257,7168,256,9 896,3584,512,16 256,7168,256,8 513,2560,768,11"
   AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_aux.py $MID \
@@ -63,7 +63,7 @@ if [ "${MIDM:-0}" = 1 ]; then
   fi
 fi
 if [ "${FP8BENCH:-1}" = 1 ]; then
-  echo "== a8w4: mxfp8 against mxfp4 and the sort (issue 16's goals)"
+  echo "== a8w4: mxfp8 against mxfp4 and the sort (the MXFP8 goals)"
   AITER_AUX_CACHE_DIR=/tmp/c_after PYTHONPATH=$PWD python3 benchmarks/bench_aux.py --no-compile-peer \
     --shapes 96,5120,2304,6 257,7168,256,9 --tokens 1 16 64 1024 4096 16384 \
     --ops moe_sort mxfp4_quant mxfp8_quant moe_sort_quant moe_sort_quant_fp8 \

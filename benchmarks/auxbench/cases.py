@@ -23,9 +23,9 @@ DEFAULT_SHAPES = (
     (385, 7168, 512, 9),
     (513, 2560, 768, 11),
     (896, 3584, 512, 16),
-    (256, 7168, 256, 8),  # DeepSeek-V3/R1 TP8, shared expert not fused (issue 14's E = 256 row)
+    (256, 7168, 256, 8),  # DeepSeek-V3/R1 TP8, shared expert not fused
 )
-# every power of two from 1 to 4096 (decode, MTP and chunked prefill, issue 14), then prefill
+# every power of two from 1 to 4096 (decode, MTP and chunked prefill), then prefill
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536)
 QUICK_SHAPES = ((257, 7168, 256, 9), (513, 2560, 768, 11))
 QUICK_TOKENS_CUDA = (1, 64, 4096)
@@ -35,13 +35,13 @@ OPS = (
     "moe_sort",
     "mxfp4_quant",
     "moe_sort_quant",
-    "mxfp8_quant",  # a8w4 (issue 16): MXFP8 activations, E4M3 elements
+    "mxfp8_quant",  # a8w4: MXFP8 activations, E4M3 elements
     "moe_sort_quant_fp8",
     "moe_sort_scales",
     "moe_scatter_reduce",
     "moe_scatter_reduce_q",
     "decode_pipeline",
-    # the serving options (issue 17), each beside its plain op: an identity expert_map, the
+    # the serving options, each beside its plain op: an identity expert_map, the
     # fused op initialising zero_buf from zero_buf_init, a routed scaling factor of 2.5
     "moe_sort_ep",
     "moe_sort_quant_init",
@@ -244,7 +244,7 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
             return out
 
         def run(fn, i, o):
-            # decode_pipeline: ONE call, moe_sort_quant_out with sorted_scales (issue 14 item 3)
+            # decode_pipeline: ONE call, moe_sort_quant_out with sorted_scales
             kw = {"sorted_scales": o["scales"]} if pipe else {}
             fn(i["ids"], i["w"], i["x"], e, bm, o["sort"], o["q"], o["s"],
                zero_buf=o.get("zero_buf"), quant_dtype=qd, **kw)  # fmt: skip

@@ -126,7 +126,7 @@ inline int two_blocks_per_sm() { return 2 * device_sm_count(); }
 // NVIDIA), by the pairs of one load batch (scatter.h):
 //   sm_90: min blocks per SM.  14 (72 registers) when a batch holds at most 3
 //     pairs, else 12 (80 registers; at 72 those spill).  Tuned on the H200
-//     (docs/perf.md log 33, 35); unchanged.  The 64-bit-index variant (only for
+//     (docs/perf.md, section "Gaps").  The 64-bit-index variant (only for
 //     more than 2^31 units, M > 9.5M tokens at D = 7168) spilled 20 bytes at 72
 //     registers (topk 9): 12 there.
 //   gfx942 / gfx950: min waves per SIMD = 4.  Both have 512 VGPRs (ArchVGPR +

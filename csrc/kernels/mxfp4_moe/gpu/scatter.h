@@ -20,7 +20,7 @@ namespace scatter_detail {
 
 constexpr int kThreads = 256;
 // MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
-// the SMs refill evenly; docs/perf.md log 33, 35).  Its pairs are loaded in
+// the SMs refill evenly; docs/perf.md, section "Gaps").  Its pairs are loaded in
 // ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for
 // the occupancy q_min_blocks<K, Idx>() of launch_traits.h: on sm_90 14 resident blocks
 // per SM (72 registers) when a batch holds at most 3 pairs, else 12 (80

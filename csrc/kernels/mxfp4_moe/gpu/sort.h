@@ -22,7 +22,8 @@
 //          longer part (sort_mid.h): chunk blocks that each count all pairs and rank
 //          their own chunk;
 //   large  the rest (below).
-// All are one launch except large.  The thresholds are measured (docs/perf.md log 49).
+// All are one launch except large.  The thresholds are measured (docs/perf.md, section
+// "The GPU sort's paths").
 // moe_sort_quant with sorted_scales: one launch up to kTinyFullPathPairs
 // (sort_tiny_scales.h), else the path's launches and then moe_sort_scales'.
 //
@@ -46,7 +47,7 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 2-16 % faster than beside the count launch (docs/perf.md log 55).
+//              measured 2-16 % faster than beside the count launch (docs/perf.md, "Gaps").
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
@@ -78,12 +79,13 @@ constexpr int kZeroBlocksMax = 256;
 constexpr int kQuantBlocksMax = 1024;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 
-// Path thresholds in pairs n = M*topk, measured on the H200 (docs/perf.md log 49).
+// Path thresholds in pairs n = M*topk, measured on the H200 (docs/perf.md, section
+// "The GPU sort's paths").
 constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks all)
 constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
 constexpr int kTinyPathPairs = 512;  // ... up to here (the mid path is faster above, with a
-                                     // fused quant too: docs/perf.md log 56), and
+                                     // fused quant too: docs/perf.md, "The GPU sort's paths"), and
 constexpr int kTinyFullPathPairs = kTinyThreads;  // up to here with an expert map (each mid
                                                   // block would map every id)
 constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...
@@ -99,7 +101,7 @@ constexpr int kMidLargeChunkPairs = 128;  // then ~this many, up to one per SM
 constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
 // Fused MXFP4 quant blocks of the mid path take two tiles per step under a register bound
 // (kFusedSortMinOccupancy) from this many elements of x on, one tile without it below
-// (measured: docs/perf.md log 55).
+// (measured: docs/perf.md, section "Gaps").
 constexpr int64_t kWideQuantElems = int64_t(1) << 24;
 #if defined(AITER_AUX_GPU_EMU)
 constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chunks at most
@@ -253,7 +255,8 @@ constexpr int64_t large_unit() {
 // ~kMidLargeChunkPairs each up to one per SM (half of them beside a fused quant of n <=
 // kMidPathBase pairs, which leaves the quant blocks more room); more only where a chunk
 // would exceed kMidMaxChunkPairs.  Each block counts all n pairs, so past a few dozen
-// blocks more of them cost more than their smaller chunks save (docs/perf.md log 49).
+// blocks more of them cost more than their smaller chunks save (docs/perf.md, section
+// "The GPU sort's paths").
 inline int mid_chunks(int64_t n, int sms, bool fused) {
   const int64_t half = (sms + 1) / 2;
   const int64_t cap = fused && n <= kMidPathBase ? half : sms;

@@ -47,13 +47,13 @@ constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes o
 constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
 // KuMax at prefill when a wide slab would have more than kMaxWideSlots slots:
 // with 16-byte slots, 5 per slab, so step 1's 5 x 32 slot loads are 32 rows x 5
-// with no idle lane (D = 7168: slabs of 10, 10, 8 ku; docs/perf.md log 37)
+// with no idle lane (D = 7168: slabs of 10, 10, 8 ku)
 constexpr int kKuMid = 10;
 // Below two_blocks_per_sm() blocks of wide slabs (launch_traits.h; 264 on an H200): narrow slabs
 constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
 // Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
 // keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-8 %
-// slower at D = 7168, docs/perf.md log 36).  Past it (more than 2^22 units)
+// slower at D = 7168).  Past it (more than 2^22 units)
 // the grid-stride loop; the emulator self-test builds with a small cap so that
 // the loop runs there.
 #ifndef AITER_AUX_SORT_SCALES_MAX_BLOCKS
@@ -229,8 +229,8 @@ void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hi
   constexpr bool kNarrowHelps = Layout<D, V, kKuNarrow>::kSlabs > Layout<D, V, kKuWide>::kSlabs;
   // Narrower slabs at every size when a wide slab has more than kMaxWideSlots
   // slots per row (kKuMid at prefill, kKuNarrow at decode), e.g. D = 7168 (14 slots,
-  // 96 registers; log 27) and D = 3584 (7 slots: narrow was 3 % faster at
-  // M >= 16384 once the grid was uncapped, log 36); D = 2560 (5 slots) keeps
+  // 96 registers) and D = 3584 (7 slots: narrow measured 3 % faster at
+  // M >= 16384 with the uncapped grid); D = 2560 (5 slots) keeps
   // wide slabs at prefill.
   constexpr bool kAlwaysNarrow = kNarrowHelps && Layout<D, V, kKuWide>::kSlots > kMaxWideSlots;
   const bool small =

@@ -19,7 +19,7 @@
 //    by a histogram of the ids (shared atomics) and the sum of the padded counts.
 // Every byte is written once, by whole 32-byte sectors: a first version that stored each
 // row's bytes (4-byte words shared with other rows: partial sectors) was 1.4-2.75x slower
-// than the two launches it replaced (docs/perf.md log 53).
+// than the two launches it replaces.
 #pragma once
 
 #include "quant.h"
