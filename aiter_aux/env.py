@@ -3,7 +3,7 @@
 Code reads a variable only through :func:`get` (``env.get("MAX_JOBS")``), at the moment it
 needs it, so a variable set after import (setup.py's prebuild does that) still counts.  An
 empty value means "unset".  A value that does not parse raises :class:`EnvError`, a
-``ValueError`` naming the variable, its value and what is expected.  The README's list is
+``ValueError`` naming the variable, its value and what is expected.  docs/build.md's list is
 rendered from :data:`VARS` by ``python -m aiter_aux.env --markdown`` (a test checks that
 they agree).  Stdlib only: setup.py imports it before anything is installed.
 """
@@ -137,7 +137,7 @@ def is_set(name: str) -> bool:
 
 
 def render_markdown() -> str:
-    """The README's environment list: one item per variable, in table order."""
+    """docs/build.md's environment list: one item per variable, in table order."""
     items = []
     for v in VARS.values():
         default = f" (default: {v.default_doc})" if v.default_doc else ""
