@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     log(plot(out_dir / "bench_aux.png", rows, copy_bw, how))
 
     for title, lines in evaluate(rows, peer.enabled):
-        log(f"\n{title} (benchmarks/goals.json):")
+        log(f"\n{title}:")
         for line in lines:
             log(f"  {line}")
     bad = [r for r in rows if r.check != "ok"]
