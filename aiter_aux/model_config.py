@@ -304,6 +304,7 @@ def shapes_from_config(
     for what, value in (("tp", tp), ("ep", ep)):
         if type(value) is not int or value < 1:
             raise ModelConfigError(f"{what} must be a positive integer, got {value!r}")
+    moe_tp, why_split = _moe_tp(tp, ep)
     rules = _rules()
     section, where, fields, notes = _read(config)
     (e_key, experts), (k_key, topk) = fields["routed experts"], fields["topk"]
@@ -350,14 +351,13 @@ def shapes_from_config(
     else:
         steps.append(f"model_dim: {where}{h_key} = {hidden} (a multiple of {align})")
 
-    moe_tp, why = _moe_tp(tp, ep)
     if inter % moe_tp:
         raise ModelConfigError(
             f"{'TP' if ep == 1 else 'TP / EP ='} {moe_tp} does not divide {where}{i_key} "
             f"{inter} ({inter} / {moe_tp} = {inter / moe_tp:g})"
         )
     per_rank = inter // moe_tp
-    steps.append(f"{why}: {inter} / {moe_tp} = {per_rank}" if moe_tp > 1 else why)
+    steps.append(f"{why_split}: {inter} / {moe_tp} = {per_rank}" if moe_tp > 1 else why_split)
     inter_rounded = round_inter(per_rank)
     if inter_rounded != per_rank:
         steps.append(
