@@ -42,6 +42,7 @@ from aiter_aux.types import MoeSortOutput
 from aiter_aux.validation import moe_sort_capacity
 
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
+from . import compat as compat  # the vLLM and SGLang formats (docs/compat.md)
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
 from .quant import (
