@@ -31,6 +31,9 @@ One op family per module:
 * :mod:`.sort_scales`: ``moe_sort_scales[_out]`` (scales in the a4w4 GEMM layout).
 * :mod:`.scatter`: ``moe_scatter_reduce[_out]`` and ``moe_scatter_reduce_q[_out]``.
 * :mod:`.chunks`: the row-chunk size of the loops (``chunks.CHUNK_ELEMS``, read at call time).
+* :mod:`.compat`: the vLLM and SGLang formats of the sort and the reduce
+  (``vllm_moe_align_block_size``, ``vllm_moe_sum``, ``sglang_moe_align_block_size``,
+  ``sglang_moe_sum_reduce``; docs/compat.md).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from aiter_aux.types import MoeSortOutput
 from aiter_aux.validation import moe_sort_capacity
 
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
+from . import compat as compat  # the vLLM and SGLang formats (docs/compat.md)
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
 from .quant import (
