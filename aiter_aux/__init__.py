@@ -1,5 +1,53 @@
-"""aiter-aux: the auxiliary kernels of the MXFP4 (a4w4) MoE path, JIT-specialised per
-model shape.  Importing this package loads no compiled module: the module is built or
-loaded on the first op call (:mod:`aiter_aux.jit`)."""
+"""aiter-aux: the auxiliary kernels of the MXFP4 MoE path (routing sort, MXFP4 / MXFP8
+activation quant, scale shuffle, weighted top-k scatter-reduce), JIT-specialised per model
+shape.
+
+The public API is importable from here: the ops (``moe_sort``, ``moe_sort_quant``, ...,
+each with its ``_out`` form; :mod:`aiter_aux.ops`), the dispatcher predicates
+(``is_mxfp4_moe_shape_supported``, ``is_mxfp4_moe_scatter_supported``) and the catalog,
+``MoeSortOutput``, ``moe_sort_capacity`` and ``UnsupportedShapeError``.  The ops are
+``torch.ops.aiter_aux.*`` custom ops: they are defined when :mod:`aiter_aux.ops` is
+imported, which ``import aiter_aux`` does at once in a process that has imported torch
+(else on first use of an op), so the command-line tool starts without torch.  No
+compiled module is loaded before the first op call (:mod:`aiter_aux.jit`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_PREDICATES = ("MXFP4_MOE_SUPPORTED_SHAPES", "is_mxfp4_moe_shape_supported",
+               "is_mxfp4_moe_scatter_supported", "round_inter_dim")  # fmt: skip
+
+if TYPE_CHECKING:
+    from .ops import *  # noqa: F403
+    from .ops.moe_mxfp4_aux import (  # noqa: F401
+        MXFP4_MOE_SUPPORTED_SHAPES,
+        is_mxfp4_moe_scatter_supported,
+        is_mxfp4_moe_shape_supported,
+        round_inter_dim,
+    )
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _PREDICATES:
+        return getattr(importlib.import_module(".ops.moe_mxfp4_aux", __name__), name)
+    ops = importlib.import_module(".ops", __name__)  # not `from . import`: that looks us up
+    if name in ops.__all__:
+        return getattr(ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    ops = importlib.import_module(".ops", __name__)
+    return sorted({*globals(), *_PREDICATES, *ops.__all__})
+
+
+if "torch" in sys.modules:  # a torch process gets torch.ops.aiter_aux.* at import
+    importlib.import_module(".ops", __name__)

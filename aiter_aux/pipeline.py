@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import torch
 
+from . import ops
 from . import reference as ref
 from . import run_report as rr
-from .ops import aux_ops as ops
 from .ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
 from .shapes import round_inter
 

@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiter_aux import ops as aux_ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import aux_ops  # noqa: E402
 
 
 def _inputs(shape, device, m: int):

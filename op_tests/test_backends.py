@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import aux_ops as ops  # noqa: E402
 from aiter_aux.pipeline import draw_routing  # noqa: E402
 
 POISON = 0x5A

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.jit import abi  # noqa: E402
 from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
 from aiter_aux.ops import _library  # noqa: E402
-from aiter_aux.ops import aux_ops as ops  # noqa: E402
 
 E, D, K, BM = 257, 7168, 9, 32  # a catalog shape (DeepSeek-R1)
 
@@ -188,7 +188,7 @@ def test_public_api_is_annotated():
     import aiter_aux
 
     assert (Path(aiter_aux.__file__).parent / "py.typed").is_file()
-    modules = ["aiter_aux.ops.aux_ops", "aiter_aux.reference", "aiter_aux.ops.moe_mxfp4_aux"]
+    modules = ["aiter_aux.ops._ops", "aiter_aux.reference", "aiter_aux.ops.moe_mxfp4_aux"]
     missing = []
     for name in modules:
         mod = importlib.import_module(name)

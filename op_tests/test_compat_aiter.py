@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops as O  # noqa: E402
 from aiter_aux.compat import aiter as A  # noqa: E402
-from aiter_aux.ops import aux_ops as O  # noqa: E402
 from aiter_aux.ops.moe_mxfp4_aux import MXFP4_MOE_SUPPORTED_SHAPES  # noqa: E402
 
 SHAPES = [(256, 3072, 256, 8), (513, 2560, 768, 11), (128, 5120, 768, 3)]
@@ -451,7 +451,7 @@ def test_import_builds_and_loads_nothing():
         "import sys\n"
         "import aiter_aux.compat.aiter as m\n"
         "assert m.is_mxfp4_moe_shape_supported(256, 3072, 256, 8)\n"
-        "bad = [n for n in ('aiter_aux.ops.aux_ops', 'aiter_aux.jit.module', "
+        "bad = [n for n in ('aiter_aux.ops._ops', 'aiter_aux.jit.module', "
         "'aiter_aux.jit.build', 'torch') if n in sys.modules]\n"
         "assert not bad, bad\n"
     )

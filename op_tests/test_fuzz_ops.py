@@ -1,5 +1,5 @@
 """Property/fuzz test (hypothesis) of every public op of the compiled CPU backend
-(:mod:`aiter_aux.ops.aux_ops`, catalog instances only) against the reference.
+(:mod:`aiter_aux.ops`, catalog instances only) against the reference.
 
 * Valid inputs (M = 0 included; ids -1, >= num_experts and huge; every bf16 / float32 bit
   pattern; garbage sort outputs fed to moe_sort_scales; padded ``out=`` buffers): the ``_out``
@@ -35,8 +35,8 @@ from fuzz_cases import (  # noqa: E402 (op_tests/fuzz_cases.py)
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import aux_ops as ops  # noqa: E402
 
 OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
        "moe_scatter_reduce_q", "mxfp8_quant", "moe_sort_quant_fp8")  # fmt: skip

@@ -179,7 +179,7 @@ def test_read_only_cache_loads_builds_as_noop_and_doctor_runs(small):
     got = last_json(py(LOAD, env, KEY_A, prefix=ro))
     assert got["module"] == first["module"]
     op = (
-        "import torch; from aiter_aux.ops import aux_ops as ops; from aiter_aux import "
+        "import torch; from aiter_aux import ops; from aiter_aux import "
         "reference as ref; x = torch.randn(3, 3072).bfloat16(); "
         "assert all(map(torch.equal, ops.mxfp4_quant(x), ref.mxfp4_quant(x))); print('{}')"
     )

@@ -41,9 +41,9 @@ def device(request, cpu_module):
 
 
 def ops():
-    from aiter_aux.ops import aux_ops
+    from aiter_aux import ops
 
-    return aux_ops
+    return ops
 
 
 def bf16_from_bits(bits) -> torch.Tensor:
@@ -331,7 +331,7 @@ def test_errors_match_reference(device):
 @pytest.mark.parametrize("name", ["mxfp8_quant", "mxfp8_quant_out", "moe_sort_quant_fp8",
                                   "moe_sort_quant_fp8_out"])  # fmt: skip
 def test_opcheck(name, cpu_module):
-    import aiter_aux.ops.aux_ops  # noqa: F401  (defines the ops)
+    import aiter_aux.ops  # noqa: F401  (defines the ops)
 
     e, d, k = 256, 3072, 8  # catalog shape (256, 3072, 256, 8): every expert one pair, so
     m = e // k  # num_valid_ids[0] == max_rows and opcheck compares whole outputs

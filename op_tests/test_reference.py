@@ -587,7 +587,9 @@ def test_moe_sort_quant_matches_separate_ops():
     s2, q2, sc2 = R.moe_sort_quant(ids, w, x, 6, 32)
     check_sort(ids, w, 6, 32, s2, untouched_sentinels=False)
     assert torch.equal(q2, a_q) and torch.equal(sc2, a_scale)
-    with pytest.raises(ValueError, match="x must have M"):
+    with pytest.raises(
+        ValueError, match=r"x must have shape \[M, model_dim\] = \[20, 64\], got \[5, 64\]"
+    ):
         R.moe_sort_quant(ids, w, x[:5], 6, 32)
 
 
@@ -814,7 +816,7 @@ def test_validation_contiguity_and_shapes():
         R.moe_sort(ids, w, 4, 16, zero_buf=torch.zeros(4, 4, dtype=torch.bfloat16).t())
     with pytest.raises(ValueError, match="topk_ids must be a 2-D tensor"):
         R.moe_sort(ids.reshape(-1), w, 4, 16)
-    with pytest.raises(ValueError, match="topk_weights must have the shape of topk_ids"):
+    with pytest.raises(ValueError, match=r"topk_weights must have shape \[M, topk\]"):
         R.moe_sort(ids, w[:, :1].contiguous(), 4, 16)
     with pytest.raises(ValueError, match="model_dim must be a positive multiple of 32"):
         R.mxfp4_quant(torch.zeros(2, 48, dtype=torch.bfloat16))
@@ -833,11 +835,11 @@ def test_validation_int_ranges():
     for e in (0, 1025, -3):
         with pytest.raises(ValueError, match="num_experts must be in"):
             R.moe_sort(*routing(), e, 16)
-    assert V.validate_sort_sizes(2**24 - 1, 1, 1, 16) == capacity(2**24 - 1, 1, 1, 16)
+    assert V.moe_sort_capacity(2**24 - 1, 1, 1, 16) == capacity(2**24 - 1, 1, 1, 16)
     with pytest.raises(ValueError, match=r"num_tokens \(M\) must be in \[0, 2\*\*24\)"):
-        V.validate_sort_sizes(2**24, 1, 1, 16)
+        V.moe_sort_capacity(2**24, 1, 1, 16)
     with pytest.raises(ValueError, match="fit in int32"):
-        V.validate_sort_sizes(2**24 - 1, 255, 1024, 128)
+        V.moe_sort_capacity(2**24 - 1, 255, 1024, 128)
     # M >= 2**24 through the op itself, without allocating: meta tensors carry only shapes
     ids = torch.empty(2**24, 1, dtype=torch.int32, device="meta")
     w = torch.empty(2**24, 1, dtype=torch.float32, device="meta")

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import aux_ops as ops  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 SHAPES = [(257, 7168, 256, 9), (32, 5120, 2304, 2), (896, 3584, 512, 16)]  # catalog shapes

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import aux_ops as ops  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # catalog shapes (expert, model_dim, topk): topk 9 and 8

@@ -1,4 +1,4 @@
-"""The ``torch.library`` custom ops (``torch.ops.aiter_aux.*``, aiter_aux/ops/torch_ops.py).
+"""The ``torch.library`` custom ops (``torch.ops.aiter_aux.*``, aiter_aux.ops).
 
 * ``torch.compile(fullgraph=True)`` of the whole aux pipeline (sort -> quant -> sort_scales ->
   scatter_reduce / scatter_reduce_q, and the fused sort_quant) on CPU: no graph break, one
@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops as T  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import torch_ops as T  # noqa: E402
 from aiter_aux.pipeline import draw_routing  # noqa: E402
 
 E, D, K = 256, 3072, 8  # catalog shape (256, 3072, 256, 8)

@@ -36,7 +36,7 @@ SECTIONS = [
     ),
     (
         "aiter_aux.ops",
-        "The compiled ops (`aiter_aux.ops.aux_ops`, also `torch.ops.aiter_aux`)",
+        "The compiled ops (`aiter_aux.ops`, also `torch.ops.aiter_aux`)",
         None,
     ),
     ("aiter_aux.types", "Types", ["MoeSortOutput"]),
@@ -50,7 +50,7 @@ def _names(module, names):
 def render() -> str:
     import importlib
 
-    from aiter_aux.ops import aux_ops
+    from aiter_aux import ops as aux_ops
 
     out = [HEADER]
     for modname, title, names in SECTIONS:

@@ -12,8 +12,8 @@ import sys
 
 import torch
 
+from aiter_aux import ops
 from aiter_aux import reference as ref
-from aiter_aux.ops import aux_ops as ops
 from aiter_aux.pipeline import draw_routing
 
 

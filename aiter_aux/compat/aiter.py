@@ -9,7 +9,7 @@ Every function has the name, argument order and argument meaning of AITER's (the
 ``@compile_ops("module_moe_mxfp4_aux")`` stubs, host code
 ``csrc/kernels/mxfp4_moe/moe_mxfp4_aux.cu``, kernels ``moe_aux/*.cuh``), writes into the
 caller's buffers and returns ``None``.  Each is a thin adapter onto an ``_out`` op of
-:mod:`aiter_aux.ops.aux_ops`: ``cumsum_tensor`` is our ``num_valid_ids``, ``MB`` our
+:mod:`aiter_aux.ops`: ``cumsum_tensor`` is our ``num_valid_ids``, ``MB`` our
 ``block_m``, ``NE`` our ``num_experts``, ``TOPK`` our ``topk``, ``D_HIDDEN`` our
 ``model_dim`` (docs/compat.md has the full table).  Importing this module builds and loads
 nothing; the first call loads (or builds) the compiled module.
@@ -168,7 +168,7 @@ def _torch() -> Any:
 
 def _ops() -> Any:
     # Imported on first call: importing this module must build and load nothing.
-    from ..ops import aux_ops
+    from .. import ops as aux_ops
 
     return aux_ops
 

@@ -33,9 +33,8 @@ class AuxModule:
     def __init__(self, path: Path, load_from: Path | str | None = None):
         import torch
 
-        from ..ops import _library  # the schemas the binding implements
+        from ..ops import _ops  # noqa: F401 (defines the schemas the binding implements)
 
-        _library.define()
         self.path = Path(path)
         # What torch.ops.load_library does (dlopen: the binding's static initialisers register
         # the kernels; then the bookkeeping), minus its realpath(): that would turn

@@ -1,0 +1,34 @@
+"""The aux ops: ``torch.ops.aiter_aux.<op>`` / ``<op>_out`` and their typed Python wrappers.
+
+Importing this package (or :mod:`aiter_aux`) defines the torch ops; the first call on a
+backend loads that backend's compiled module ``module_moe_mxfp4_aux`` (building it if
+needed), whose C++ binding (torch's stable ABI) registers the kernels.  For every op of the
+op table (``codegen/ops.py``) there are two torch ops and two Python functions:
+
+* ``<op>(inputs, *, options)`` allocates and returns its outputs;
+* ``<op>_out(inputs, outputs, *, options)`` writes preallocated buffers (the torch op
+  returns nothing, the Python function returns the buffers); it neither allocates nor
+  synchronises, so it can be captured in a CUDA graph (call it once before capture: the
+  first call on a backend may load or build the module).
+
+Same API and same bytes as :mod:`aiter_aux.reference` (the spec; docs/ops.md).  Errors:
+``TypeError`` / ``ValueError`` (bad input, raised before any kernel runs, with the
+reference's message), :class:`UnsupportedShapeError` (a ``ValueError``: the catalog has no
+instance for these parameters), ``aiter_aux.jit.BuildError`` (the module failed to
+compile), ``RuntimeError`` (the module reported an error, or an ``out=`` buffer requires
+grad under grad mode).  The ops are not differentiable: outputs never require grad.
+Tensors on the ``meta`` device (all of them) run the fake implementation: shapes only.
+``torch.compile(fullgraph=True, dynamic=True)`` traces them without graph breaks.
+
+The wrappers are generated from the op table into :mod:`._ops` (docs/api.md lists them).
+"""
+
+from __future__ import annotations
+
+from ..types import MoeSortOutput
+from ..validation import moe_sort_capacity
+from . import _ops
+from ._library import UnsupportedShapeError
+from ._ops import *  # noqa: F403 (the generated wrappers, _ops.__all__)
+
+__all__ = ["MoeSortOutput", "UnsupportedShapeError", "moe_sort_capacity", *_ops.__all__]

@@ -7,7 +7,8 @@ test ``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it).  Each tuple is
 is odd, ``topk`` then counts it too, and ``inter_rounded`` is inter_dim rounded up to a
 multiple of 256.  To add a shape: ``aiter-aux add-shape E,MODEL_DIM,INTER,TOPK``.
 
-The ops themselves live in :mod:`aiter_aux.ops.aux_ops` and are re-exported here.
+The ops themselves are :mod:`aiter_aux.ops` (also importable from here, and from
+:mod:`aiter_aux`).
 """
 
 from __future__ import annotations
@@ -98,12 +99,12 @@ def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
 
 
 def __getattr__(name: str):
-    # The ops import torch; keep this module importable (and cheap) without it.  Dunder
-    # lookups (``__path__`` during a from-import, ``__wrapped__``...) never load the ops.
+    # The ops, as AITER's module offers them next to the predicates.  Dunder lookups
+    # (``__path__`` during a from-import, ``__wrapped__``...) never load the ops.
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import aux_ops
+    from . import _ops
 
-    if name in aux_ops.__all__:
-        return getattr(aux_ops, name)
+    if name in _ops.__all__:
+        return getattr(_ops, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

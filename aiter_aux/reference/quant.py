@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from aiter_aux import validation as V
 from aiter_aux.types import MoeSortOutput
+from aiter_aux.validation import _checks as C
 
 from . import chunks
 from .mxfp4 import _quant_rows
@@ -60,7 +60,7 @@ def mxfp4_quant_out(
         ValueError: wrong shapes, non-contiguous, mixed devices, model_dim % 32 != 0,
             buffers too small.
     """
-    V.check_mxfp4_quant_call(x, a_q, a_scale)
+    C.mxfp4_quant_out(x, a_q, a_scale)
     _quant_into(x, a_q, a_scale)
     return a_q, a_scale
 
@@ -78,7 +78,7 @@ def mxfp4_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Raises:
         TypeError, ValueError: as :func:`mxfp4_quant_out`.
     """
-    m, d = V.validate_mxfp4_quant(x)
+    m, d = C.mxfp4_quant(x)
     a_q = torch.empty(m, d // 2, dtype=torch.uint8, device=x.device)
     a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=x.device)
     return mxfp4_quant_out(x, a_q, a_scale)
@@ -115,7 +115,7 @@ def mxfp8_quant_out(
     Raises:
         TypeError, ValueError: as :func:`mxfp4_quant_out`.
     """
-    V.check_mxfp4_quant_call(x, a_q, a_scale, fp8=True)
+    C.mxfp8_quant_out(x, a_q, a_scale)
     _quant_into(x, a_q, a_scale, fp8=True)
     return a_q, a_scale
 
@@ -123,7 +123,7 @@ def mxfp8_quant_out(
 def mxfp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocating form of :func:`mxfp8_quant_out`: returns uint8 ``a_q [M, model_dim]`` (E4M3
     bytes) and uint8 ``a_scale [M, model_dim / 32]`` (e8m0), on the device of ``x``."""
-    m, d = V.validate_mxfp4_quant(x)
+    m, d = C.mxfp8_quant(x)
     a_q = torch.empty(m, d, dtype=torch.uint8, device=x.device)
     a_scale = torch.empty(m, d // 32, dtype=torch.uint8, device=x.device)
     return mxfp8_quant_out(x, a_q, a_scale)
@@ -170,14 +170,16 @@ def moe_sort_quant_out(
 
     Raises:
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows, and
-            the checks of ``sorted_scales`` (:func:`aiter_aux.validation.check_sorted_scales`,
+            the checks of ``sorted_scales`` (``aiter_aux.validation.checks.moe_sort_quant_out``,
             overlap).
     """
-    fp8 = V.validate_quant_dtype(quant_dtype)
-    m, _, max_rows, _, out = V.check_moe_sort_quant_call(
-        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf,
-        expert_map, zero_buf_init, fp8, sorted_scales,
+    which = C.select_moe_sort_quant(quant_dtype)
+    fp8 = which == "moe_sort_quant_fp8"
+    s = getattr(C, which + "_out")(
+        topk_ids, topk_weights, x, num_experts, block_m, out, a_q, a_scale, zero_buf=zero_buf,
+        expert_map=expert_map, zero_buf_init=zero_buf_init, sorted_scales=sorted_scales,
     )  # fmt: skip
+    m, max_rows, out = s.M, s.max_rows, MoeSortOutput(*out)
     _sort_into(
         topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
         zero_buf_init,
@@ -212,10 +214,11 @@ def moe_sort_quant(
     Raises:
         TypeError, ValueError: as :func:`moe_sort_quant_out`.
     """
-    fp8 = V.validate_quant_dtype(quant_dtype)
-    m, topk, max_rows, d = V.check_moe_sort_quant_alloc_call(
-        topk_ids, topk_weights, x, num_experts, block_m, zero_buf, expert_map, zero_buf_init,
-        sorted_scales,
+    which = C.select_moe_sort_quant(quant_dtype)
+    fp8 = which == "moe_sort_quant_fp8"
+    m, topk, d, max_rows = getattr(C, which)(
+        topk_ids, topk_weights, x, num_experts, block_m, zero_buf=zero_buf,
+        expert_map=expert_map, zero_buf_init=zero_buf_init, sorted_scales=sorted_scales,
     )  # fmt: skip
     dev = topk_ids.device
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), dev)

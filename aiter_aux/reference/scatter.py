@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_aux import validation as V
+from aiter_aux.validation import _checks as C
 
 from . import chunks
 from .mxfp4 import _bf16_rne, _decode_mxfp4_rows
@@ -75,10 +75,11 @@ def moe_scatter_reduce_out(
         TypeError, ValueError: wrong types/dtypes/shapes, topk out of range, mixed devices,
             output too small, or some ``p >= rows`` (ValueError).
     """
-    m, rows, d = V.check_moe_scatter_reduce_call(
-        expert_out, reverse_sorted, sorted_weights, topk, out, routed_scaling_factor
-    )
-    V.validate_reverse_sorted_range(reverse_sorted, rows)
+    s = C.moe_scatter_reduce_out(
+        expert_out, reverse_sorted, sorted_weights, topk, out,
+        routed_scaling_factor=routed_scaling_factor, read_data=True,
+    )  # fmt: skip
+    m, d = s.M, s.model_dim
     _scatter_into(
         lambda p: torch.index_select(expert_out, 0, p).to(torch.float32),
         reverse_sorted,
@@ -108,9 +109,11 @@ def moe_scatter_reduce(
     Raises:
         TypeError, ValueError: as :func:`moe_scatter_reduce_out`.
     """
-    m, _, d = V.validate_moe_scatter_reduce(
-        expert_out, reverse_sorted, sorted_weights, topk, routed_scaling_factor
-    )
+    s = C.moe_scatter_reduce(
+        expert_out, reverse_sorted, sorted_weights, topk,
+        routed_scaling_factor=routed_scaling_factor,
+    )  # fmt: skip
+    m, d = s.M, s.model_dim
     out = torch.empty(m, d, dtype=torch.bfloat16, device=expert_out.device)
     return moe_scatter_reduce_out(
         expert_out, reverse_sorted, sorted_weights, topk, out,
@@ -148,11 +151,11 @@ def moe_scatter_reduce_q_out(
     Raises:
         TypeError, ValueError: as :func:`moe_scatter_reduce_out`.
     """
-    m, rows, d = V.check_moe_scatter_reduce_q_call(
+    s = C.moe_scatter_reduce_q_out(
         expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,
-        routed_scaling_factor,
+        routed_scaling_factor=routed_scaling_factor, read_data=True,
     )  # fmt: skip
-    V.validate_reverse_sorted_range(reverse_sorted, rows)
+    m, d = s.M, s.model_dim
     _scatter_into(
         lambda p: _decode_mxfp4_rows(
             torch.index_select(expert_out_q, 0, p), torch.index_select(expert_out_scale, 0, p)
@@ -185,10 +188,11 @@ def moe_scatter_reduce_q(
     Raises:
         TypeError, ValueError: as :func:`moe_scatter_reduce_q_out`.
     """
-    m, _, d = V.validate_moe_scatter_reduce_q(
+    s = C.moe_scatter_reduce_q(
         expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk,
-        routed_scaling_factor,
+        routed_scaling_factor=routed_scaling_factor,
     )  # fmt: skip
+    m, d = s.M, s.model_dim
     out = torch.empty(m, d, dtype=torch.bfloat16, device=expert_out_q.device)
     return moe_scatter_reduce_q_out(
         expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from aiter_aux import validation as V
 from aiter_aux.types import MoeSortOutput, empty_moe_sort_output
+from aiter_aux.validation import _checks as C
 
 
 def _as_int32(v: torch.Tensor) -> torch.Tensor:
@@ -140,9 +140,11 @@ def moe_sort_out(
         ValueError: wrong shape, non-contiguous, mixed devices, ints out of range, buffers too
             small.
     """
-    *_, out = V.check_moe_sort_call(
-        topk_ids, topk_weights, num_experts, block_m, out, zero_buf, expert_map, zero_buf_init
-    )
+    C.moe_sort_out(
+        topk_ids, topk_weights, num_experts, block_m, out, zero_buf=zero_buf,
+        expert_map=expert_map, zero_buf_init=zero_buf_init,
+    )  # fmt: skip
+    out = MoeSortOutput(*out)
     _sort_into(
         topk_ids, topk_weights, int(num_experts), int(block_m), out, zero_buf, expert_map,
         zero_buf_init,
@@ -172,9 +174,10 @@ def moe_sort(
     Raises:
         TypeError, ValueError: as :func:`moe_sort_out`.
     """
-    m, topk, max_rows = V.validate_moe_sort(
-        topk_ids, topk_weights, num_experts, block_m, zero_buf, expert_map, zero_buf_init
-    )
+    m, topk, max_rows = C.moe_sort(
+        topk_ids, topk_weights, num_experts, block_m, zero_buf=zero_buf, expert_map=expert_map,
+        zero_buf_init=zero_buf_init,
+    )  # fmt: skip
     out = _alloc_sort_out(m, topk, max_rows, int(block_m), topk_ids.device)
     return moe_sort_out(
         topk_ids, topk_weights, num_experts, block_m, out, zero_buf=zero_buf,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_aux import validation as V
+from aiter_aux.validation import _checks as C
 
 
 def moe_sort_scales_out(
@@ -40,9 +40,8 @@ def moe_sort_scales_out(
         TypeError, ValueError: wrong types/dtypes/shapes, model_dim % 256 != 0, bad block_m,
             max_rows % block_m != 0, output too small.
     """
-    m, d, max_rows, out_rows = V.check_moe_sort_scales_call(
-        a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales
-    )
+    s = C.moe_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales)
+    m, d, max_rows, out_rows = s.M, s.model_dim, s.max_rows, s.out_rows
     with torch.no_grad():
         dev = a_scale.device
         cols = d // 32
@@ -79,8 +78,7 @@ def moe_sort_scales(
     Raises:
         TypeError, ValueError: as :func:`moe_sort_scales_out`.
     """
-    _, d, _, out_rows = V.validate_moe_sort_scales(
-        a_scale, sorted_token_ids, num_valid_ids, block_m
-    )
+    s = C.moe_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m)
+    d, out_rows = s.model_dim, s.out_rows
     sorted_scales = torch.empty(out_rows, d // 32, dtype=torch.uint8, device=a_scale.device)
     return moe_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales)

@@ -1,4 +1,6 @@
-"""Generic tensor checks: type, dtype, rank, contiguity, device and output-buffer size.
+"""Tensor checks: the helpers the generated validators (:mod:`._checks`) call, one per kind
+of check, each the Python twin of a function of csrc/kernels/mxfp4_moe/binding/checks.h
+with the same message.
 
 Messages follow the conventions of :mod:`aiter_aux.validation`.
 """
@@ -8,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+_i32, _f32, _bf16, _u8 = torch.int32, torch.float32, torch.bfloat16, torch.uint8
 
 
 def _shape_str(shape: Sequence[int]) -> str:
@@ -21,24 +25,19 @@ def check_tensor(
     ndim: int | None = None,
     layout: str | None = None,
 ) -> torch.Tensor:
-    """Check that ``t`` is a contiguous ``torch.Tensor`` of ``dtype`` (and rank ``ndim``).
-
-    Args:
-        t: the object to check.
-        name: the argument name used in error messages.
-        dtype: the required dtype.
-        ndim: the required rank, or None for any rank.
-        layout: a human-readable shape such as ``"[M, topk]"`` used in the rank message.
-
-    Returns:
-        ``t`` itself.
+    """Check that ``t`` is a dense (strided), contiguous ``torch.Tensor`` of ``dtype`` and,
+    unless ``ndim`` is None, of rank ``ndim`` (``layout``, e.g. ``"[M, topk]"``, names the
+    expected shape in the message).  Returns ``t``.
 
     Raises:
         TypeError: ``t`` is not a tensor, or has the wrong dtype.
-        ValueError: ``t`` has the wrong rank or is not contiguous.
+        ValueError: ``t`` is sparse (or another non-strided layout), has the wrong rank or is
+            not contiguous.
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
     if ndim is not None and t.dim() != ndim:
@@ -53,66 +52,51 @@ def check_tensor(
     return t
 
 
+_tensor = check_tensor
+
+
+def _same_device(t: torch.Tensor, name: str, first: torch.Tensor, first_name: str) -> None:
+    if t.device != first.device:
+        raise ValueError(
+            f"all tensors must be on one device: {name} is on {t.device}, {first_name} is on "
+            f"{first.device}"
+        )
+
+
 def check_same_device(**tensors: torch.Tensor | None) -> torch.device | None:
-    """Check that all the given (non-None) tensors live on one device.
-
-    Args:
-        **tensors: named tensors; None values are ignored.
-
-    Returns:
-        The common device, or None if no tensor was given.
-
-    Raises:
-        ValueError: two tensors are on different devices (the message lists all of them).
-    """
-    device = None
-    for t in tensors.values():
+    """Check that all the given (non-None) tensors live on one device; returns it."""
+    first_name, first = None, None
+    for name, t in tensors.items():
         if t is None:
             continue
-        if device is None:
-            device = t.device
-        elif t.device != device:
-            where = ", ".join(f"{n} on {v.device}" for n, v in tensors.items() if v is not None)
-            raise ValueError(f"all tensors must be on one device, got {where}")
-    return device
+        if first is None:
+            first_name, first = name, t
+        else:
+            _same_device(t, name, first, first_name)
+    return None if first is None else first.device
 
 
-def check_buffer(
+def _check_shape(t: torch.Tensor, name: str, shape: tuple, layout: str) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(
+            f"{name} must have shape {layout} = {_shape_str(shape)}, got {_shape_str(t.shape)}"
+        )
+
+
+def _buffer(
     buf: object,
     name: str,
     dtype: torch.dtype,
     needed: int,
-    device: torch.device,
-    *,
-    ndim: int | None = None,
+    first: torch.Tensor,
+    first_name: str,
+    ndim: int,
     cols: int | None = None,
 ) -> torch.Tensor:
-    """Check an output buffer: tensor, dtype, rank, contiguity, device and size.
-
-    Args:
-        buf: the buffer to check.
-        name: the argument name used in error messages.
-        dtype: the required dtype.
-        needed: the minimum number of elements the op writes.
-        device: the device of the op's inputs.
-        ndim: the required rank, or None for any rank.
-        cols: for 2-D buffers, the required size of the last dimension (rows may exceed
-            what is needed; the extra rows are not written).
-
-    Returns:
-        ``buf`` itself.
-
-    Raises:
-        TypeError: not a tensor, or wrong dtype.
-        ValueError: wrong rank or column count, not contiguous, on another device, or fewer
-            than ``needed`` elements (``"buffer too small: <name> needs >= N elements, got K"``,
-            and for 2-D buffers `` (>= R rows of C)``).
-    """
+    """An output buffer: :func:`check_tensor`, on ``first``'s device, ``cols`` columns (2-D)
+    and at least ``needed`` elements (rows beyond what is needed are not written)."""
     buf = check_tensor(buf, name, dtype, ndim)
-    if buf.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: {name} is on {buf.device}, inputs on {device}"
-        )
+    _same_device(buf, name, first, first_name)
     if cols is not None and buf.shape[-1] != cols:
         raise ValueError(
             f"{name} must have {cols} columns (shape [rows, {cols}]), "
@@ -126,73 +110,17 @@ def check_buffer(
     return buf
 
 
-def check_zero_buf(zero_buf: object, device: torch.device) -> torch.Tensor | None:
-    """Check the optional ``zero_buf`` of the sort ops: bf16, contiguous, any shape, on ``device``.
-
-    The op zeroes all ``zero_buf.numel()`` elements.
-
-    Raises:
-        TypeError: not a tensor or not bfloat16.
-        ValueError: not contiguous, or on another device than the inputs.
-    """
-    if zero_buf is None:
-        return None
-    zero_buf = check_tensor(zero_buf, "zero_buf", torch.bfloat16)
-    if zero_buf.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: zero_buf is on {zero_buf.device}, "
-            f"inputs on {device}"
+def _group(value: object, name: str, type_name: str, members: tuple[str, ...]) -> tuple:
+    """The tensors of an output group passed as one object (``out: MoeSortOutput``)."""
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str | bytes)
+        or len(value) != len(members)
+    ):
+        raise TypeError(
+            f"{name} must be a {type_name} ({', '.join(members)}), got {type(value).__name__}"
         )
-    return zero_buf
-
-
-def check_expert_map(expert_map: object, device: torch.device) -> torch.Tensor | None:
-    """Check the optional ``expert_map`` of the sort ops: int32 1-D
-    ``[num_global_experts]``, contiguous, on ``device``.  Its values are not read here: a
-    value < 0 or >= num_experts makes the pair not local.
-
-    Raises:
-        TypeError: not a tensor or not int32.
-        ValueError: not 1-D, not contiguous, or on another device than the inputs.
-    """
-    if expert_map is None:
-        return None
-    expert_map = check_tensor(expert_map, "expert_map", torch.int32, 1, "[num_global_experts]")
-    if expert_map.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: expert_map is on {expert_map.device}, "
-            f"inputs on {device}"
-        )
-    return expert_map
-
-
-def check_zero_buf_init(
-    zero_buf_init: object, zero_buf: torch.Tensor | None, device: torch.device
-) -> torch.Tensor | None:
-    """Check the optional ``zero_buf_init`` of the sort ops: bf16, contiguous, the element
-    count of ``zero_buf`` (which must be given), on ``device``.  Its elements are copied
-    into ``zero_buf`` (bit for bit) instead of zeros.
-
-    Raises:
-        TypeError: not a tensor or not bfloat16.
-        ValueError: no ``zero_buf``, another element count, not contiguous, another device.
-    """
-    if zero_buf_init is None:
-        return None
-    if zero_buf is None:
-        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
-    zero_buf_init = check_tensor(zero_buf_init, "zero_buf_init", torch.bfloat16)
-    if zero_buf_init.numel() != zero_buf.numel():
-        raise ValueError(
-            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, "
-            f"got {zero_buf_init.numel()}"
-        )
-    if zero_buf_init.device != device:
-        raise ValueError(
-            f"all tensors must be on one device: zero_buf_init is on {zero_buf_init.device}, "
-            f"inputs on {device}"
-        )
-    return zero_buf_init
+    return tuple(value)
 
 
 def _span(t: torch.Tensor | None) -> tuple[torch.device, int, int] | None:
@@ -212,12 +140,12 @@ def _is_fake(t: torch.Tensor) -> bool:
 
 
 def check_no_overlap(
-    written: dict[str, torch.Tensor | None], read: dict[str, torch.Tensor]
+    written: dict[str, torch.Tensor | None], read: dict[str, torch.Tensor | None]
 ) -> None:
-    """Check that no written tensor (outputs, then ``zero_buf``) shares a byte with an input
-    or with an earlier written tensor: an op would read what it already overwrote, or write
-    one result over another.  Pairs are checked in order: each written tensor against every
-    input, then against the written ones before it.
+    """Check that no written tensor (outputs, then written options) shares a byte with a
+    read one or with an earlier written one: an op would read what it already overwrote,
+    or write one result over another.  Pairs are checked in order: each written tensor
+    against every read one, then against the written ones before it.
 
     Raises:
         ValueError: ``"<written> overlaps <other> in memory: ..."``.
@@ -235,3 +163,38 @@ def check_no_overlap(
                     "share memory with an input or another output"
                 )
         spans.append((name, mine))
+
+
+_no_overlap = check_no_overlap
+
+
+def rows_in_range(reverse_sorted: torch.Tensor, rows: int) -> None:
+    """Check that every row index ``p`` in ``reverse_sorted`` satisfies ``p < rows``
+    (negative entries mark pairs that are not local).  Reads the tensor (a device
+    synchronisation on GPU): the reference always runs it, the CPU binding too, the GPU
+    binding never.
+
+    Raises:
+        ValueError: some ``p >= rows``.
+    """
+    if reverse_sorted.numel() == 0:
+        return
+    p = int(reverse_sorted.max())
+    if p >= rows:
+        raise ValueError(
+            f"reverse_sorted holds row index {p}, but expert_out has only {rows} rows "
+            "(every p must be < rows)"
+        )
+
+
+def check_expert_map(expert_map: object, device: torch.device) -> torch.Tensor | None:
+    """The optional ``expert_map`` of the sort ops: int32 1-D, contiguous, on ``device``."""
+    if expert_map is None:
+        return None
+    expert_map = check_tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+    if expert_map.device != device:
+        raise ValueError(
+            f"all tensors must be on one device: expert_map is on {expert_map.device}, "
+            f"the inputs are on {device}"
+        )
+    return expert_map

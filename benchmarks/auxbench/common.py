@@ -11,8 +11,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 try:
+    from aiter_aux import ops
     from aiter_aux import reference as ref
-    from aiter_aux.ops import aux_ops as ops
     from aiter_aux.ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
     from aiter_aux.pipeline import draw_routing
     from aiter_aux.types import MoeSortOutput

@@ -8,7 +8,8 @@
 // rendered by templates/binding.j2): it validates the torch ops' arguments, fills
 // these structs and calls the instance.  Every consumer of the structs is compiled
 // into the same module from this one header, so there is no second definition to
-// keep in sync; the op table (codegen/instances.py OPS) names the struct of each op.
+// keep in sync; the op table (codegen/ops.py) names the struct of each op and how
+// the binding fills it.
 #pragma once
 
 #include <stdint.h>
@@ -19,17 +20,8 @@
 extern "C" {
 #endif
 
-// Op kinds; one per public op.  Stored in the lookup next to each key.
-enum AiterAuxOp {
-  AITER_AUX_OP_MOE_SORT = 1,
-  AITER_AUX_OP_MXFP4_QUANT = 2,
-  AITER_AUX_OP_MOE_SORT_QUANT = 3,
-  AITER_AUX_OP_MOE_SORT_SCALES = 4,
-  AITER_AUX_OP_MOE_SCATTER_REDUCE = 5,
-  AITER_AUX_OP_MOE_SCATTER_REDUCE_Q = 6,
-  AITER_AUX_OP_MXFP8_QUANT = 7,            // AiterAuxQuantArgs, a_q: E4M3 bytes [M, model_dim]
-  AITER_AUX_OP_MOE_SORT_QUANT_FP8 = 8,     // AiterAuxSortQuantArgs, the same a_q
-};
+// The op kind of an instance (AiterAuxInstance.op) is its op's op_id in the op table
+// (codegen/ops.py); the generated lookup and binding carry it.
 
 // Return codes of an instance function.
 enum AiterAuxStatus {
@@ -147,7 +139,7 @@ typedef int (*AiterAuxFn)(const void* args, void* stream);
 
 typedef struct AiterAuxInstance {
   const char* key;                         // e.g. "moe_sort_e257_k9"
-  int32_t op;                              // AiterAuxOp
+  int32_t op;                              // op_id of the op table
   int32_t params[AITER_AUX_MAX_PARAMS];    // compile-time values, template order (rest 0)
   AiterAuxFn fn;
 } AiterAuxInstance;

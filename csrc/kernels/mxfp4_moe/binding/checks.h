@@ -1,10 +1,11 @@
 // Argument checks of the torch binding, through torch's stable C ABI (shim) only.
 //
-// Every message is the text of aiter_aux/validation (the reference's checks) for the
-// same rule, so the compiled ops and the reference reject an input the same way.  An
-// error leaves as std::runtime_error whose what() is "<PythonType>: <message>"
-// (ValueError, TypeError, UnsupportedShapeError, RuntimeError); aiter_aux/ops/_errors.py
-// turns the prefix back into that exception type.
+// Each function is the C++ twin of a helper of aiter_aux/validation/tensors.py with the
+// same message; the generated binding calls them in the order of the generated Python
+// validators (both from codegen/ops.py), so the compiled ops and the reference reject an
+// input the same way.  An error leaves as std::runtime_error whose what() is
+// "<PythonType>: <message>" (ValueError, TypeError, UnsupportedShapeError, RuntimeError);
+// aiter_aux/ops/_library.py translate() turns the prefix back into that exception type.
 #pragma once
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -156,29 +157,32 @@ inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
                            t.stride_tuple(), ")"));
 }
 
-// validation.tensors.check_same_device
-inline void check_same_device(std::initializer_list<const Meta*> ts) {
-  const Meta* first = nullptr;
-  for (const Meta* t : ts) {
-    if (!t) continue;
-    if (!first) {
-      first = t;
-    } else if (!t->same_device(*first)) {
-      std::string where;
-      for (const Meta* u : ts)
-        if (u) where += cat(where.empty() ? "" : ", ", u->name, " on ", u->device());
-      fail("ValueError", cat("all tensors must be on one device, got ", where));
-    }
-  }
+// validation.tensors._same_device: every tensor on the device of the call's first tensor
+inline void check_device(const Meta& t, const Meta& first) {
+  if (!t.same_device(first))
+    fail("ValueError", cat("all tensors must be on one device: ", t.name, " is on ", t.device(),
+                           ", ", first.name, " is on ", first.device()));
 }
 
-// validation.tensors.check_buffer (cols < 0: no column rule)
+// validation.tensors._check_shape: a tensor whose sizes another argument fixes
+inline void check_shape(const Meta& t, std::initializer_list<int64_t> shape, const char* layout) {
+  bool same = int64_t(shape.size()) == t.dim;
+  int64_t i = 0;
+  std::string want = "[";
+  for (int64_t s : shape) {
+    same = same && t.size(i) == s;
+    want += cat(i++ ? ", " : "", s);
+  }
+  if (!same)
+    fail("ValueError", cat(t.name, " must have shape ", layout, " = ", want, "], got ", t.shape()));
+}
+
+// validation.tensors._buffer: an output buffer (cols < 0: no column rule), on the device of
+// the call's first tensor `on`
 inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta& on,
                          int64_t ndim, int64_t cols = -1) {
   check_tensor(b, dtype, ndim);
-  if (!b.same_device(on))
-    fail("ValueError", cat("all tensors must be on one device: ", b.name, " is on ", b.device(),
-                           ", inputs on ", on.device()));
+  check_device(b, on);
   if (cols >= 0 && b.size(b.dim - 1) != cols)
     fail("ValueError", cat(b.name, " must have ", cols, " columns (shape [rows, ", cols,
                            "]), got shape ", b.shape()));
@@ -190,38 +194,7 @@ inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta&
                            " elements, got ", b.numel));
 }
 
-// validation.tensors.check_zero_buf
-inline void check_zero_buf(const Meta* z, const Meta& on) {
-  if (!z) return;
-  check_tensor(*z, kBFloat16());
-  if (!z->same_device(on))
-    fail("ValueError", cat("all tensors must be on one device: zero_buf is on ", z->device(),
-                           ", inputs on ", on.device()));
-}
-
-// validation.tensors.check_expert_map
-inline void check_expert_map(const Meta* m, const Meta& on) {
-  if (!m) return;
-  check_tensor(*m, kInt32(), 1, "[num_global_experts]");
-  if (!m->same_device(on))
-    fail("ValueError", cat("all tensors must be on one device: expert_map is on ", m->device(),
-                           ", inputs on ", on.device()));
-}
-
-// validation.tensors.check_zero_buf_init
-inline void check_zero_buf_init(const Meta* init, const Meta* z, const Meta& on) {
-  if (!init) return;
-  if (!z) fail("ValueError", "zero_buf_init needs zero_buf (the buffer it is copied into)");
-  check_tensor(*init, kBFloat16());
-  if (init->numel != z->numel)
-    fail("ValueError", cat("zero_buf_init must have the ", z->numel, " elements of zero_buf, got ",
-                           init->numel));
-  if (!init->same_device(on))
-    fail("ValueError", cat("all tensors must be on one device: zero_buf_init is on ",
-                           init->device(), ", inputs on ", on.device()));
-}
-
-// validation.tensors.check_no_overlap: every written tensor (outputs, then zero_buf) against
+// validation.tensors.check_no_overlap: every written tensor (outputs, then written options) against
 // every input and every earlier written tensor.
 inline void check_no_overlap(std::initializer_list<const Meta*> written,
                              std::initializer_list<const Meta*> read) {
@@ -246,43 +219,6 @@ inline void check_no_overlap(std::initializer_list<const Meta*> written,
     }
     ++i;
   }
-}
-
-// validation.ints
-constexpr int64_t kMaxNumExperts = 1024;
-constexpr int64_t kMaxTopk = 255;
-constexpr int64_t kMaxNumTokens = int64_t(1) << 24;
-constexpr int64_t kMaxRowsLimit = (int64_t(1) << 31) - 1;
-
-inline int64_t check_block_m(int64_t b) {
-  if (b != 16 && b != 32 && b != 64 && b != 128)
-    fail("ValueError", cat("block_m must be one of (16, 32, 64, 128), got ", b));
-  return b;
-}
-
-inline int64_t check_topk(int64_t k) {
-  if (k < 1 || k > kMaxTopk) fail("ValueError", cat("topk must be in [1, ", kMaxTopk, "], got ", k));
-  return k;
-}
-
-inline void check_model_dim(int64_t d, int64_t multiple) {
-  if (d <= 0 || d % multiple != 0)
-    fail("ValueError", cat("model_dim must be a positive multiple of ", multiple, ", got ", d));
-}
-
-// validation.ints.validate_sort_sizes: the capacity max_rows of a sort.
-inline int64_t sort_capacity(int64_t m, int64_t k, int64_t e, int64_t b) {
-  if (m < 0 || m >= kMaxNumTokens) fail("ValueError", cat("num_tokens (M) must be in [0, 2**24), got ", m));
-  check_topk(k);
-  if (e < 1 || e > kMaxNumExperts)
-    fail("ValueError", cat("num_experts must be in [1, ", kMaxNumExperts, "], got ", e));
-  check_block_m(b);
-  const int64_t max_rows = aiter_aux_sort_capacity(m, k, e, b);
-  if (max_rows > kMaxRowsLimit)
-    fail("ValueError", cat("max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = ",
-                           max_rows, " must fit in int32 (<= ", kMaxRowsLimit, "); M=", m,
-                           ", topk=", k));
-  return max_rows;
 }
 
 // validation.ints.sort_scales_rows: the rows out_rows = ceil(max_rows / BM) * BM,
