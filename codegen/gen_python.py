@@ -293,7 +293,7 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         ["try:"]
         + _indent(try_body)
         + [
-            "except (RuntimeError, TypeError, ValueError) as e:",
+            "except Exception as e:  # noqa: BLE001 (the checks say what was wrong)",
             f"    raise translate(e, lambda: {check}) from None",
             f"return {rets[1]}",
         ]
@@ -330,6 +330,8 @@ def _grad_check(spec: OpSpec, out: bool) -> str:
             terms.append(f"({t.name} is not None and {t.name}.requires_grad)")
     if not terms:
         return ""
+    if len(terms) == 1:
+        return "_grad_enabled() and " + terms[0]
     return "_grad_enabled() and (" + " or ".join(terms) + ")"
 
 

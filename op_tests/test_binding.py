@@ -17,7 +17,7 @@ from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.jit import abi  # noqa: E402
 from aiter_aux.jit.paths import codegen_module, kernels_dir  # noqa: E402
-from aiter_aux.ops import _library  # noqa: E402
+from aiter_aux.ops import _ops  # noqa: E402
 
 E, D, K, BM = 257, 7168, 9, 32  # a catalog shape (DeepSeek-R1)
 
@@ -35,39 +35,43 @@ def test_abi_version_is_the_headers():
 
 
 def test_torch_schemas_are_the_op_tables():
-    """Every op of the op table, both forms, is defined with the table's schema."""
-    inst = codegen_module("instances")
-    for spec in inst.OPS.values():
-        for schema in inst.schemas(spec):
-            name = schema.split("(")[0]
-            got = str(getattr(torch.ops.aiter_aux, name).default._schema)
-            assert got == str(torch._C.parse_schema(f"aiter_aux::{schema}"))
-    assert set(_library.op_schemas()) == set(_library.FAKES)
+    """Every op of the op table, both forms, is defined with the table's schema (the
+    generated SCHEMAS of aiter_aux/ops/_ops.py are the table's)."""
+    table = codegen_module("ops")
+    want = {}
+    for spec in table.OPS.values():
+        for schema in table.schemas(spec):
+            want[schema.split("(")[0]] = schema
+    assert _ops.SCHEMAS == want
+    for name, schema in want.items():
+        got = str(getattr(torch.ops.aiter_aux, name).default._schema)
+        assert got == str(torch._C.parse_schema(f"aiter_aux::{schema}"))
+    assert set(_ops.FAKES) == set(want)
 
 
 def test_cpp_signatures_follow_the_schemas():
-    inst = codegen_module("instances")
-    _alloc, out = inst.schemas(inst.OPS["moe_sort"])
-    assert inst.cpp_signature(out) == (
+    table = codegen_module("ops")
+    _alloc, out = table.schemas(table.OPS["moe_sort"])
+    assert table.cpp_signature(out) == (
         "void(const Tensor&, const Tensor&, int64_t, int64_t, " + "const Tensor&, " * 6
         + ", ".join(["const std::optional<Tensor>&"] * 3) + ")"
     )  # fmt: skip
-    # the fused ops take a fourth optional tensor, sorted_scales (the decode step in one call)
+    # the fused ops take a fourth optional tensor, sorted_scales
     for op in ("moe_sort_quant", "moe_sort_quant_fp8"):
-        alloc, out = inst.schemas(inst.OPS[op])
+        alloc, out = table.schemas(table.OPS[op])
         assert out.endswith("Tensor(s!)? sorted_scales=None) -> ()")
-        assert inst.cpp_signature(out) == (
+        assert table.cpp_signature(out) == (
             "void(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, "
             + "const Tensor&, " * 8
             + ", ".join(["const std::optional<Tensor>&"] * 4)
             + ")"
         )
-        assert inst.cpp_signature(alloc) == (
+        assert table.cpp_signature(alloc) == (
             f"std::tuple<{', '.join(['Tensor'] * 8)}>(const Tensor&, const Tensor&, "
             "const Tensor&, int64_t, int64_t, " + ", ".join(["const std::optional<Tensor>&"] * 4)
             + ")"
         )  # fmt: skip
-    assert "sorted_scales" not in inst.OPS["moe_sort"].kwargs
+    assert "sorted_scales" not in table.schemas(table.OPS["moe_sort"])[0]
 
 
 def _sort_case(m=4):

@@ -123,7 +123,7 @@ def _generate(workdir: Path, backend: str = "cpu") -> str:
 
 
 def _lookup_keys(lookup_text: str) -> list[str]:
-    return re.findall(r'^\s*\{"([a-z0-9_]+)", AITER_AUX_OP_', lookup_text, flags=re.M)
+    return re.findall(r'^\s*\{"([a-z0-9_]+)", [0-9]+, ', lookup_text, flags=re.M)
 
 
 def test_every_shape_key_in_generated_lookup(tmp_path):

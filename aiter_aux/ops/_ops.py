@@ -655,7 +655,7 @@ def moe_sort_out(
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_sort_out(
@@ -689,7 +689,7 @@ def moe_sort(
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and ((zero_buf is not None and zero_buf.requires_grad)):
+        if _grad_enabled() and (zero_buf is not None and zero_buf.requires_grad):
             raise grad_error("moe_sort")
         if zero_buf is None and expert_map is None and zero_buf_init is None:
             r = op(topk_ids, topk_weights, num_experts, block_m)  # keywords cost ~0.5 us each
@@ -703,7 +703,7 @@ def moe_sort(
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_sort(
@@ -726,7 +726,7 @@ def mxfp4_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     op = _mxfp4_quant_out
     try:
         op(x, a_q, a_scale)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(e, lambda: C.mxfp4_quant_out(x, a_q, a_scale)) from None
     return (a_q, a_scale)
 
@@ -736,7 +736,7 @@ def mxfp4_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     op = _mxfp4_quant
     try:
         r = op(x)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(e, lambda: C.mxfp4_quant(x)) from None
     return (r[0], r[1])
 
@@ -799,7 +799,7 @@ def moe_sort_quant_out(
                 zero_buf_init=zero_buf_init,
                 sorted_scales=sorted_scales,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: getattr(C, which + "_out")(
@@ -841,7 +841,7 @@ def moe_sort_quant(
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and ((zero_buf is not None and zero_buf.requires_grad)):
+        if _grad_enabled() and (zero_buf is not None and zero_buf.requires_grad):
             raise grad_error("moe_sort_quant")
         if (
             zero_buf is None
@@ -862,7 +862,7 @@ def moe_sort_quant(
                 zero_buf_init=zero_buf_init,
                 sorted_scales=sorted_scales,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: getattr(C, which + "")(
@@ -896,7 +896,7 @@ def moe_sort_scales_out(
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
         op(a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_sort_scales_out(
@@ -915,7 +915,7 @@ def moe_sort_scales(
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
         r = op(a_scale, sorted_token_ids, num_valid_ids, block_m)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e, lambda: C.moe_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m)
         ) from None
@@ -942,7 +942,7 @@ def moe_scatter_reduce_out(
             topk = _int(topk, "topk")
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and (out.requires_grad):
+        if _grad_enabled() and out.requires_grad:
             raise grad_error("moe_scatter_reduce_out")
         if routed_scaling_factor == 1.0:
             op(expert_out, reverse_sorted, sorted_weights, topk, out)  # keywords cost ~0.5 us each
@@ -955,7 +955,7 @@ def moe_scatter_reduce_out(
                 out,
                 routed_scaling_factor=routed_scaling_factor,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_scatter_reduce_out(
@@ -995,7 +995,7 @@ def moe_scatter_reduce(
                 topk,
                 routed_scaling_factor=routed_scaling_factor,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_scatter_reduce(
@@ -1028,7 +1028,7 @@ def moe_scatter_reduce_q_out(
             topk = _int(topk, "topk")
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and (out.requires_grad):
+        if _grad_enabled() and out.requires_grad:
             raise grad_error("moe_scatter_reduce_q_out")
         if routed_scaling_factor == 1.0:
             op(
@@ -1044,7 +1044,7 @@ def moe_scatter_reduce_q_out(
                 out,
                 routed_scaling_factor=routed_scaling_factor,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_scatter_reduce_q_out(
@@ -1089,7 +1089,7 @@ def moe_scatter_reduce_q(
                 topk,
                 routed_scaling_factor=routed_scaling_factor,
             )
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
             lambda: C.moe_scatter_reduce_q(
@@ -1111,7 +1111,7 @@ def mxfp8_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     op = _mxfp8_quant_out
     try:
         op(x, a_q, a_scale)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(e, lambda: C.mxfp8_quant_out(x, a_q, a_scale)) from None
     return (a_q, a_scale)
 
@@ -1121,6 +1121,6 @@ def mxfp8_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     op = _mxfp8_quant
     try:
         r = op(x)
-    except (RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(e, lambda: C.mxfp8_quant(x)) from None
     return (r[0], r[1])
