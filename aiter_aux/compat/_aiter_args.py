@@ -137,6 +137,62 @@ def _workspace_target(ws: object) -> Tensor | None:
     return ws.view(-1).view(torch.uint8)[:n] if n else None
 
 
+# AITER's three-stage sort (``prologue == 1``) takes its scratch from ``sort3stage_ws``: int32
+# block offsets of kSplitSortCtas CTAs per expert, then one count per expert; kSplitSortCtas is
+# 16 (csrc/kernels/mxfp4_moe/moe_aux/codegen/mxfp4_moe_aux_dispatch.h).
+SORT3STAGE_CTAS = 16
+
+
+def _check_sort3stage_ws(ws: object, ne: int, prologue: int) -> None:
+    """AITER's check of ``sort3stage_ws``: with ``prologue == 1`` an int32 tensor of at least
+    ``NE * 16 + NE`` elements; otherwise any tensor (AITER does not touch it).  Our sort
+    needs no scratch: the buffer is never read or written here."""
+    torch = _torch()
+    ws = _tensor(ws, "sort3stage_ws")
+    if prologue != 1:
+        return
+    if ws.dtype != torch.int32:
+        raise TypeError(f"sort3stage_ws must have dtype torch.int32, got {ws.dtype}")
+    need = ne * SORT3STAGE_CTAS + ne
+    if ws.numel() < need:
+        raise ValueError(
+            f"sort3stage_ws is too small: prologue = 1 (AITER's three-stage sort) needs >= "
+            f"NE*{SORT3STAGE_CTAS} + NE = {need} int32 elements with NE = {ne}, got "
+            f"{ws.numel()} (shape {list(ws.shape)})"
+        )
+
+
+def _init_source(init: object, zero_out: Tensor, zero: Tensor | None) -> Tensor | None:
+    """The first ``zero.numel()`` (``M*D_HIDDEN``) elements of ``bf16_out_init`` as a flat bf16
+    view: what AITER copies into ``bf16_zero_out`` instead of zeros.  None where AITER zeroes
+    (``bf16_out_init`` None or empty) or initialises nothing (``zero`` None: ``bf16_zero_out``
+    empty, ``M == 0``, or the three-stage sort); ``bf16_out_init`` is then only type-checked."""
+    torch = _torch()
+    if init is None:
+        return None
+    init = _tensor(init, "bf16_out_init")
+    if zero is None or init.numel() == 0:
+        return None
+    if init.dtype != zero_out.dtype:
+        raise TypeError(
+            f"bf16_out_init must have the dtype of bf16_zero_out ({zero_out.dtype}), "
+            f"got {init.dtype}"
+        )
+    _contiguous(init, "bf16_out_init")
+    need = zero.numel()
+    if init.numel() < need:
+        raise ValueError(
+            f"bf16_out_init is too small: its first M*D_HIDDEN = {need} elements are copied "
+            f"into bf16_zero_out, got {init.numel()} (shape {list(init.shape)})"
+        )
+    if init.device != zero.device:
+        raise ValueError(
+            f"bf16_out_init is on {init.device}, bf16_zero_out on {zero.device}: both must be "
+            "on one device"
+        )
+    return init.view(-1)[:need].view(torch.bfloat16)
+
+
 def _routing(topk_ids: object, topk_weight: object, topk: int, m: int, m_name: str) -> tuple:
     ids = _tensor(topk_ids, "topk_ids")
     w = _tensor(topk_weight, "topk_weight")

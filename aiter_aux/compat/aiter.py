@@ -5,14 +5,14 @@
     # from aiter.ops.moe_mxfp4_aux import mxfp4_moe_sort, mxfp4_moe_scatter_reduce, ...
     from aiter_aux.compat.aiter import mxfp4_moe_sort, mxfp4_moe_scatter_reduce, ...
 
-Every function has the name, argument order and argument meaning of AITER's (the
+Every function has the name, argument order, defaults and argument meaning of AITER's (the
 ``@compile_ops("module_moe_mxfp4_aux")`` stubs, host code
-``csrc/kernels/mxfp4_moe/moe_mxfp4_aux.cu``, kernels ``moe_aux/*.cuh``), writes into the
-caller's buffers and returns ``None``.  Each is a thin adapter onto an ``_out`` op of
-:mod:`aiter_aux.ops.aux_ops`: ``cumsum_tensor`` is our ``num_valid_ids``, ``MB`` our
-``block_m``, ``NE`` our ``num_experts``, ``TOPK`` our ``topk``, ``D_HIDDEN`` our
-``model_dim`` (docs/compat.md has the full table).  Importing this module builds and loads
-nothing; the first call loads (or builds) the compiled module.
+``csrc/kernels/mxfp4_moe/moe_mxfp4_aux.cu``, kernels ``moe_aux/*.cuh``; docs/compat.md
+names the versions read), writes into the caller's buffers and returns ``None``.  Each is a
+thin adapter onto an ``_out`` op of :mod:`aiter_aux.ops.aux_ops`: ``cumsum_tensor`` is our
+``num_valid_ids``, ``MB`` our ``block_m``, ``NE`` our ``num_experts``, ``TOPK`` our
+``topk``, ``D_HIDDEN`` our ``model_dim`` (docs/compat.md has the full table).  Importing
+this module builds and loads nothing; the first call loads (or builds) the compiled module.
 
 Checks.  AITER's host code takes raw pointers and checks nothing but the instance key.  The
 adapters check that ``NE``/``TOPK``/``D_HIDDEN``/``MB`` are in range (``NE`` in [1, 1024],
@@ -37,9 +37,10 @@ no gfx950 was at hand):
    pairs per expert are the same.  AITER's own test compares each expert's pairs as a set.
 2. **Non-local ids.**  The same: an id outside [0, NE) (``-1`` from vLLM's padding, or out
    of range) is dropped and its ``reverse_sorted`` entry is ``-1``; the scatter adds nothing
-   for it.  Our ``expert_map`` (expert parallelism), ``zero_buf_init`` and
-   ``routed_scaling_factor`` are not in AITER's signatures: call :mod:`aiter_aux.ops`
-   (``moe_sort_out``, ``moe_scatter_reduce_out``, ...) for them.
+   for it.  Our ``expert_map`` (expert parallelism) and ``routed_scaling_factor`` are not in
+   AITER's signatures: call :mod:`aiter_aux.ops` (``moe_sort_out``,
+   ``moe_scatter_reduce_out``, ...) for them.  Our ``zero_buf_init`` is AITER's
+   ``bf16_out_init`` (item 5).
 3. **Padding values.**  The same: sorted rows ``M`` (``t = M, k = 0``), ``m_indices`` ``M``,
    ``sorted_weights`` ``0.0``; rows and blocks at or past ``cumsum_tensor[0]`` are not
    written; ``cumsum_tensor = [rows, M]``.
@@ -58,12 +59,24 @@ no gfx950 was at hand):
    zeroes bytes; ``_adaptive_moe_sort`` may pass an fp16 ``moe_buf``); fewer elements raise
    ``ValueError``.  In ``mxfp4_moe_sort``/``mxfp4_moe_sort_quant`` it is zeroed in the op's
    own call; ``mxfp4_moe_quant`` zeroes it with a separate ``torch.Tensor.zero_`` (one more
-   launch on a GPU; AITER's quant kernel does it in the same launch).
+   launch on a GPU; AITER's quant kernel does it in the same launch).  **``bf16_out_init``**
+   (None or ``numel() == 0`` means zeros, as in AITER): those ``M * D_HIDDEN`` elements are
+   copied from its first ``M * D_HIDDEN``, bit for bit, instead of zeroed (our
+   ``zero_buf_init``; ``mxfp4_moe_quant``: a separate ``copy_``); it is ignored wherever
+   ``bf16_zero_out`` is not initialised (empty, or ``prologue == 1``), as in AITER.  AITER
+   reads it unchecked; the adapters require ``bf16_zero_out``'s dtype (else ``TypeError``),
+   contiguity, >= ``M * D_HIDDEN`` elements, its device, and no byte shared with a written
+   buffer (``ValueError``; so it cannot be ``bf16_zero_out`` itself, a no-op in AITER).
 6. **``prologue``** (``mxfp4_moe_sort``): AITER runs its one-CTA sort for 0 (zeroing
    ``bf16_zero_out`` and ``bf16_zero_workspace``) and its three-stage sort for 1, which
    ignores ``bf16_zero_out`` and the workspace; ours is one sort whose outputs do not depend
    on it, and the adapter zeroes exactly what AITER zeroes: nothing for 1.  AITER treats any
    value other than 1 as 0; the adapter raises ``ValueError`` for values other than 0 and 1.
+   **``sort3stage_ws``** (after ``bf16_zero_workspace``, positional or keyword, as in
+   AITER) is the three-stage sort's scratch; AITER checks ``numel() >= NE*16 + NE`` for
+   ``prologue == 1`` and ignores it for 0, and so does the adapter (which also requires
+   int32, the type AITER's kernel uses it as: ``TypeError``).  Our sort needs no scratch: it
+   is never read or written here (AITER leaves it clobbered).
 7. **``bf16_zero_workspace``** (``prologue == 0`` with a non-empty ``bf16_zero_out``): its
    first ``floor(nbytes / 16) * 16`` bytes are zeroed, as AITER's int4 loop does, by a
    separate ``zero_`` (one more launch on a GPU); it must be contiguous.
@@ -138,8 +151,10 @@ from typing import TYPE_CHECKING
 from ..ops import moe_mxfp4_aux as _catalog
 from ._aiter_args import (
     _bytes2d,
+    _check_sort3stage_ws,
     _contiguous,
     _flat,
+    _init_source,
     _int,
     _no_overlap,
     _ops,
@@ -196,6 +211,7 @@ def mxfp4_moe_sort_quant(
     TOPK: int,
     D_HIDDEN: int,
     MB: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Sort the routing and quantise the activations in one call (our
     :func:`aiter_aux.ops.moe_sort_quant_out`).
@@ -214,8 +230,12 @@ def mxfp4_moe_sort_quant(
         a_scale: uint8 (or float8_e8m0fnu), >= ``M*D_HIDDEN/32`` bytes, any shape: e8m0.
         m_indices: int32, >= ``max_sorted``: the token of each row, pad M.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M*D_HIDDEN`` elements are
-            zeroed in the same call.
+            zeroed in the same call (or set to ``bf16_out_init``'s).
         NE, TOPK, D_HIDDEN, MB: the instance: experts, top-k, hidden size, block_m.
+        bf16_out_init: None, empty, or a contiguous tensor of ``bf16_zero_out``'s dtype with
+            >= ``M*D_HIDDEN`` elements (e.g. the shared expert's output), whose first
+            ``M*D_HIDDEN`` are copied, bit for bit, into ``bf16_zero_out`` instead of zeros
+            (our ``zero_buf_init``); ignored, as in AITER, when ``bf16_zero_out`` is empty.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -229,14 +249,16 @@ def mxfp4_moe_sort_quant(
     aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
     asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
     zero = _zero_target(bf16_zero_out, m, d)
+    init = _init_source(bf16_out_init, bf16_zero_out, zero)
     out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
         {**named, "a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
-        {"a_input": x, "topk_ids": ids, "topk_weight": w},
+        {"a_input": x, "topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero)
+    _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero,
+                              zero_buf_init=init)  # fmt: skip
     for dst, src in copies:
         dst.copy_(src)
 
@@ -252,6 +274,7 @@ def mxfp4_moe_sort(
     m_indices: Tensor,
     bf16_zero_out: Tensor,
     bf16_zero_workspace: Tensor,
+    sort3stage_ws: Tensor,
     M_logical: int,
     NE: int,
     TOPK: int,
@@ -259,6 +282,7 @@ def mxfp4_moe_sort(
     D_INTER: int,
     MB: int,
     prologue: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Sort the routing (our :func:`aiter_aux.ops.moe_sort_out`).
 
@@ -268,15 +292,22 @@ def mxfp4_moe_sort(
         sorted_token_ids, sorted_expert_ids, cumsum_tensor, reverse_sorted, sorted_weights,
             m_indices: as in :func:`mxfp4_moe_sort_quant`, with M = ``M_logical``.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M_logical*D_HIDDEN`` elements
-            are zeroed in the same call when ``prologue == 0`` (untouched for 1, as in AITER).
+            are zeroed (or set to ``bf16_out_init``'s) in the same call when ``prologue ==
+            0`` (untouched for 1, as in AITER).
         bf16_zero_workspace: empty, or a contiguous tensor whose first
             ``floor(nbytes/16)*16`` bytes are zeroed when ``prologue == 0`` and
             ``bf16_zero_out`` is not empty (a separate ``zero_``).
+        sort3stage_ws: the scratch of AITER's three-stage sort: with ``prologue == 1`` an
+            int32 tensor of >= ``NE*16 + NE`` elements (AITER's check), else any tensor
+            (``torch.empty(0, dtype=torch.int32)``).  Unused here (our sort needs no
+            scratch): never read or written.
         M_logical: the number of tokens M, in [0, ``topk_ids.shape[0]``].
         NE, TOPK, D_HIDDEN, MB: the instance.
         D_INTER: ignored (as in AITER).
         prologue: 0 (AITER's one-CTA sort) or 1 (its three-stage sort); the outputs are the
             same, only the zero-init depends on it.
+        bf16_out_init: as in :func:`mxfp4_moe_sort_quant`; used when ``bf16_zero_out`` is
+            initialised (``prologue == 0``), ignored otherwise, as in AITER.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -288,21 +319,23 @@ def mxfp4_moe_sort(
         raise ValueError(f"prologue must be 0 (one-CTA sort) or 1 (three-stage sort), got {pro}")
     m = _int(M_logical, "M_logical")
     ids, w = _routing(topk_ids, topk_weight, topk, m, "M_logical")
-    _tensor(bf16_zero_out, "bf16_zero_out")
+    zero_out = _tensor(bf16_zero_out, "bf16_zero_out")
     _tensor(bf16_zero_workspace, "bf16_zero_workspace")
+    _check_sort3stage_ws(sort3stage_ws, ne, pro)
     zero = ws = None
     if pro == 0:
-        zero = _zero_target(bf16_zero_out, m, d)
-        if _tensor(bf16_zero_out, "bf16_zero_out").numel() > 0:
+        zero = _zero_target(zero_out, m, d)
+        if zero_out.numel() > 0:
             ws = _workspace_target(bf16_zero_workspace)
+    init = _init_source(bf16_out_init, zero_out, zero)
     out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
         {**named, "bf16_zero_out": zero, "bf16_zero_workspace": ws},
-        {"topk_ids": ids, "topk_weight": w},
+        {"topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero)
+    _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
     if ws is not None:
         ws.zero_()
     for dst, src in copies:
@@ -318,6 +351,7 @@ def mxfp4_moe_quant(
     TOPK: int,
     D_HIDDEN: int,
     MB: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Quantise ``a_input`` to MXFP4 per 1x32 (our :func:`aiter_aux.ops.mxfp4_quant_out`).
 
@@ -328,8 +362,10 @@ def mxfp4_moe_quant(
         a_scale: uint8 (or float8_e8m0fnu), >= ``M*D_HIDDEN/32`` bytes, any shape: e8m0,
             row-major ``[M, D_HIDDEN/32]``.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M*D_HIDDEN`` elements are
-            zeroed (a separate ``zero_`` after the quant).
+            zeroed, or set to ``bf16_out_init``'s (a separate ``zero_`` or ``copy_`` after
+            the quant).
         NE, TOPK, D_HIDDEN, MB: the instance (the kernel uses D_HIDDEN only).
+        bf16_out_init: as in :func:`mxfp4_moe_sort_quant`.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -342,9 +378,15 @@ def mxfp4_moe_quant(
     aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
     asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
     zero = _zero_target(bf16_zero_out, m, d)
-    _no_overlap({"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero}, {"a_input": x})
+    init = _init_source(bf16_out_init, bf16_zero_out, zero)
+    _no_overlap(
+        {"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
+        {"a_input": x, "bf16_out_init": init},
+    )
     _ops().mxfp4_quant_out(x, aq, asc)
-    if zero is not None:
+    if init is not None:  # bit for bit, NaN payloads included
+        zero.view(_torch().int16).copy_(init.view(_torch().int16))
+    elif zero is not None:
         zero.zero_()
 
 
