@@ -436,7 +436,7 @@ def test_bf16_out_init_errors_write_nothing():
         assert all(same_bytes(t, b) for t, b in zip((aq, asc, zero), before, strict=True))
 
 
-def test_predicates_are_ours():
+def test_predicates_have_aiters_meaning():
     from aiter_aux.ops import moe_mxfp4_aux as P
 
     assert A.is_mxfp4_moe_shape_supported is P.is_mxfp4_moe_shape_supported
@@ -444,7 +444,77 @@ def test_predicates_are_ours():
     assert A.MXFP4_MOE_SUPPORTED_SHAPES is P.MXFP4_MOE_SUPPORTED_SHAPES
     assert A.is_mxfp4_moe_shape_supported(513, 2560, 640, 11)  # inter rounded up to 768
     assert not A.is_mxfp4_moe_shape_supported(7, 2560, 640, 11)
+    # AITER: (model_dim, topk) of some catalog shape, whatever expert and inter_dim
+    dims = {1024, *(s[1] for s in MXFP4_MOE_SUPPORTED_SHAPES)}
+    topks = {2, *(s[3] for s in MXFP4_MOE_SUPPORTED_SHAPES)}
+    pairs = {(s[1], s[3]) for s in MXFP4_MOE_SUPPORTED_SHAPES}
+    for d in dims:
+        for k in topks:
+            assert A.is_mxfp4_moe_scatter_supported(d, k) == ((d, k) in pairs), (d, k)
     assert A.is_mxfp4_moe_scatter_supported(3072, 8)
+    assert not A.is_mxfp4_moe_scatter_supported(1024, 8)
+
+
+# --------------------------------------------------------------------- prepare_mxfp4_moe_aux
+
+# The instances of (256, 3072, *, 8), one per op, by their keys (codegen/instances.py).
+KEYS_256_3072_8 = (
+    "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8", "moe_sort_e256_k8",
+    "moe_sort_quant_e256_k8_d3072", "moe_sort_quant_fp8_e256_k8_d3072", "moe_sort_scales_d3072",
+    "mxfp4_quant_d3072", "mxfp8_quant_d3072",
+)  # fmt: skip
+
+
+def test_prepare_catalog_shapes_load_every_instance():
+    from aiter_aux.jit.spec import loaded_modules
+
+    # a catalog shape, and a new inter_dim of a catalog (expert, model_dim, topk): AITER's
+    # instances do not depend on inter_dim, nor do ours
+    assert A.prepare_mxfp4_moe_aux([(256, 3072, 256, 8), (256, 3072, 2560, 8)]) is None
+    assert A.prepare_mxfp4_moe_aux(iter([SHAPES[1]])) is None
+    module = loaded_modules()["cpu"]
+    assert all(module.has(key) for key in KEYS_256_3072_8)
+
+
+def test_prepare_names_missing_instances_and_how_to_add():
+    shapes = [(256, 3072, 256, 8), (255, 3072, 256, 8), (256, 2880, 2880, 4)]
+    with pytest.raises(A.MissingInstancesError) as raised:
+        A.prepare_mxfp4_moe_aux(shapes)
+    err = raised.value
+    assert isinstance(err, RuntimeError)  # as AITER's
+    assert err.missing_shapes == ((255, 3072, 256, 8), (256, 2880, 2880, 4))
+    assert err.missing_keys == (
+        "moe_scatter_reduce_d2880_k4", "moe_scatter_reduce_q_d2880_k4", "moe_sort_e255_k8",
+        "moe_sort_e256_k4", "moe_sort_quant_e255_k8_d3072", "moe_sort_quant_e256_k4_d2880",
+        "moe_sort_quant_fp8_e255_k8_d3072", "moe_sort_quant_fp8_e256_k4_d2880",
+        "moe_sort_scales_d2880", "mxfp4_quant_d2880", "mxfp8_quant_d2880",
+    )  # fmt: skip
+    msg = str(err)
+    assert all(key in msg for key in err.missing_keys)
+    assert "aiter-aux add-shape 255,3072,256,8" in msg
+    assert "model_dim must be a positive multiple of 256" in msg  # 2880 cannot be added
+
+
+@pytest.mark.parametrize(
+    "shapes,exc",
+    [([(256, 3072, 256)], ValueError), ([7], ValueError), ([(256, 3072.0, 256, 8)], TypeError),
+     ([(True, 3072, 256, 8)], TypeError)],
+)  # fmt: skip
+def test_prepare_bad_shapes(shapes, exc):
+    with pytest.raises(exc):
+        A.prepare_mxfp4_moe_aux(shapes)
+
+
+def test_prepare_without_shapes_loads_nothing():
+    code = (
+        "import sys\n"
+        "import aiter_aux.compat.aiter as m\n"
+        "assert m.prepare_mxfp4_moe_aux([]) is None\n"
+        "bad = [n for n in ('aiter_aux.jit.spec', 'aiter_aux.jit.build', 'torch') "
+        "if n in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ------------------------------------------------------------------------------ errors
@@ -614,6 +684,8 @@ AITER_SIGNATURES = {
     "mxfp4_moe_scatter_reduce_q": "flat_out_q flat_out_scale reverse_sorted sorted_weights out "
                                   "NE TOPK D_HIDDEN MB".split(),
     "is_mxfp4_moe_shape_supported": ["expert", "model_dim", "inter_dim", "topk"],
+    "is_mxfp4_moe_scatter_supported": ["model_dim", "topk"],
+    "prepare_mxfp4_moe_aux": ["shapes"],
 }  # fmt: skip
 
 

@@ -136,10 +136,18 @@ no gfx950 was at hand):
     addressed by a valid row index and are ignored.
 17. **Devices.**  AITER's kernels run on gfx950 only; ours on CPU, CUDA and ROCm.
 
-``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)`` and
-``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signature and meaning, over our catalog;
-``is_mxfp4_moe_scatter_supported(model_dim, topk)`` is ours (AITER's module has no
-scatter predicate).
+18. **``prepare_mxfp4_moe_aux(shapes)``** returns ``None`` or raises a ``RuntimeError``
+    naming the missing instance keys, as AITER's, but checks every instance of each shape
+    (AITER: its two BM16 sort instances per ``(NE, TOPK, D_HIDDEN)``) against our catalog,
+    then builds or loads the module of this process's backend; its error
+    (:class:`MissingInstancesError`) carries ``missing_keys`` (ours) and ``missing_shapes``
+    and names the ``aiter-aux add-shape`` command; shape values must be ints (AITER:
+    ``int(v)``).
+
+``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)``,
+``is_mxfp4_moe_scatter_supported(model_dim, topk)`` (True when some catalog shape has that
+``model_dim`` and ``topk``) and ``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signatures and
+meaning, over our catalog.
 """
 
 from __future__ import annotations
@@ -170,6 +178,7 @@ from ._aiter_args import (
     _workspace_target,
     _zero_target,
 )
+from ._aiter_prepare import MissingInstancesError, prepare_mxfp4_moe_aux
 
 MXFP4_MOE_SUPPORTED_SHAPES = _catalog.MXFP4_MOE_SUPPORTED_SHAPES
 is_mxfp4_moe_shape_supported = _catalog.is_mxfp4_moe_shape_supported
@@ -182,6 +191,8 @@ __all__ = [
     "MXFP4_MOE_SUPPORTED_SHAPES",
     "is_mxfp4_moe_shape_supported",
     "is_mxfp4_moe_scatter_supported",
+    "prepare_mxfp4_moe_aux",
+    "MissingInstancesError",
     "mxfp4_moe_sort_quant",
     "mxfp4_moe_sort",
     "mxfp4_moe_quant",
