@@ -231,7 +231,7 @@ def _sort_buffers(
     reverse_sorted: object,
 ) -> tuple[Any, list[tuple[Tensor, Tensor]], dict[str, Tensor]]:
     """Our ``MoeSortOutput`` for AITER's sort buffers, the (caller, scratch) pairs to copy
-    back after the op (see the module docstring, item 4), and the caller's buffers by name."""
+    back after the op (docs/compat.md, "Sort capacity"), and the caller's buffers by name."""
     torch = _torch()
     ops = _ops()
     cap = ops.moe_sort_capacity(m, topk, ne, mb)

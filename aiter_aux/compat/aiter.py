@@ -14,136 +14,30 @@ thin adapter onto an ``_out`` op of :mod:`aiter_aux.ops.aux_ops`: ``cumsum_tenso
 ``topk``, ``D_HIDDEN`` our ``model_dim`` (docs/compat.md has the full table).  Importing
 this module builds and loads nothing; the first call loads (or builds) the compiled module.
 
-Checks.  AITER's host code takes raw pointers and checks nothing but the instance key.  The
-adapters check that ``NE``/``TOPK``/``D_HIDDEN``/``MB`` are in range (``NE`` in [1, 1024],
-``TOPK`` in [1, 255], ``MB`` in {16, 32, 64, 128}, ``D_HIDDEN`` a positive multiple of 32)
-and agree with the tensors that carry them (``topk_ids.shape[1] == TOPK``,
-``a_input.shape[1] == D_HIDDEN``, ``a_scale.shape[1] == D_HIDDEN / 32``, ``out.shape[1] ==
-D_HIDDEN``, ...), that every buffer holds what AITER's kernel would write or read, and that
-no written buffer overlaps another buffer; a mismatch raises ``ValueError`` (a wrong dtype
-or a non-tensor ``TypeError``) naming AITER's argument, before anything is written.  Then
-our op validates again in C++ (its messages name our arguments, see docs/compat.md) and
-raises ``ValueError``/``TypeError``, or ``UnsupportedShapeError`` (a ``ValueError``) where no
-instance serves the shape; AITER raises ``RuntimeError`` from ``AITER_CHECK`` there.
+Checks.  AITER's host code takes raw pointers and checks nothing but the instance key and
+the size of ``sort3stage_ws``.  The adapters check that ``NE``/``TOPK``/``D_HIDDEN``/``MB``
+are in range (``NE`` in [1, 1024], ``TOPK`` in [1, 255], ``MB`` in {16, 32, 64, 128},
+``D_HIDDEN`` a positive multiple of 32) and agree with the tensors that carry them
+(``topk_ids.shape[1] == TOPK``, ``a_input.shape[1] == D_HIDDEN``, ``a_scale.shape[1] ==
+D_HIDDEN / 32``, ``out.shape[1] == D_HIDDEN``, ...), that every buffer holds what AITER's
+kernel would write or read, and that no written buffer overlaps another buffer; a mismatch
+raises ``ValueError`` (a wrong dtype or a non-tensor ``TypeError``) naming AITER's argument,
+before anything is written.  Then our op validates again in C++ (its messages name our
+arguments, see docs/compat.md) and raises ``ValueError``/``TypeError``, or
+``UnsupportedShapeError`` (a ``ValueError``) where no instance serves the shape; AITER
+raises ``RuntimeError`` from ``AITER_CHECK`` there.
 
-Where the behaviour differs from AITER's (what AITER does is read from its source, not run:
-no gfx950 was at hand):
+Differences from AITER's current module, each with the AITER source it was read from (read,
+not run: no gfx950 was at hand), are listed in docs/compat.md.  In short: the sort is
+deterministic (ascending ``(t, k)`` within an expert; AITER's order is its atomics');
+buffers of AITER's sort size are staged through ones of our capacity; ``sort3stage_ws`` is
+checked as AITER checks it and never touched (our sort needs no scratch); ``bf16_out_init``
+is our ``zero_buf_init``; ``mxfp4_moe_quant`` zero-inits with a separate launch; a few
+padding, NaN/Inf and rounding details differ; ours run on CPU, CUDA and ROCm.
 
-1. **Order within an expert.**  AITER places an expert's pairs in the order of its atomic
-   counters (run-to-run nondeterministic); ours in ascending ``(t, k)`` order, every run.
-   So ``sorted_token_ids``, ``sorted_weights``, ``m_indices`` (and the rows in
-   ``reverse_sorted``) are a permutation of AITER's within each expert's segment;
-   ``sorted_expert_ids``, ``cumsum_tensor``, the segment bounds, the padding and the set of
-   pairs per expert are the same.  AITER's own test compares each expert's pairs as a set.
-2. **Non-local ids.**  The same: an id outside [0, NE) (``-1`` from vLLM's padding, or out
-   of range) is dropped and its ``reverse_sorted`` entry is ``-1``; the scatter adds nothing
-   for it.  Our ``expert_map`` (expert parallelism) and ``routed_scaling_factor`` are not in
-   AITER's signatures: call :mod:`aiter_aux.ops` (``moe_sort_out``,
-   ``moe_scatter_reduce_out``, ...) for them.  Our ``zero_buf_init`` is AITER's
-   ``bf16_out_init`` (item 5).
-3. **Padding values.**  The same: sorted rows ``M`` (``t = M, k = 0``), ``m_indices`` ``M``,
-   ``sorted_weights`` ``0.0``; rows and blocks at or past ``cumsum_tensor[0]`` are not
-   written; ``cumsum_tensor = [rows, M]``.
-4. **Sort capacity.**  AITER's callers (``fused_moe._adaptive_moe_sort``) size
-   ``sorted_token_ids``, ``sorted_weights``, ``m_indices`` as ``round_up(M*TOPK +
-   min(NE, M*TOPK)*(MB-1), MB)`` and ``sorted_expert_ids`` as that over MB; our ops
-   require ``moe_sort_capacity(M, TOPK, NE, MB) = round_up(M*TOPK + NE*(MB-1), MB)``, more
-   when ``M*TOPK < NE`` (decode).  Both bound the rows used.  Buffers of at least our
-   capacity are used directly; buffers of at least AITER's size are staged: the op runs on
-   scratch buffers of our capacity that start as copies of the caller's, and the caller's
-   length is copied back (same bytes, no host sync, but an allocation and two copies per
-   short buffer; allocate ``moe_sort_capacity`` to avoid it).  Anything shorter raises
-   ``ValueError``.
-5. **``bf16_zero_out``** (``numel() == 0`` means none, as in AITER): the first
-   ``M * D_HIDDEN`` elements are zeroed, as AITER's kernel does (any 2-byte dtype: AITER
-   zeroes bytes; ``_adaptive_moe_sort`` may pass an fp16 ``moe_buf``); fewer elements raise
-   ``ValueError``.  In ``mxfp4_moe_sort``/``mxfp4_moe_sort_quant`` it is zeroed in the op's
-   own call; ``mxfp4_moe_quant`` zeroes it with a separate ``torch.Tensor.zero_`` (one more
-   launch on a GPU; AITER's quant kernel does it in the same launch).  **``bf16_out_init``**
-   (None or ``numel() == 0`` means zeros, as in AITER): those ``M * D_HIDDEN`` elements are
-   copied from its first ``M * D_HIDDEN``, bit for bit, instead of zeroed (our
-   ``zero_buf_init``; ``mxfp4_moe_quant``: a separate ``copy_``); it is ignored wherever
-   ``bf16_zero_out`` is not initialised (empty, or ``prologue == 1``), as in AITER.  AITER
-   reads it unchecked; the adapters require ``bf16_zero_out``'s dtype (else ``TypeError``),
-   contiguity, >= ``M * D_HIDDEN`` elements, its device, and no byte shared with a written
-   buffer (``ValueError``; so it cannot be ``bf16_zero_out`` itself, a no-op in AITER).
-6. **``prologue``** (``mxfp4_moe_sort``): AITER runs its one-CTA sort for 0 (zeroing
-   ``bf16_zero_out`` and ``bf16_zero_workspace``) and its three-stage sort for 1, which
-   ignores ``bf16_zero_out`` and the workspace; ours is one sort whose outputs do not depend
-   on it, and the adapter zeroes exactly what AITER zeroes: nothing for 1.  AITER treats any
-   value other than 1 as 0; the adapter raises ``ValueError`` for values other than 0 and 1.
-   **``sort3stage_ws``** (after ``bf16_zero_workspace``, positional or keyword, as in
-   AITER) is the three-stage sort's scratch; AITER checks ``numel() >= NE*16 + NE`` for
-   ``prologue == 1`` and ignores it for 0, and so does the adapter (which also requires
-   int32, the type AITER's kernel uses it as: ``TypeError``).  Our sort needs no scratch: it
-   is never read or written here (AITER leaves it clobbered).
-7. **``bf16_zero_workspace``** (``prologue == 0`` with a non-empty ``bf16_zero_out``): its
-   first ``floor(nbytes / 16) * 16`` bytes are zeroed, as AITER's int4 loop does, by a
-   separate ``zero_`` (one more launch on a GPU); it must be contiguous.
-8. **``M_logical``** (``mxfp4_moe_sort``) is M, as in AITER: the first ``M_logical`` rows of
-   ``topk_ids``/``topk_weight`` are sorted, the pad value and ``cumsum_tensor[1]`` are
-   ``M_logical``; it must lie in [0, ``topk_ids.shape[0]``] (AITER would read past the end).
-   ``mxfp4_moe_sort_quant`` likewise takes ``M = a_input.shape[0]`` and sorts the first M
-   rows of ``topk_ids``.
-9. **``D_INTER``** is ignored (AITER: ``(void)D_INTER``); it must be an int.
-10. **``max_sorted``** (``mxfp4_moe_sort_scales``) is used as AITER uses it: with
-    ``BM = max(32, MB)``, exactly ``floor(max_sorted / BM)`` chunks of ``BM`` rows are
-    written (``floor(max_sorted / BM) * BM * D_HIDDEN / 32`` bytes of
-    ``a_scale_sorted_shuffled``; the bytes after them are not touched).  So with ``MB = 16``
-    and ``max_sorted`` an odd multiple of 16 (``_adaptive_moe_sort``'s size can be), the last
-    16 rows get no scales, in AITER as here, even where they are valid rows; pass
-    ``max_sorted`` rounded up to ``BM``.  AITER reads ``sorted_token_ids`` only below
-    ``cumsum_tensor[0]``, so ``max_sorted`` may exceed its length; here it must lie in
-    [0, ``round_up(sorted_token_ids.numel(), BM)``] (rows past the length are padding).
-11. **Scale-shuffle padding.**  A row of a written chunk that is padding (token >= M) or at
-    or past ``cumsum_tensor[0]``: AITER stores the scales of token 0 there (its ``tid = 0``
-    fallback), ours stores 0.  The GEMM drops those rows (their ``m_indices`` is M).  The
-    layout (``BK = 256``, ``MN_PACK = 2``) and every other byte are the same.
-12. **NaN/Inf blocks (quant).**  Ours: a block of 32 holding NaN or +-Inf gets scale byte
-    255 and 16 zero bytes (docs/ops.md).  AITER takes amax as the largest bf16 bit pattern
-    ``& 0x7FFF`` and computes ``((bits(fp32(amax) * (1/6)) + 0x7FFFFF) >> 23) & 0xFF``: a
-    block holding a NaN gets scale byte 0 (the sum wraps past 0xFF), a block holding +-Inf
-    and no NaN gets 254; its nibbles are whatever gfx950's ``v_cvt_scalef32_pk_fp4_bf16``
-    makes of the block with the float of bits ``scale << 23`` (0.0, or 2^127).  Finite
-    blocks: the same scale formula (``min(254, the exponent of amax * fp32(1/6) rounded
-    up)``); AITER converts the elements with that instruction, ours rounds
-    ``x * 2^(127 - s)`` to nearest-even (docs/ops.md); not compared on hardware here.
-13. **Scatter-reduce arithmetic.**  AITER accumulates with ``fmaf`` (one rounding per
-    term), ours rounds each product and each sum separately (docs/ops.md): the fp32 sums
-    can differ in the last bit, which sometimes survives the rounding to bf16.  A dropped
-    pair adds ``fma(0, 0, acc)`` in AITER (turning a ``-0.0`` sum into ``+0.0``); ours skips
-    it.  A NaN sum is 0x7FC0 in ours.
-14. **Scatter-reduce-q decode.**  AITER passes the block scale to gfx950's
-    ``v_cvt_scalef32_pk_f32_fp4`` as the float with bits ``e8 << 23``: 0.0 for byte 0 and
-    +Inf for byte 255, where ours decodes 2^-127 (not flushed) and NaN.  Whether the
-    instruction reads that float's value or only its exponent field (which would give ours)
-    was not checked; for bytes 1..254 the float is exactly 2^(e8-127) in both.
-15. **Instances.**  AITER keys instances on all of ``(NE, TOPK, MB, D_HIDDEN)`` (the scatter
-    on ``(D_HIDDEN, TOPK, MB >= 128)``); ours on the parameters each kernel uses
-    (``moe_sort_e{NE}_k{TOPK}``, ``mxfp4_quant_d{D_HIDDEN}``, ...).  So a call AITER would
-    refuse for want of an instance may run here, and ``NE``/``TOPK``/``MB`` that a kernel
-    does not use are only range-checked.
-16. **Buffer shapes and dtypes.**  AITER passes ``a_quant``/``a_scale`` 1-D
-    (``[M*D_HIDDEN/2]``, ``[M*D_HIDDEN/32]``) or 2-D, and may type them
-    ``float4_e2m1fn_x2``/``float8_e8m0fnu``; the adapters take any contiguous uint8 (or
-    those 1-byte types) buffer with enough bytes and use its first bytes as our 2-D
-    ``[M, D_HIDDEN/2]``/``[M, D_HIDDEN/32]``.  The int32/float32 sort buffers may have any
-    contiguous shape.  ``a_scale`` of ``mxfp4_moe_sort_scales`` must be 2-D
-    ``[M, D_HIDDEN/32]``: AITER takes M from ``a_scale.size(0)``, so a flat one would be
-    misread.  The scatters take M from ``out.shape[0]`` (as AITER) and use the first
-    ``M*TOPK`` entries of ``reverse_sorted``; rows of ``flat_out``/``flat_out_q``/
-    ``flat_out_scale`` beyond ``sorted_weights.numel()`` (or beyond each other) cannot be
-    addressed by a valid row index and are ignored.
-17. **Devices.**  AITER's kernels run on gfx950 only; ours on CPU, CUDA and ROCm.
-
-18. **``prepare_mxfp4_moe_aux(shapes)``** returns ``None`` or raises a ``RuntimeError``
-    naming the missing instance keys, as AITER's, but checks every instance of each shape
-    (AITER: its two BM16 sort instances per ``(NE, TOPK, D_HIDDEN)``) against our catalog,
-    then builds or loads the module of this process's backend; its error
-    (:class:`MissingInstancesError`) carries ``missing_keys`` (ours) and ``missing_shapes``
-    and names the ``aiter-aux add-shape`` command; shape values must be ints (AITER:
-    ``int(v)``).
-
+``prepare_mxfp4_moe_aux(shapes)`` builds or loads the module serving ``shapes`` on this
+process's backend, or raises :class:`MissingInstancesError` (a ``RuntimeError``) naming the
+missing instance keys and the ``aiter-aux add-shape`` command.
 ``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)``,
 ``is_mxfp4_moe_scatter_supported(model_dim, topk)`` (True when some catalog shape has that
 ``model_dim`` and ``topk``) and ``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signatures and
