@@ -397,9 +397,8 @@ def test_bf16_out_init_empty_or_unused():
     m = 5
     g = _gen(61)
     x = activations(m, d, g)
-    aq, asc = torch.empty(m * d // 2, dtype=torch.uint8), torch.empty(
-        m * d // 32, dtype=torch.uint8
-    )
+    aq = torch.empty(m * d // 2, dtype=torch.uint8)
+    asc = torch.empty(m * d // 32, dtype=torch.uint8)
     zero = poison(m * d, torch.bfloat16, g)
     A.mxfp4_moe_quant(x, aq, asc, zero, e, k, d, 32, torch.empty(0, dtype=torch.bfloat16))
     assert not zero.view(torch.int16).any()
@@ -424,15 +423,17 @@ def test_bf16_out_init_errors_write_nothing():
         (zero, ValueError, "overlaps bf16_out_init"),
         ("zeros", TypeError, "bf16_out_init must be a torch.Tensor"),
     ]
+    ids, w = routing(m, e, k, g)
+    # sorted_token_ids, sorted_expert_ids, cumsum_tensor, reverse_sorted, sorted_weights
+    sort = [torch.empty(n, dtype=dt) for n, dt in ((4096, torch.int32), (256, torch.int32),
+                                                   (2, torch.int32), (m * k, torch.int32),
+                                                   (4096, torch.float32))]  # fmt: skip
+    m_indices = torch.empty(4096, dtype=torch.int32)
     for init, exc, match in bad:
         with pytest.raises(exc, match=match):
             A.mxfp4_moe_quant(x, aq, asc, zero, e, k, d, 32, init)
         with pytest.raises(exc, match=match):
-            A.mxfp4_moe_sort_quant(x, *routing(m, e, k, g), *(
-                torch.empty(n, dtype=dt) for n, dt in ((4096, torch.int32), (256, torch.int32),
-                                                        (2, torch.int32), (m * k, torch.int32),
-                                                        (4096, torch.float32))
-            ), aq, asc, torch.empty(4096, dtype=torch.int32), zero, e, k, d, 32, init)  # fmt: skip
+            A.mxfp4_moe_sort_quant(x, ids, w, *sort, aq, asc, m_indices, zero, e, k, d, 32, init)
         assert all(same_bytes(t, b) for t, b in zip((aq, asc, zero), before, strict=True))
 
 
@@ -472,7 +473,9 @@ def test_prepare_catalog_shapes_load_every_instance():
     # instances do not depend on inter_dim, nor do ours
     assert A.prepare_mxfp4_moe_aux([(256, 3072, 256, 8), (256, 3072, 2560, 8)]) is None
     assert A.prepare_mxfp4_moe_aux(iter([SHAPES[1]])) is None
-    module = loaded_modules()["cpu"]
+    # the module of this process's backend: the GPU's when torch sees one, else the CPU's
+    gpu = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    module = loaded_modules()[gpu if torch.cuda.is_available() else "cpu"]
     assert all(module.has(key) for key in KEYS_256_3072_8)
 
 
