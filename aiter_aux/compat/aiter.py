@@ -5,137 +5,74 @@
     # from aiter.ops.moe_mxfp4_aux import mxfp4_moe_sort, mxfp4_moe_scatter_reduce, ...
     from aiter_aux.compat.aiter import mxfp4_moe_sort, mxfp4_moe_scatter_reduce, ...
 
-Every function has the name, argument order and argument meaning of AITER's (the
+Every function has the name, argument order, defaults and argument meaning of AITER's (the
 ``@compile_ops("module_moe_mxfp4_aux")`` stubs, host code
-``csrc/kernels/mxfp4_moe/moe_mxfp4_aux.cu``, kernels ``moe_aux/*.cuh``), writes into the
-caller's buffers and returns ``None``.  Each is a thin adapter onto an ``_out`` op of
-:mod:`aiter_aux.ops`: ``cumsum_tensor`` is our ``num_valid_ids``, ``MB`` our
-``block_m``, ``NE`` our ``num_experts``, ``TOPK`` our ``topk``, ``D_HIDDEN`` our
-``model_dim`` (docs/compat.md has the full table).  Importing this module builds and loads
-nothing; the first call loads (or builds) the compiled module.
+``csrc/kernels/mxfp4_moe/moe_mxfp4_aux.cu``, kernels ``moe_aux/*.cuh``; docs/compat.md
+names the versions read), writes into the caller's buffers and returns ``None``.  Each is a
+thin adapter onto an ``_out`` op of :mod:`aiter_aux.ops`: ``cumsum_tensor`` is our
+``num_valid_ids``, ``MB`` our ``block_m``, ``NE`` our ``num_experts``, ``TOPK`` our
+``topk``, ``D_HIDDEN`` our ``model_dim`` (docs/compat.md has the full table).  Importing
+this module builds and loads nothing; the first call loads (or builds) the compiled module.
 
-Checks.  AITER's host code takes raw pointers and checks nothing but the instance key.  The
-adapters check that ``NE``/``TOPK``/``D_HIDDEN``/``MB`` are in range (``NE`` in [1, 1024],
-``TOPK`` in [1, 255], ``MB`` in {16, 32, 64, 128}, ``D_HIDDEN`` a positive multiple of 32)
-and agree with the tensors that carry them (``topk_ids.shape[1] == TOPK``,
-``a_input.shape[1] == D_HIDDEN``, ``a_scale.shape[1] == D_HIDDEN / 32``, ``out.shape[1] ==
-D_HIDDEN``, ...), that every buffer holds what AITER's kernel would write or read, and that
-no written buffer overlaps another buffer; a mismatch raises ``ValueError`` (a wrong dtype
-or a non-tensor ``TypeError``) naming AITER's argument, before anything is written.  Then
-our op validates again in C++ (its messages name our arguments, see docs/compat.md) and
-raises ``ValueError``/``TypeError``, or ``UnsupportedShapeError`` (a ``ValueError``) where no
-instance serves the shape; AITER raises ``RuntimeError`` from ``AITER_CHECK`` there.
+Checks.  AITER's host code takes raw pointers and checks nothing but the instance key and
+the size of ``sort3stage_ws``.  The adapters check that ``NE``/``TOPK``/``D_HIDDEN``/``MB``
+are in range (``NE`` in [1, 1024], ``TOPK`` in [1, 255], ``MB`` in {16, 32, 64, 128},
+``D_HIDDEN`` a positive multiple of 32) and agree with the tensors that carry them
+(``topk_ids.shape[1] == TOPK``, ``a_input.shape[1] == D_HIDDEN``, ``a_scale.shape[1] ==
+D_HIDDEN / 32``, ``out.shape[1] == D_HIDDEN``, ...), that every buffer holds what AITER's
+kernel would write or read, and that no written buffer overlaps another buffer; a mismatch
+raises ``ValueError`` (a wrong dtype or a non-tensor ``TypeError``) naming AITER's argument,
+before anything is written.  Then our op validates again in C++ (its messages name our
+arguments, see docs/compat.md) and raises ``ValueError``/``TypeError``, or
+``UnsupportedShapeError`` (a ``ValueError``) where no instance serves the shape; AITER
+raises ``RuntimeError`` from ``AITER_CHECK`` there.
 
-Where the behaviour differs from AITER's (what AITER does is read from its source, not run:
-no gfx950 was at hand):
+Differences from AITER's current module, each with the AITER source it was read from (read,
+not run: no gfx950 was at hand), are listed in docs/compat.md.  In short: the sort is
+deterministic (ascending ``(t, k)`` within an expert; AITER's order is its atomics');
+buffers of AITER's sort size are staged through ones of our capacity; ``sort3stage_ws`` is
+checked as AITER checks it and never touched (our sort needs no scratch); ``bf16_out_init``
+is our ``zero_buf_init``; ``mxfp4_moe_quant`` zero-inits with a separate launch; a few
+padding, NaN/Inf and rounding details differ; ours run on CPU, CUDA and ROCm.
 
-1. **Order within an expert.**  AITER places an expert's pairs in the order of its atomic
-   counters (run-to-run nondeterministic); ours in ascending ``(t, k)`` order, every run.
-   So ``sorted_token_ids``, ``sorted_weights``, ``m_indices`` (and the rows in
-   ``reverse_sorted``) are a permutation of AITER's within each expert's segment;
-   ``sorted_expert_ids``, ``cumsum_tensor``, the segment bounds, the padding and the set of
-   pairs per expert are the same.  AITER's own test compares each expert's pairs as a set.
-2. **Non-local ids.**  The same: an id outside [0, NE) (``-1`` from vLLM's padding, or out
-   of range) is dropped and its ``reverse_sorted`` entry is ``-1``; the scatter adds nothing
-   for it.  Our ``expert_map`` (expert parallelism), ``zero_buf_init`` and
-   ``routed_scaling_factor`` are not in AITER's signatures: call :mod:`aiter_aux.ops`
-   (``moe_sort_out``, ``moe_scatter_reduce_out``, ...) for them.
-3. **Padding values.**  The same: sorted rows ``M`` (``t = M, k = 0``), ``m_indices`` ``M``,
-   ``sorted_weights`` ``0.0``; rows and blocks at or past ``cumsum_tensor[0]`` are not
-   written; ``cumsum_tensor = [rows, M]``.
-4. **Sort capacity.**  AITER's callers (``fused_moe._adaptive_moe_sort``) size
-   ``sorted_token_ids``, ``sorted_weights``, ``m_indices`` as ``round_up(M*TOPK +
-   min(NE, M*TOPK)*(MB-1), MB)`` and ``sorted_expert_ids`` as that over MB; our ops
-   require ``moe_sort_capacity(M, TOPK, NE, MB) = round_up(M*TOPK + NE*(MB-1), MB)``, more
-   when ``M*TOPK < NE`` (decode).  Both bound the rows used.  Buffers of at least our
-   capacity are used directly; buffers of at least AITER's size are staged: the op runs on
-   scratch buffers of our capacity that start as copies of the caller's, and the caller's
-   length is copied back (same bytes, no host sync, but an allocation and two copies per
-   short buffer; allocate ``moe_sort_capacity`` to avoid it).  Anything shorter raises
-   ``ValueError``.
-5. **``bf16_zero_out``** (``numel() == 0`` means none, as in AITER): the first
-   ``M * D_HIDDEN`` elements are zeroed, as AITER's kernel does (any 2-byte dtype: AITER
-   zeroes bytes; ``_adaptive_moe_sort`` may pass an fp16 ``moe_buf``); fewer elements raise
-   ``ValueError``.  In ``mxfp4_moe_sort``/``mxfp4_moe_sort_quant`` it is zeroed in the op's
-   own call; ``mxfp4_moe_quant`` zeroes it with a separate ``torch.Tensor.zero_`` (one more
-   launch on a GPU; AITER's quant kernel does it in the same launch).
-6. **``prologue``** (``mxfp4_moe_sort``): AITER runs its one-CTA sort for 0 (zeroing
-   ``bf16_zero_out`` and ``bf16_zero_workspace``) and its three-stage sort for 1, which
-   ignores ``bf16_zero_out`` and the workspace; ours is one sort whose outputs do not depend
-   on it, and the adapter zeroes exactly what AITER zeroes: nothing for 1.  AITER treats any
-   value other than 1 as 0; the adapter raises ``ValueError`` for values other than 0 and 1.
-7. **``bf16_zero_workspace``** (``prologue == 0`` with a non-empty ``bf16_zero_out``): its
-   first ``floor(nbytes / 16) * 16`` bytes are zeroed, as AITER's int4 loop does, by a
-   separate ``zero_`` (one more launch on a GPU); it must be contiguous.
-8. **``M_logical``** (``mxfp4_moe_sort``) is M, as in AITER: the first ``M_logical`` rows of
-   ``topk_ids``/``topk_weight`` are sorted, the pad value and ``cumsum_tensor[1]`` are
-   ``M_logical``; it must lie in [0, ``topk_ids.shape[0]``] (AITER would read past the end).
-   ``mxfp4_moe_sort_quant`` likewise takes ``M = a_input.shape[0]`` and sorts the first M
-   rows of ``topk_ids``.
-9. **``D_INTER``** is ignored (AITER: ``(void)D_INTER``); it must be an int.
-10. **``max_sorted``** (``mxfp4_moe_sort_scales``) is used as AITER uses it: with
-    ``BM = max(32, MB)``, exactly ``floor(max_sorted / BM)`` chunks of ``BM`` rows are
-    written (``floor(max_sorted / BM) * BM * D_HIDDEN / 32`` bytes of
-    ``a_scale_sorted_shuffled``; the bytes after them are not touched).  So with ``MB = 16``
-    and ``max_sorted`` an odd multiple of 16 (``_adaptive_moe_sort``'s size can be), the last
-    16 rows get no scales, in AITER as here, even where they are valid rows; pass
-    ``max_sorted`` rounded up to ``BM``.  AITER reads ``sorted_token_ids`` only below
-    ``cumsum_tensor[0]``, so ``max_sorted`` may exceed its length; here it must lie in
-    [0, ``round_up(sorted_token_ids.numel(), BM)``] (rows past the length are padding).
-11. **Scale-shuffle padding.**  A row of a written chunk that is padding (token >= M) or at
-    or past ``cumsum_tensor[0]``: AITER stores the scales of token 0 there (its ``tid = 0``
-    fallback), ours stores 0.  The GEMM drops those rows (their ``m_indices`` is M).  The
-    layout (``BK = 256``, ``MN_PACK = 2``) and every other byte are the same.
-12. **NaN/Inf blocks (quant).**  Ours: a block of 32 holding NaN or +-Inf gets scale byte
-    255 and 16 zero bytes (docs/ops.md).  AITER takes amax as the largest bf16 bit pattern
-    ``& 0x7FFF`` and computes ``((bits(fp32(amax) * (1/6)) + 0x7FFFFF) >> 23) & 0xFF``: a
-    block holding a NaN gets scale byte 0 (the sum wraps past 0xFF), a block holding +-Inf
-    and no NaN gets 254; its nibbles are whatever gfx950's ``v_cvt_scalef32_pk_fp4_bf16``
-    makes of the block with the float of bits ``scale << 23`` (0.0, or 2^127).  Finite
-    blocks: the same scale formula (``min(254, the exponent of amax * fp32(1/6) rounded
-    up)``); AITER converts the elements with that instruction, ours rounds
-    ``x * 2^(127 - s)`` to nearest-even (docs/ops.md); not compared on hardware here.
-13. **Scatter-reduce arithmetic.**  AITER accumulates with ``fmaf`` (one rounding per
-    term), ours rounds each product and each sum separately (docs/ops.md): the fp32 sums
-    can differ in the last bit, which sometimes survives the rounding to bf16.  A dropped
-    pair adds ``fma(0, 0, acc)`` in AITER (turning a ``-0.0`` sum into ``+0.0``); ours skips
-    it.  A NaN sum is 0x7FC0 in ours.
-14. **Scatter-reduce-q decode.**  AITER passes the block scale to gfx950's
-    ``v_cvt_scalef32_pk_f32_fp4`` as the float with bits ``e8 << 23``: 0.0 for byte 0 and
-    +Inf for byte 255, where ours decodes 2^-127 (not flushed) and NaN.  Whether the
-    instruction reads that float's value or only its exponent field (which would give ours)
-    was not checked; for bytes 1..254 the float is exactly 2^(e8-127) in both.
-15. **Instances.**  AITER keys instances on all of ``(NE, TOPK, MB, D_HIDDEN)`` (the scatter
-    on ``(D_HIDDEN, TOPK, MB >= 128)``); ours on the parameters each kernel uses
-    (``moe_sort_e{NE}_k{TOPK}``, ``mxfp4_quant_d{D_HIDDEN}``, ...).  So a call AITER would
-    refuse for want of an instance may run here, and ``NE``/``TOPK``/``MB`` that a kernel
-    does not use are only range-checked.
-16. **Buffer shapes and dtypes.**  AITER passes ``a_quant``/``a_scale`` 1-D
-    (``[M*D_HIDDEN/2]``, ``[M*D_HIDDEN/32]``) or 2-D, and may type them
-    ``float4_e2m1fn_x2``/``float8_e8m0fnu``; the adapters take any contiguous uint8 (or
-    those 1-byte types) buffer with enough bytes and use its first bytes as our 2-D
-    ``[M, D_HIDDEN/2]``/``[M, D_HIDDEN/32]``.  The int32/float32 sort buffers may have any
-    contiguous shape.  ``a_scale`` of ``mxfp4_moe_sort_scales`` must be 2-D
-    ``[M, D_HIDDEN/32]``: AITER takes M from ``a_scale.size(0)``, so a flat one would be
-    misread.  The scatters take M from ``out.shape[0]`` (as AITER) and use the first
-    ``M*TOPK`` entries of ``reverse_sorted``; rows of ``flat_out``/``flat_out_q``/
-    ``flat_out_scale`` beyond ``sorted_weights.numel()`` (or beyond each other) cannot be
-    addressed by a valid row index and are ignored.
-17. **Devices.**  AITER's kernels run on gfx950 only; ours on CPU, CUDA and ROCm.
-
-``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)`` and
-``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signature and meaning, over our catalog;
-``is_mxfp4_moe_scatter_supported(model_dim, topk)`` is ours (AITER's module has no
-scatter predicate).
+``prepare_mxfp4_moe_aux(shapes)`` builds or loads the module serving ``shapes`` on this
+process's backend, or raises :class:`MissingInstancesError` (a ``RuntimeError``) naming the
+missing instance keys and the ``aiter-aux add-shape`` command.
+``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)``,
+``is_mxfp4_moe_scatter_supported(model_dim, topk)`` (True when some catalog shape has that
+``model_dim`` and ``topk``) and ``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signatures and
+meaning, over our catalog.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # ``from ..ops.moe_mxfp4_aux import name`` would run that module's ``__getattr__`` for
 # ``__path__``, which imports the ops (torch, the JIT); importing the module object does not.
 from ..ops import moe_mxfp4_aux as _catalog
+from ._aiter_args import (
+    _bytes2d,
+    _check_sort3stage_ws,
+    _contiguous,
+    _flat,
+    _init_source,
+    _int,
+    _no_overlap,
+    _ops,
+    _params,
+    _q_dtypes,
+    _routing,
+    _rows,
+    _scale_dtypes,
+    _scatter_common,
+    _sort_buffers,
+    _tensor,
+    _torch,
+    _workspace_target,
+    _zero_target,
+)
+from ._aiter_prepare import MissingInstancesError, prepare_mxfp4_moe_aux
 
 MXFP4_MOE_SUPPORTED_SHAPES = _catalog.MXFP4_MOE_SUPPORTED_SHAPES
 is_mxfp4_moe_shape_supported = _catalog.is_mxfp4_moe_shape_supported
@@ -148,6 +85,8 @@ __all__ = [
     "MXFP4_MOE_SUPPORTED_SHAPES",
     "is_mxfp4_moe_shape_supported",
     "is_mxfp4_moe_scatter_supported",
+    "prepare_mxfp4_moe_aux",
+    "MissingInstancesError",
     "mxfp4_moe_sort_quant",
     "mxfp4_moe_sort",
     "mxfp4_moe_quant",
@@ -155,211 +94,6 @@ __all__ = [
     "mxfp4_moe_scatter_reduce",
     "mxfp4_moe_scatter_reduce_q",
 ]
-
-
-# ------------------------------------------------------------------------------ helpers
-
-
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
-def _ops() -> Any:
-    # Imported on first call: importing this module must build and load nothing.
-    from .. import ops as aux_ops
-
-    return aux_ops
-
-
-def _int(value: object, name: str) -> int:
-    from ..validation import validate_int
-
-    return validate_int(value, name)
-
-
-def _params(NE: object, TOPK: object, D_HIDDEN: object, MB: object) -> tuple[int, int, int, int]:
-    from ..validation import BLOCK_M_VALUES, MAX_NUM_EXPERTS, MAX_TOPK
-
-    ne, topk, d, mb = (_int(v, n) for v, n in ((NE, "NE"), (TOPK, "TOPK"),
-                                               (D_HIDDEN, "D_HIDDEN"), (MB, "MB")))  # fmt: skip
-    if not 1 <= ne <= MAX_NUM_EXPERTS:
-        raise ValueError(f"NE (number of experts) must be in [1, {MAX_NUM_EXPERTS}], got {ne}")
-    if not 1 <= topk <= MAX_TOPK:
-        raise ValueError(f"TOPK must be in [1, {MAX_TOPK}], got {topk}")
-    if d <= 0 or d % 32 != 0:
-        raise ValueError(f"D_HIDDEN must be a positive multiple of 32, got {d}")
-    if mb not in BLOCK_M_VALUES:
-        raise ValueError(f"MB (block_m) must be one of {BLOCK_M_VALUES}, got {mb}")
-    return ne, topk, d, mb
-
-
-def _tensor(t: object, name: str) -> Tensor:
-    torch = _torch()
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    return t
-
-
-def _contiguous(t: Tensor, name: str) -> Tensor:
-    if not t.is_contiguous():
-        raise ValueError(
-            f"{name} must be contiguous (shape {list(t.shape)}, strides {tuple(t.stride())})"
-        )
-    return t
-
-
-def _flat(t: object, name: str, dtype: Any, need: int, what: str) -> Tensor:
-    """``t`` (dtype ``dtype``, contiguous, any shape, >= ``need`` elements) as 1-D."""
-    t = _tensor(t, name)
-    if t.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
-    _contiguous(t, name)
-    if t.numel() < need:
-        raise ValueError(
-            f"{name} is too small: {what} needs >= {need} elements, got {t.numel()} "
-            f"(shape {list(t.shape)})"
-        )
-    return t.view(-1)
-
-
-def _bytes2d(t: object, name: str, allowed: tuple[Any, ...], rows: int, cols: int) -> Tensor:
-    """The first ``rows * cols`` bytes of ``t`` (a contiguous 1-byte tensor of one of the
-    ``allowed`` dtypes, any shape) as a uint8 ``[rows, cols]`` view."""
-    torch = _torch()
-    t = _tensor(t, name)
-    if t.dtype not in allowed:
-        names = " or ".join(str(a) for a in allowed)
-        raise TypeError(f"{name} must have dtype {names}, got {t.dtype}")
-    _contiguous(t, name)
-    need = rows * cols
-    if t.numel() < need:
-        raise ValueError(
-            f"{name} is too small: [{rows}, {cols}] needs >= {need} bytes, got {t.numel()} "
-            f"(shape {list(t.shape)})"
-        )
-    return t.view(torch.uint8).view(-1)[:need].view(rows, cols)
-
-
-def _q_dtypes() -> tuple[Any, ...]:
-    torch = _torch()
-    return (torch.uint8, torch.float4_e2m1fn_x2)
-
-
-def _scale_dtypes() -> tuple[Any, ...]:
-    torch = _torch()
-    return (torch.uint8, torch.float8_e8m0fnu)
-
-
-def _zero_target(buf: object, m: int, d: int, name: str = "bf16_zero_out") -> Tensor | None:
-    """The first ``m * d`` elements of ``buf`` as a flat bf16 view, or None where ``buf`` is
-    empty (AITER: ``numel() == 0`` means no zero-init)."""
-    torch = _torch()
-    buf = _tensor(buf, name)
-    if buf.numel() == 0:
-        return None
-    if buf.element_size() != 2:
-        raise TypeError(f"{name} must have a 2-byte dtype (bfloat16), got {buf.dtype}")
-    _contiguous(buf, name)
-    need = m * d
-    if buf.numel() < need:
-        raise ValueError(
-            f"{name} is too small: AITER zeroes M * D_HIDDEN = {m} * {d} = {need} elements, "
-            f"got {buf.numel()} (shape {list(buf.shape)})"
-        )
-    if need == 0:
-        return None
-    return buf.view(-1)[:need].view(torch.bfloat16)
-
-
-def _workspace_target(ws: object) -> Tensor | None:
-    """The bytes of ``bf16_zero_workspace`` AITER zeroes (the first ``floor(nbytes/16)*16``)."""
-    torch = _torch()
-    ws = _tensor(ws, "bf16_zero_workspace")
-    if ws.numel() == 0:
-        return None
-    _contiguous(ws, "bf16_zero_workspace")
-    n = ws.numel() * ws.element_size() // 16 * 16
-    return ws.view(-1).view(torch.uint8)[:n] if n else None
-
-
-def _routing(topk_ids: object, topk_weight: object, topk: int, m: int, m_name: str) -> tuple:
-    ids = _tensor(topk_ids, "topk_ids")
-    w = _tensor(topk_weight, "topk_weight")
-    if ids.dim() != 2 or ids.shape[1] != topk:
-        raise ValueError(
-            f"topk_ids must be [M, TOPK] with TOPK = {topk}, got shape {list(ids.shape)}"
-        )
-    if w.shape != ids.shape:
-        raise ValueError(
-            f"topk_weight must have the shape of topk_ids {list(ids.shape)}, got {list(w.shape)}"
-        )
-    if not 0 <= m <= ids.shape[0]:
-        raise ValueError(
-            f"{m_name} = {m} must lie in [0, topk_ids.shape[0] = {ids.shape[0]}]: AITER sorts "
-            f"the first {m_name} rows of topk_ids"
-        )
-    return ids[:m], w[:m]
-
-
-def _aiter_capacity(m: int, topk: int, ne: int, mb: int) -> int:
-    """The sort capacity AITER's callers allocate (fused_moe._adaptive_moe_sort)."""
-    pairs = m * topk
-    return (pairs + min(ne, pairs) * (mb - 1) + mb - 1) // mb * mb
-
-
-def _sort_buffers(
-    m: int,
-    topk: int,
-    ne: int,
-    mb: int,
-    sorted_token_ids: object,
-    sorted_weights: object,
-    m_indices: object,
-    sorted_expert_ids: object,
-    cumsum_tensor: object,
-    reverse_sorted: object,
-) -> tuple[Any, list[tuple[Tensor, Tensor]], dict[str, Tensor]]:
-    """Our ``MoeSortOutput`` for AITER's sort buffers, the (caller, scratch) pairs to copy
-    back after the op (see the module docstring, item 4), and the caller's buffers by name."""
-    torch = _torch()
-    ops = _ops()
-    cap = ops.moe_sort_capacity(m, topk, ne, mb)
-    tight = _aiter_capacity(m, topk, ne, mb)
-    i32, f32 = torch.int32, torch.float32
-    spec = (
-        ("sorted_token_ids", sorted_token_ids, i32, cap, tight),
-        ("sorted_weights", sorted_weights, f32, cap, tight),
-        ("m_indices", m_indices, i32, cap, tight),
-        ("sorted_expert_ids", sorted_expert_ids, i32, cap // mb, tight // mb),
-    )
-    bufs: list[Tensor] = []
-    copies: list[tuple[Tensor, Tensor]] = []
-    named: dict[str, Tensor] = {}
-    for name, buf, dtype, need, least in spec:
-        what = f"round_up(M*TOPK + min(NE, M*TOPK)*(MB-1), MB){' / MB' if need != cap else ''}"
-        flat = _flat(buf, name, dtype, least, f"M={m}, TOPK={topk}, NE={ne}, MB={mb}: {what}")
-        named[name] = flat
-        if flat.numel() >= need:
-            bufs.append(flat)
-            continue
-        scratch = torch.empty(need, dtype=dtype, device=flat.device)
-        scratch[: flat.numel()].copy_(flat)
-        copies.append((flat, scratch[: flat.numel()]))
-        bufs.append(scratch)
-    named["cumsum_tensor"] = _flat(cumsum_tensor, "cumsum_tensor", i32, 2, "[rows, M]")
-    named["reverse_sorted"] = _flat(reverse_sorted, "reverse_sorted", i32, m * topk, "M*TOPK")
-    out = ops.MoeSortOutput(
-        bufs[0], bufs[1], bufs[2], bufs[3], named["cumsum_tensor"], named["reverse_sorted"]
-    )
-    return out, copies, named
-
-
-def _no_overlap(written: dict[str, Tensor | None], read: dict[str, Tensor]) -> None:
-    from ..validation import check_no_overlap
-
-    check_no_overlap(written, read)
 
 
 # ------------------------------------------------------------------------------ the ops
@@ -382,6 +116,7 @@ def mxfp4_moe_sort_quant(
     TOPK: int,
     D_HIDDEN: int,
     MB: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Sort the routing and quantise the activations in one call (our
     :func:`aiter_aux.ops.moe_sort_quant_out`).
@@ -400,8 +135,12 @@ def mxfp4_moe_sort_quant(
         a_scale: uint8 (or float8_e8m0fnu), >= ``M*D_HIDDEN/32`` bytes, any shape: e8m0.
         m_indices: int32, >= ``max_sorted``: the token of each row, pad M.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M*D_HIDDEN`` elements are
-            zeroed in the same call.
+            zeroed in the same call (or set to ``bf16_out_init``'s).
         NE, TOPK, D_HIDDEN, MB: the instance: experts, top-k, hidden size, block_m.
+        bf16_out_init: None, empty, or a contiguous tensor of ``bf16_zero_out``'s dtype with
+            >= ``M*D_HIDDEN`` elements (e.g. the shared expert's output), whose first
+            ``M*D_HIDDEN`` are copied, bit for bit, into ``bf16_zero_out`` instead of zeros
+            (our ``zero_buf_init``); ignored, as in AITER, when ``bf16_zero_out`` is empty.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -415,14 +154,16 @@ def mxfp4_moe_sort_quant(
     aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
     asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
     zero = _zero_target(bf16_zero_out, m, d)
+    init = _init_source(bf16_out_init, bf16_zero_out, zero)
     out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
         {**named, "a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
-        {"a_input": x, "topk_ids": ids, "topk_weight": w},
+        {"a_input": x, "topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero)
+    _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero,
+                              zero_buf_init=init)  # fmt: skip
     for dst, src in copies:
         dst.copy_(src)
 
@@ -438,6 +179,7 @@ def mxfp4_moe_sort(
     m_indices: Tensor,
     bf16_zero_out: Tensor,
     bf16_zero_workspace: Tensor,
+    sort3stage_ws: Tensor,
     M_logical: int,
     NE: int,
     TOPK: int,
@@ -445,6 +187,7 @@ def mxfp4_moe_sort(
     D_INTER: int,
     MB: int,
     prologue: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Sort the routing (our :func:`aiter_aux.ops.moe_sort_out`).
 
@@ -454,15 +197,22 @@ def mxfp4_moe_sort(
         sorted_token_ids, sorted_expert_ids, cumsum_tensor, reverse_sorted, sorted_weights,
             m_indices: as in :func:`mxfp4_moe_sort_quant`, with M = ``M_logical``.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M_logical*D_HIDDEN`` elements
-            are zeroed in the same call when ``prologue == 0`` (untouched for 1, as in AITER).
+            are zeroed (or set to ``bf16_out_init``'s) in the same call when ``prologue ==
+            0`` (untouched for 1, as in AITER).
         bf16_zero_workspace: empty, or a contiguous tensor whose first
             ``floor(nbytes/16)*16`` bytes are zeroed when ``prologue == 0`` and
             ``bf16_zero_out`` is not empty (a separate ``zero_``).
+        sort3stage_ws: the scratch of AITER's three-stage sort: with ``prologue == 1`` an
+            int32 tensor of >= ``NE*16 + NE`` elements (AITER's check), else any tensor
+            (``torch.empty(0, dtype=torch.int32)``).  Unused here (our sort needs no
+            scratch): never read or written.
         M_logical: the number of tokens M, in [0, ``topk_ids.shape[0]``].
         NE, TOPK, D_HIDDEN, MB: the instance.
         D_INTER: ignored (as in AITER).
         prologue: 0 (AITER's one-CTA sort) or 1 (its three-stage sort); the outputs are the
             same, only the zero-init depends on it.
+        bf16_out_init: as in :func:`mxfp4_moe_sort_quant`; used when ``bf16_zero_out`` is
+            initialised (``prologue == 0``), ignored otherwise, as in AITER.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -474,21 +224,23 @@ def mxfp4_moe_sort(
         raise ValueError(f"prologue must be 0 (one-CTA sort) or 1 (three-stage sort), got {pro}")
     m = _int(M_logical, "M_logical")
     ids, w = _routing(topk_ids, topk_weight, topk, m, "M_logical")
-    _tensor(bf16_zero_out, "bf16_zero_out")
+    zero_out = _tensor(bf16_zero_out, "bf16_zero_out")
     _tensor(bf16_zero_workspace, "bf16_zero_workspace")
+    _check_sort3stage_ws(sort3stage_ws, ne, pro)
     zero = ws = None
     if pro == 0:
-        zero = _zero_target(bf16_zero_out, m, d)
-        if _tensor(bf16_zero_out, "bf16_zero_out").numel() > 0:
+        zero = _zero_target(zero_out, m, d)
+        if zero_out.numel() > 0:
             ws = _workspace_target(bf16_zero_workspace)
+    init = _init_source(bf16_out_init, zero_out, zero)
     out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
     _no_overlap(
         {**named, "bf16_zero_out": zero, "bf16_zero_workspace": ws},
-        {"topk_ids": ids, "topk_weight": w},
+        {"topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero)
+    _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
     if ws is not None:
         ws.zero_()
     for dst, src in copies:
@@ -504,6 +256,7 @@ def mxfp4_moe_quant(
     TOPK: int,
     D_HIDDEN: int,
     MB: int,
+    bf16_out_init: Tensor | None = None,
 ) -> None:
     """Quantise ``a_input`` to MXFP4 per 1x32 (our :func:`aiter_aux.ops.mxfp4_quant_out`).
 
@@ -514,8 +267,10 @@ def mxfp4_moe_quant(
         a_scale: uint8 (or float8_e8m0fnu), >= ``M*D_HIDDEN/32`` bytes, any shape: e8m0,
             row-major ``[M, D_HIDDEN/32]``.
         bf16_zero_out: empty, or a 2-byte tensor whose first ``M*D_HIDDEN`` elements are
-            zeroed (a separate ``zero_`` after the quant).
+            zeroed, or set to ``bf16_out_init``'s (a separate ``zero_`` or ``copy_`` after
+            the quant).
         NE, TOPK, D_HIDDEN, MB: the instance (the kernel uses D_HIDDEN only).
+        bf16_out_init: as in :func:`mxfp4_moe_sort_quant`.
 
     Raises:
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
@@ -528,9 +283,15 @@ def mxfp4_moe_quant(
     aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
     asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
     zero = _zero_target(bf16_zero_out, m, d)
-    _no_overlap({"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero}, {"a_input": x})
+    init = _init_source(bf16_out_init, bf16_zero_out, zero)
+    _no_overlap(
+        {"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
+        {"a_input": x, "bf16_out_init": init},
+    )
     _ops().mxfp4_quant_out(x, aq, asc)
-    if zero is not None:
+    if init is not None:  # bit for bit, NaN payloads included
+        zero.view(_torch().int16).copy_(init.view(_torch().int16))
+    elif zero is not None:
         zero.zero_()
 
 
@@ -594,31 +355,6 @@ def mxfp4_moe_sort_scales(
         {"a_scale": s, "sorted_token_ids": sti, "cumsum_tensor": nv},
     )
     _ops().moe_sort_scales_out(s, sti, nv, mb, out)
-
-
-def _scatter_common(
-    out: object, reverse_sorted: object, sorted_weights: object, topk: int, d: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    torch = _torch()
-    o = _tensor(out, "out")
-    if o.dim() != 2 or o.shape[1] != d:
-        raise ValueError(f"out must be [M, D_HIDDEN] with D_HIDDEN = {d}, got {list(o.shape)}")
-    m = o.shape[0]
-    rev = _flat(reverse_sorted, "reverse_sorted", torch.int32, m * topk,
-                f"M*TOPK with M = out.shape[0] = {m}")[: m * topk]  # fmt: skip
-    sw = _flat(sorted_weights, "sorted_weights", torch.float32, 0, "")
-    return o, rev, sw
-
-
-def _rows(t: Tensor, name: str, cols: int, dtype_ok: tuple[Any, ...]) -> Tensor:
-    """``t`` (contiguous, last size ``cols``, any rank) as a 2-D ``[rows, cols]`` view."""
-    if t.dtype not in dtype_ok:
-        names = " or ".join(str(a) for a in dtype_ok)
-        raise TypeError(f"{name} must have dtype {names}, got {t.dtype}")
-    _contiguous(t, name)
-    if t.dim() < 1 or t.shape[-1] != cols:
-        raise ValueError(f"{name} must be [rows, {cols}], got shape {list(t.shape)}")
-    return t.view(-1, cols)
 
 
 def mxfp4_moe_scatter_reduce(
