@@ -121,6 +121,7 @@ class OpSpec:
     groups: tuple[Group, ...] = ()
     python_name: str = ""  # the Python function (default: name)
     python_select: tuple[str, str] | None = None  # (argument, value) picking this op
+    partial_outputs: bool = False  # rows past num_valid_ids[0] are not written
     summary: str = ""  # docstring of the wrapper of the _out form
     alloc_summary: str = ""  # docstring of the allocating wrapper
     key_doc: str = field(default="", compare=False)
@@ -271,6 +272,7 @@ def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         outputs=SORT_OUTPUTS + quant_outputs(fp8),
         checks=(MODEL_DIM_32,) + SORT_CHECKS + (SORTED_SCALES_256,),
         groups=(SORT_GROUP,),
+        partial_outputs=True,
         python_name="moe_sort_quant",
         python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
         summary=_SORT_QUANT_DOC,
@@ -286,7 +288,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "moe_sort", 1, ("num_experts", "topk"), ("e", "k"), "AiterAuxSortArgs", SORT_FILL,
             inputs=ROUTING + SORT_INTS, options=SORT_OPTIONS, outputs=SORT_OUTPUTS,
-            checks=SORT_CHECKS, groups=(SORT_GROUP,), summary=_SORT_DOC,
+            checks=SORT_CHECKS, groups=(SORT_GROUP,), partial_outputs=True, summary=_SORT_DOC,
             alloc_summary="Allocating :func:`moe_sort_out`: a :class:`MoeSortOutput` of "
             "capacity ``moe_sort_capacity(M, topk, num_experts, block_m)``.",
         ),

@@ -160,6 +160,9 @@ BAD_INTS = {"block_m": [(8, ValueError), (48, ValueError), (256, ValueError), (T
             "topk": [(0, ValueError), (256, ValueError), (2.0, TypeError)]}  # fmt: skip
 
 
+BAD_SCALES = (True, torch.tensor(2.0), "2.0", None)  # not a Python int or float
+
+
 def noncontig(t):
     if t.dim() == 0 or t.shape[-1] < 2 or t.numel() == 0:  # else it is contiguous anyway
         return None
@@ -189,6 +192,8 @@ def corruptions(op, a: dict, outs: dict) -> list:
             cases.append((f"{name}:rank", put(t.unsqueeze(0)), ValueError, {name}))
         if noncontig(t) is not None:
             cases.append((f"{name}:noncontig", put(noncontig(t)), ValueError, {name}))
+        if t.dim() >= 1:
+            cases.append((f"{name}:sparse", put(t.to_sparse()), ValueError, {name}))
         if n_inputs > 1 or is_out or name == "zero_buf":  # one meta tensor among cpu ones
             cases.append((f"{name}:meta", put(t.to("meta")), ValueError, {name}))
         if is_out and t.numel() > 0:
@@ -198,6 +203,10 @@ def corruptions(op, a: dict, outs: dict) -> list:
                               {name}))  # fmt: skip
     for name, bad in BAD_INTS.items():
         cases += [(f"{name}={v!r}", {name: v}, exc, {name}) for v, exc in bad if name in a]
+    if "topk" in a and "expert_out" in a or "expert_out_q" in a:  # the scatter's float option
+        for v in BAD_SCALES:
+            cases.append((f"routed_scaling_factor={v!r}", {"routed_scaling_factor": v},
+                          TypeError, {"routed_scaling_factor"}))  # fmt: skip
     if "out" in outs and isinstance(outs["out"], ref.MoeSortOutput):
         cases.append(("out:len5", {"out": tuple(outs["out"])[:5]}, TypeError, {"out"}))
     if "topk_weights" in a:

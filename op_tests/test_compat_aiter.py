@@ -17,9 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops as O  # noqa: E402
 from aiter_aux import reference as R  # noqa: E402
 from aiter_aux.compat import aiter as A  # noqa: E402
-from aiter_aux import ops as O  # noqa: E402
 from aiter_aux.ops.moe_mxfp4_aux import MXFP4_MOE_SUPPORTED_SHAPES  # noqa: E402
 
 SHAPES = [(256, 3072, 256, 8), (513, 2560, 768, 11), (128, 5120, 768, 3)]

@@ -4,7 +4,8 @@
   scatter_reduce / scatter_reduce_q, and the fused sort_quant) on CPU: no graph break, one
   static and one dynamic-M recompile, outputs byte-equal to :mod:`aiter_aux.reference`.
 * the same with the ``_out`` ops writing preallocated buffers.
-* ``torch.library.opcheck`` on every op (schema, fake tensors, AOT dispatch).
+* ``torch.library.opcheck`` of the allocating sort ops on routing that fills every row
+  (every op's opcheck is in test_conformance.py).
 * CUDA-graph capture of the ``_out`` ops at fixed buffer sizes, replayed with new routing
   (including all ids -1); skipped where torch sees no CUDA GPU.
 """
@@ -194,12 +195,11 @@ def opcheck_cases():
     }
 
 
-OPS = ["moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
-       "moe_scatter_reduce_q"]  # fmt: skip
-
-
-@pytest.mark.parametrize("name", [n + sfx for n in OPS for sfx in ("", "_out")])
-def test_opcheck(name):
+@pytest.mark.parametrize("name", ["moe_sort", "moe_sort_quant"])
+def test_opcheck_whole_sort_outputs(name):
+    """opcheck's AOT-dispatch comparison of the allocating sort ops, on routing that fills
+    every row (test_conformance.py leaves it out for them: rows past num_valid_ids[0] are
+    uninitialised)."""
     op, args, kwargs = opcheck_cases()[name]
     torch.library.opcheck(op, args, kwargs)
 

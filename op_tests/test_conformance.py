@@ -1,17 +1,22 @@
-"""Property/fuzz test (hypothesis) of every public op of the compiled CPU backend
-(:mod:`aiter_aux.ops`, catalog instances only) against the reference.
+"""The conformance test of every op of the op table (codegen/ops.py), both forms, on the
+compiled CPU backend against the reference; a new op gets all of it by its table entry and
+its input builder (op_tests/fuzz_cases.py ``make_case``).
 
+* ``torch.library.opcheck`` (schema, autograd registration, fake tensors, AOT dispatch),
+  also with inputs that require grad (the ops are not differentiable: outputs never
+  require grad).
 * Valid inputs (M = 0 included; ids -1, >= num_experts and huge; every bf16 / float32 bit
   pattern; garbage sort outputs fed to moe_sort_scales; padded ``out=`` buffers): the ``_out``
   form writes exactly the reference's bytes into poisoned buffers with guard regions (also
   what it must leave untouched), the allocating form returns the reference's defined bytes.
-* Invalid inputs (wrong dtype, not a tensor, rank, non-contiguous, another device, sizes,
-  model_dim not a multiple of 32, bad ints, buffers too small, row indices out of range): the
-  op and the reference raise the same TypeError/ValueError naming the argument, no kernel
-  runs and no ``out=`` byte changes; the C++ binding itself (``torch.ops.aiter_aux``, no
-  Python wrapper) raises the same type with the same text wherever torch's argument parser
-  lets the call reach it.  All-``meta`` inputs run the fake implementations (shapes only);
-  parameters the catalog lacks are rejected before any kernel runs.
+* Invalid inputs (wrong dtype, not a tensor, rank, non-contiguous, sparse, another device,
+  sizes, model_dim not a multiple of 32, bad ints, buffers too small, row indices out of
+  range): the op and the reference raise the same TypeError/ValueError naming the argument,
+  no kernel runs and no ``out=`` byte changes; the C++ binding itself (``torch.ops.aiter_aux``,
+  no Python wrapper) raises the same type with the same text wherever torch's argument
+  parser lets the call reach it.
+* All-``meta`` inputs run the fake implementations, whose output shapes and dtypes are the
+  real op's; parameters the catalog lacks are rejected before any kernel runs.
 """
 
 from __future__ import annotations
@@ -37,18 +42,24 @@ from hypothesis import strategies as st  # noqa: E402
 
 from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.jit.paths import codegen_module  # noqa: E402
 
-OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
-       "moe_scatter_reduce_q", "mxfp8_quant", "moe_sort_quant_fp8")  # fmt: skip
+TABLE = codegen_module("ops").OPS
+OPS = tuple(TABLE)  # every op of the op table
+FLOATS = {a.name for spec in TABLE.values() for a in spec.args() if type(a).__name__ == "Float"}
 
 
 def fn(module, name: str):
-    """``module``'s function for the torch op ``name``: ``moe_sort_quant_fp8[_out]`` is
-    ``moe_sort_quant[_out](..., quant_dtype="mxfp8")`` in Python."""
-    if name.startswith("moe_sort_quant_fp8"):
-        f = getattr(module, name.replace("_fp8", ""))
-        return lambda *a, **kw: f(*a, **kw, quant_dtype="mxfp8")
-    return getattr(module, name)
+    """``module``'s function for the torch op ``name`` (``<op>`` or ``<op>_out``): the
+    table's Python name, with its selecting argument where it has one (``moe_sort_quant_fp8``
+    is ``moe_sort_quant(..., quant_dtype="mxfp8")``)."""
+    base = name.removesuffix("_out")
+    spec, sfx = TABLE[base], name[len(base) :]
+    f = getattr(module, spec.py_name + sfx)
+    if spec.python_select:
+        arg, value = spec.python_select
+        return lambda *a, **kw: f(*a, **kw, **{arg: value})
+    return f
 
 
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -128,6 +139,8 @@ def _python_level(changes: dict) -> bool:
     """True when a corruption is of the Python type (a list for a tensor, a bool, float or
     str for an int, five buffers for six): torch's argument parser rejects or converts it
     before the binding sees it, and only the wrapper can name it as the reference does."""
+    if any(name in FLOATS for name in changes):  # torch turns a 0-dim tensor into a float
+        return True
     values = [x for v in changes.values()
               for x in (v if isinstance(v, ref.MoeSortOutput) else (v,))]  # fmt: skip
     return any(isinstance(v, bool) or not isinstance(v, torch.Tensor | int) for v in values)
@@ -176,3 +189,51 @@ def test_parameters_outside_catalog_rejected_before_any_kernel(op, d, spy):
         fn(ops, op + "_out")(**a, **kw)
     assert spy.calls == calls and untouched(wholes)
     fn(ref, op + "_out")(**a, **alloc_outs(outs, 0)[0])  # the spec accepts it
+
+
+# ------------------------------------------------------------------------------ opcheck
+@pytest.mark.parametrize("name", [op + sfx for op in OPS for sfx in ("", "_out")])
+@settings(FUZZ, max_examples=1)
+@given(d=st.data())
+def test_opcheck(name, d):
+    op = name.removesuffix("_out")
+    a, outs = make_case(op, d, m_min=1)
+    kw = alloc_outs(outs, 0)[0] if name.endswith("_out") else {}
+    utils = torch.library._OPCHECK_DEFAULT_UTILS
+    if TABLE[op].partial_outputs and not name.endswith("_out"):  # rows left uninitialised
+        utils = tuple(u for u in utils if not u.startswith("test_aot_dispatch"))
+    torch.library.opcheck(getattr(torch.ops.aiter_aux, name).default, (),
+                          _schema_kwargs({**a, **kw}), test_utils=utils)  # fmt: skip
+
+
+@pytest.mark.parametrize("op", OPS)
+@settings(FUZZ, max_examples=1)
+@given(d=st.data())
+def test_not_differentiable(op, d):
+    """Float inputs that require grad: outputs never require grad (as the reference's), and
+    opcheck passes; an ``out=`` buffer that requires grad is refused under grad mode, as
+    torch's ``out=`` ops do, before any write."""
+    a, outs = make_case(op, d, m_min=1)
+    floats = (torch.float32, torch.bfloat16)
+    grad = {k: v.clone().requires_grad_() for k, v in a.items()
+            if isinstance(v, torch.Tensor) and v.dtype in floats}  # fmt: skip
+    call = {**a, **grad}
+    result = fn(ops, op)(**call)
+    flat = [t for x in (result if isinstance(result, tuple) else (result,))
+            for t in (x if isinstance(x, tuple) else (x,))]  # fmt: skip
+    assert not any(t.requires_grad for t in flat)
+    utils = torch.library._OPCHECK_DEFAULT_UTILS
+    if TABLE[op].partial_outputs:
+        utils = tuple(u for u in utils if not u.startswith("test_aot_dispatch"))
+    torch.library.opcheck(getattr(torch.ops.aiter_aux, op).default, (), _schema_kwargs(call),
+                          test_utils=utils)  # fmt: skip
+    kw, wholes = alloc_outs(outs, 0)
+    for _name, t, put in slots(kw):
+        if t.dtype in (torch.float32, torch.bfloat16):
+            bad = {**kw, **put(t.detach().requires_grad_())}  # a leaf over the guarded bytes
+            with pytest.raises(RuntimeError, match="requires grad"):
+                fn(ops, op + "_out")(**a, **bad)
+            assert untouched(wholes)
+            with torch.no_grad():  # torch's rule: allowed without grad mode
+                fn(ops, op + "_out")(**a, **bad)
+            t.requires_grad_(False)
