@@ -74,7 +74,7 @@ def _build(shapes=None, backend=None, verbose=None, force=None):
 def cmd_build(args) -> int:
     from .jit.paths import codegen_module
 
-    shapes = codegen_module("gen_instances").SHAPES
+    shapes = codegen_module("catalog").SHAPES
     print(f"aiter-aux build: {len(shapes)} shapes")
     r = _build(backend=args.backend, verbose=args.verbose or None, force=args.rebuild)
     cached = r.num_instances - min(r.compiled, r.num_instances)
@@ -93,8 +93,9 @@ def cmd_list(args) -> int:
     from .jit.paths import codegen_module
 
     inst = codegen_module("instances")
-    shapes = codegen_module("gen_instances").SHAPES
-    errors = inst.validate_catalog(shapes)
+    catalog = codegen_module("catalog")
+    shapes = catalog.SHAPES
+    errors = catalog.validate_catalog(shapes)
     if errors:
         raise ValueError(f"invalid catalog: {'; '.join(errors)}")
     try:
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("remove-shape", "remove a shape from"),
     ):
         p = add(name, f"{what} both catalog lists, then rebuild",
-                f"{what[0].upper()}{what[1:]} SHAPES in codegen/gen_instances.py and "
+                f"{what[0].upper()}{what[1:]} SHAPES in codegen/catalog.py and "
                 "MXFP4_MOE_SUPPORTED_SHAPES in aiter_aux/ops/moe_mxfp4_aux.py (one line each, "
                 "under a lock), then build the new catalog (" + (
                     "only new instances compile)." if name == "add-shape"

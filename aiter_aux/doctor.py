@@ -227,7 +227,7 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
     from .jit.paths import codegen_module
     from .jit.spec import ModuleSpec
 
-    shapes = codegen_module("gen_instances").SHAPES
+    shapes = codegen_module("catalog").SHAPES
     inst = codegen_module("instances")
     keys = {i.key for i in inst.enumerate_instances(shapes)}
     r.line("catalog", f"{len(shapes)} shapes, {len(keys)} instances")

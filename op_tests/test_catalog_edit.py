@@ -18,7 +18,7 @@ import pytest
 from aiter_aux import catalog_edit as ce
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = Path("codegen/gen_instances.py")
+GEN = Path("codegen/catalog.py")
 OPS = Path("aiter_aux/ops/moe_mxfp4_aux.py")
 NEW = (160, 5120, 1536, 8)
 
@@ -39,7 +39,7 @@ def tree(tmp_path):
 
 
 def files(tree: Path) -> dict:
-    return {"gen_file": tree / GEN, "ops_file": tree / OPS}
+    return {"catalog_file": tree / GEN, "ops_file": tree / OPS}
 
 
 def snapshot(tree: Path) -> dict[Path, bytes]:
@@ -223,7 +223,7 @@ import sys, time
 from aiter_aux import catalog_edit as ce
 start, gen, ops, e = float(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 time.sleep(max(0.0, start - time.time()))
-ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", gen_file=gen, ops_file=ops)
+ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", catalog_file=gen, ops_file=ops)
 """
 
 
@@ -255,7 +255,7 @@ def test_catalog_changed_outside_its_literal_is_refused(tree, append, where):
     (tree / GEN).write_text(text + append)
     line = text.count("\n") + 1
     before = snapshot(tree)
-    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{where}"):
+    with pytest.raises(ce.CatalogEditError, match=rf"catalog.py:{line}: .*{where}"):
         ce.add_shape((128, 3072, 512, 4), "x", **files(tree))
     with pytest.raises(ce.CatalogEditError, match=where):
         ce.read_catalog(tree / GEN, "SHAPES")
@@ -274,7 +274,7 @@ def test_computed_or_duplicate_entry_is_refused_naming_its_line(tree, old, new, 
     at = text.index(old)
     (tree / GEN).write_text(text[:at] + new + text[at + len(old) :])
     line = text[:at].count("\n") + 1 + new.count("\n")
-    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{message}"):
+    with pytest.raises(ce.CatalogEditError, match=rf"catalog.py:{line}: .*{message}"):
         ce.add_shape(NEW, "x", **files(tree))
     p = cli(tree, "list")  # the catalog without model names, or a one-line error
     assert p.returncode in (0, 2) and "Traceback" not in p.stderr, p.stderr

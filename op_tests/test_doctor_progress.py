@@ -154,7 +154,7 @@ def test_build_progress_then_doctor(tmp_path):
     out = p.stdout
     assert "[current toolchain]: 8 keys, 1 shapes, module intact, sources current" in out, out
     n_keys = len(codegen_module("instances").enumerate_instances(
-        codegen_module("gen_instances").SHAPES))  # fmt: skip
+        codegen_module("catalog").SHAPES))  # fmt: skip
     # every catalog instance but the 8 built, plus the lookup; then the link
     assert f"ninja -n: {n_keys - 8 + 1} of {n_keys + 3} translation unit(s) to compile, relink" in (
         out

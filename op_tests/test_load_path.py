@@ -35,7 +35,7 @@ KEY_B = "moe_sort_e128_k4"  # in SHAPE_B only
 
 
 def set_catalog(src: Path, shapes) -> None:
-    gen = src / "codegen" / "gen_instances.py"
+    gen = src / "codegen" / "catalog.py"
     text = gen.read_text()
     start = text.index("SHAPES = [")
     end = text.index("]\n", start)
@@ -124,7 +124,7 @@ STALE = """
 import json, os, sys, time
 from aiter_aux.jit import build
 from aiter_aux.jit.paths import codegen_module
-codegen_module("gen_instances")  # the process reads the catalog (one shape) now
+codegen_module("catalog")  # the process reads the catalog (one shape) now
 print("READY", flush=True)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)

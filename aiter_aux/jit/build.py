@@ -105,7 +105,7 @@ class BuildInputs:
     def of(cls, tc: toolchain_mod.Toolchain, shapes=None) -> BuildInputs:
         catalog = shapes is None
         if catalog:
-            shapes = codegen_module("gen_instances").SHAPES
+            shapes = codegen_module("catalog").SHAPES
         shapes = tuple(tuple(int(v) for v in s) for s in shapes)
         sources = _digest(
             "aiter_aux build inputs 1",

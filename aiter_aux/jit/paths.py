@@ -44,7 +44,7 @@ def source_root() -> Path:
     given = env.get("AITER_AUX_SOURCE_DIR")
     candidates = [Path(given)] if given else [_PKG_DIR / "_src", _PKG_DIR.parent]
     for candidate in candidates:
-        if (candidate / "codegen" / "gen_instances.py").is_file():
+        if (candidate / "codegen" / "catalog.py").is_file():
             return candidate
     raise FileNotFoundError(
         f"aiter_aux sources (codegen/, templates/, csrc/) not found next to {_PKG_DIR}"
@@ -175,7 +175,7 @@ def codegen():
 
 
 def codegen_module(submodule: str):
-    """``codegen.<submodule>`` (e.g. "instances", "gen_instances") of the source root."""
+    """``codegen.<submodule>`` (e.g. "catalog", "gen_instances") of the source root."""
     codegen()
     return importlib.import_module(f"aiter_aux_codegen.{submodule}")
 

@@ -7,7 +7,7 @@ A first op call reads top to bottom: :func:`load_module` -> :meth:`ModuleSpec.lo
 Contract
 --------
 ``ModuleSpec(backend)`` stands for the module that serves this process's catalog (``SHAPES``
-of codegen/gen_instances.py, as imported) on ``backend``.
+of codegen/catalog.py, as imported) on ``backend``.
 
 * ``try_load()`` returns the module of the first source below that serves the whole
   catalog, loaded, or None.  It never builds, locks or writes, and never raises for a
@@ -113,7 +113,7 @@ class ModuleSpec:
 
     def __init__(self, backend: str):
         self.backend = backend
-        self.shapes = list(codegen_module("gen_instances").SHAPES)
+        self.shapes = list(codegen_module("catalog").SHAPES)
         enumerate_instances = codegen_module("instances").enumerate_instances
         self.keys = frozenset(i.key for i in enumerate_instances(self.shapes))
         self._inputs: build_mod.BuildInputs | None = None
