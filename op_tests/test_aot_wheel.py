@@ -46,7 +46,7 @@ import torch
 import aiter_aux
 from aiter_aux import reference as ref
 from aiter_aux.jit.build import JitDisabledError
-from aiter_aux.jit.module import load_module
+from aiter_aux.jit.spec import load_module
 from aiter_aux.ops import aux_ops as ops
 from aiter_aux.pipeline import run_one
 t_import = time.perf_counter() - t0

@@ -75,7 +75,7 @@ print(json.dumps({"module": str(r.module_path), "dir": str(r.build_dir),
 """
 LOAD = """
 import json, sys
-from aiter_aux.jit.module import load_module, loaded_modules
+from aiter_aux.jit.spec import load_module, loaded_modules
 m = load_module("cpu", sys.argv[1])
 print(json.dumps({"module": str(m.path), "keys": m.keys(), "n": len(loaded_modules())}))
 """
@@ -260,7 +260,7 @@ def wrap(real):
 
 os.open, io.open = wrap(os.open), wrap(io.open)
 builtins.open = io.open
-from aiter_aux.jit.module import load_module
+from aiter_aux.jit.spec import load_module
 m = load_module("cpu", sys.argv[1])
 print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
 """
@@ -277,10 +277,11 @@ def test_loading_while_another_process_republishes(small, when):
 PREBUILT = """
 import json, sys
 from pathlib import Path
-from aiter_aux.jit import abi, prebuilt
+from aiter_aux.jit import prebuilt
 prebuilt.PREBUILT_DIR = Path(sys.argv[1])
 from aiter_aux.jit.build import JitDisabledError
-from aiter_aux.jit.module import InstanceMissingError, load_module
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import load_module
 m = load_module("cpu", sys.argv[2])
 out = {"module": str(m.path)}
 try:
@@ -293,8 +294,9 @@ print(json.dumps(out))
 
 
 def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
-    from aiter_aux.jit import abi, prebuilt
+    from aiter_aux.jit import prebuilt
     from aiter_aux.jit.build import _sha256
+    from aiter_aux.jit.module import ABI_VERSION
 
     src, _cache, env, first = small
     pre = tmp_path / "prebuilt" / "cpu-host"
@@ -305,7 +307,7 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
             "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8", "mxfp8_quant_d3072",
             "moe_sort_quant_fp8_e256_k8_d3072"]  # fmt: skip
     manifest = {"format": prebuilt.FORMAT, "module": "m.so", "backend": "cpu", "arch": [],
-                "module_sha256": _sha256(pre / "m.so"), "abi_version": abi.ABI_VERSION,
+                "module_sha256": _sha256(pre / "m.so"), "abi_version": ABI_VERSION,
                 "sources_digest": prebuilt.sources_digest(src), **prebuilt.platform_tag(),
                 "keys": sorted(keys), "shapes": [list(SHAPE_A)]}  # fmt: skip
     (pre / "manifest.json").write_text(json.dumps(manifest))
@@ -329,7 +331,8 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
 SECOND = """
 import json, sys
 from aiter_aux.jit.build import build_module
-from aiter_aux.jit.module import InstanceMissingError, load_module, loaded_modules
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import load_module, loaded_modules
 first = load_module("cpu", sys.argv[1])
 build_module(shapes=[(256, 3072, 256, 8), (128, 3072, 512, 4)], backend="cpu")
 try:

@@ -80,8 +80,9 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
     """Compile the module from the shipped sources ``src`` (an ``_src`` copy) in the build
     cache ``work_dir`` and store it in ``dest_root/<backend>-<arch>/`` (``dest_root`` is
     replaced).  Returns the directory written."""
-    from . import abi, paths, toolchain
+    from . import paths, toolchain
     from .build import _sha256, build_module
+    from .module import ABI_VERSION
     from .progress import Reporter
 
     backend = aux_env.get("AITER_AUX_BACKEND") or "cpu"
@@ -120,7 +121,7 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
             "module_sha256": _sha256(module),
             "backend": backend,
             "arch": list(tc.arch),
-            "abi_version": abi.ABI_VERSION,
+            "abi_version": ABI_VERSION,
             "package_version": toolchain.PACKAGE_VERSION,
             "sources_digest": pb_mod.sources_digest(src),
             "kernel_sources_digest": toolchain.sources_digest(backend),

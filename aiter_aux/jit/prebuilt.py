@@ -101,16 +101,16 @@ def _arch_base(arch: str) -> str:
 
 def mismatch(pb: Prebuilt, backend: str, digest: str | None = None) -> str | None:
     """Why ``pb`` cannot serve ``backend`` here, or None when it can."""
-    from . import abi
     from .build import _sha256
+    from .module import ABI_VERSION
 
     m = pb.manifest
     if m.get("format") != FORMAT:
         return f"manifest format {m.get('format')}, expected {FORMAT}"
     if pb.backend != backend:
         return f"built for backend {pb.backend!r}, not {backend!r}"
-    if m.get("abi_version") != abi.ABI_VERSION:
-        return f"ABI version {m.get('abi_version')}, this package has {abi.ABI_VERSION}"
+    if m.get("abi_version") != ABI_VERSION:
+        return f"ABI version {m.get('abi_version')}, this package has {ABI_VERSION}"
     built, here = (m.get("system"), m.get("machine")), tuple(platform_tag().values())
     if built != here:
         return f"built for {'/'.join(map(str, built))}, this is {'/'.join(here)}"

@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 
 from .. import __version__, env
-from . import abi
+from .module import ABI_VERSION
 from .paths import codegen_module, kernels_dir
 
 PACKAGE_VERSION = __version__
@@ -70,7 +70,7 @@ class Toolchain:
             " ".join(self.host_flags),
             " ".join(self.link_flags),
             PACKAGE_VERSION,
-            str(abi.ABI_VERSION),
+            str(ABI_VERSION),
             " ".join(self.torch_flags),
             " ".join(self.torch_libs),
             self.torch_version,

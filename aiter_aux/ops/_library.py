@@ -51,7 +51,7 @@ def _loader(name: str):
                     f"aiter_aux::{name}: the {backend} module is loaded but registered no "
                     f"kernel for these tensors' devices ({devices})"
                 )
-            from ..jit.module import load_module
+            from ..jit.spec import load_module
 
             load_module(backend)  # its binding registers the backend's kernels
             _LOADED_BACKENDS.add(backend)

@@ -76,7 +76,7 @@ _SCATTER_KEYS = frozenset((s[1], s[3]) for s in MXFP4_MOE_SUPPORTED_SHAPES)
 
 
 def round_inter_dim(inter_dim: int) -> int:
-    """``inter_dim`` rounded up to a multiple of 256 (the catalog's rule)."""
+    """``inter_dim`` rounded up to a multiple of 256."""
     return round_inter(inter_dim)
 
 

@@ -1,0 +1,173 @@
+"""What the first op call of a process does: the files it enters, what it imports, and that
+the package has no import circle.  CPU backend.
+
+The measure of the load path (:data:`TRACE`): in a process that has imported
+``aiter_aux.ops`` and torch, the first call ``aux_ops.mxfp4_quant(x)`` runs under
+``sys.setprofile``.  A *file entry* is a Python call whose code lives in a project file
+(``aiter_aux/**`` or the source root's ``codegen/**``; a module body run by an import
+counts) made from a different project file (the nearest project frame up the stack; torch's
+dispatcher in between does not count).  ``files`` are the distinct project files entered,
+``reentries`` the entries of a file already entered before.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILES = 8  # a cache-hit first call enters at most this many project files
+
+TRACE = """
+import json, os, sys
+from pathlib import Path
+import torch
+import aiter_aux
+from aiter_aux.ops import aux_ops
+from aiter_aux.jit.paths import source_root
+
+ROOTS = (str(Path(aiter_aux.__file__).resolve().parent) + os.sep,
+         str(source_root().resolve() / "codegen") + os.sep)
+
+def project(frame):
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(ROOTS):
+            return name
+        frame = frame.f_back
+    return None
+
+entered, reentries = [], 0
+
+def profile(frame, event, arg):
+    global reentries
+    if event != "call" or not frame.f_code.co_filename.startswith(ROOTS):
+        return
+    name = frame.f_code.co_filename
+    if project(frame.f_back) != name:
+        if name in entered:
+            reentries += 1
+        else:
+            entered.append(name)
+
+x = torch.randn(4, 3072).bfloat16()
+before = set(sys.modules)
+sys.setprofile(profile)
+aux_ops.mxfp4_quant(x)
+sys.setprofile(None)
+short = [n.replace(ROOTS[0], "aiter_aux/").replace(ROOTS[1], "codegen/") for n in entered]
+print(json.dumps({"files": short, "reentries": reentries,
+                  "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+# ----------------------------------------------------------------------- import circles
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports anywhere (module level or inside functions)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            # the longest project module the target names (a submodule, else its package)
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                break
+    return found
+
+
+def import_cycles() -> list[list[str]]:
+    files = sorted((ROOT / "aiter_aux").rglob("*.py"))
+    modules = {_module_name(f) for f in files}
+    graph = {_module_name(f): _imports(f, modules) for f in files}
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_circle():
+    """Imports inside functions count: they close a circle as surely, only later."""
+    assert import_cycles() == []
+
+
+def test_cycle_finder_sees_function_level_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "aiter_aux"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert import_cycles() == [["aiter_aux.a", "aiter_aux.b"]]
+
+
+def test_trace_counts_the_issue_measure():
+    """The measure itself, on a toy call chain a -> b -> a -> b: 2 files, 2 re-entries
+    (returns are no entries)."""
+    code = TRACE.split("x = torch.randn")[0] + (
+        "import types\n"
+        "def make(name, body):\n"
+        "    m = types.ModuleType(name)\n"
+        "    exec(compile(body, ROOTS[0] + name + '.py', 'exec'), m.__dict__)\n"
+        "    return m\n"
+        "b = make('b', 'def g(f):\\n    return f() if f else 1\\n')\n"
+        "a = make('a', 'def f(g, h):\\n    return g(h)\\ndef h():\\n    return B.g(None)\\n')\n"
+        "a.B = b\n"
+        "sys.setprofile(profile)\n"
+        "a.f(b.g, a.h)\n"
+        "sys.setprofile(None)\n"
+        "print(json.dumps({'files': [n[-4:] for n in entered], 'reentries': reentries}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {
+        "files": ["a.py", "b.py"],
+        "reentries": 2,
+    }, p.stderr
