@@ -22,6 +22,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from test_load_path import env_for, last_json, make_sources, py  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FILES = 8  # a cache-hit first call enters at most this many project files
 
@@ -68,6 +70,25 @@ print(json.dumps({"files": short, "reentries": reentries,
 """
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The env of a one-shape catalog whose module is built (so a first call is a hit)."""
+    tmp = tmp_path_factory.mktemp("first_call")
+    env = env_for(tmp / "cache", make_sources(tmp / "src"))
+    build = "from aiter_aux.jit.build import build_module; build_module(backend='cpu')"
+    p = py(build, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return env
+
+
+def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(built):
+    got = last_json(py(TRACE, built))
+    assert len(got["files"]) <= MAX_FILES, got
+    imported = got["imported"]
+    for heavy in ("jinja2", "ninja", "aiter_aux.jit.build", "aiter_aux_codegen.render"):
+        assert heavy not in imported, (heavy, imported)
+
+
 # ----------------------------------------------------------------------- import circles
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
@@ -75,12 +96,26 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            test = getattr(child, "test", None) if isinstance(child, ast.If) else None
+            if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
 def _imports(path: Path, modules: set[str]) -> set[str]:
     """The project modules ``path`` imports anywhere (module level or inside functions)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -135,7 +170,8 @@ def import_cycles() -> list[list[str]]:
 
 
 def test_no_import_circle():
-    """Imports inside functions count: they close a circle as surely, only later."""
+    """Imports inside functions count: they close a circle as surely, only later (those
+    under ``if TYPE_CHECKING:`` never run and do not)."""
     assert import_cycles() == []
 
 
@@ -143,8 +179,11 @@ def test_cycle_finder_sees_function_level_imports(tmp_path, monkeypatch):
     pkg = tmp_path / "aiter_aux"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import b\n")
     (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
+    (pkg / "a.py").write_text("from . import b, c\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert import_cycles() == [["aiter_aux.a", "aiter_aux.b"]]
 

@@ -277,8 +277,8 @@ def test_loading_while_another_process_republishes(small, when):
 PREBUILT = """
 import json, sys
 from pathlib import Path
-from aiter_aux.jit import prebuilt
-prebuilt.PREBUILT_DIR = Path(sys.argv[1])
+from aiter_aux.jit import paths
+paths.PREBUILT_DIR = Path(sys.argv[1])
 from aiter_aux.jit.build import JitDisabledError
 from aiter_aux.jit.module import InstanceMissingError
 from aiter_aux.jit.spec import load_module

@@ -1,9 +1,14 @@
-"""Where the sources and the build cache live, and what their bytes are.
+"""Where the sources, the prebuilt modules and the build cache live, what their bytes are,
+and what the cache has published.
 
 Sources (``codegen/``, ``templates/``, ``csrc/``) are read from the source checkout, or
-from ``aiter_aux/_src`` inside an installed wheel.  The cache root is
+from ``aiter_aux/_src`` inside an installed wheel.  Prebuilt modules ship in
+``aiter_aux/_prebuilt`` (:data:`PREBUILT_DIR`, :mod:`.prebuilt`).  The cache root is
 ``$AITER_AUX_CACHE_DIR`` or ``~/.cache/aiter_aux``; each toolchain gets its own build
-directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`).
+directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`), whose
+``manifest.json`` names the published module (:func:`published`, :func:`current_module`;
+the contract is in :mod:`.build`, which writes it).  This is all a cache hit needs: the
+load path reads the cache through this module and never imports the builder.
 
 Errors: :class:`CacheSafetyError` (a cache path another user could write) and its subclass
 :class:`CacheDirError` (a cache path that cannot be a directory, e.g. it is a file); both
@@ -14,17 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import env
 
+if TYPE_CHECKING:
+    from .toolchain import Toolchain
+
 MODULE_NAME = "module_moe_mxfp4_aux"
+MANIFEST = "manifest.json"
 SOURCE_DIRS = ("codegen", "templates", "csrc")
 _PKG_DIR = Path(__file__).resolve().parents[1]
+PREBUILT_DIR = _PKG_DIR / "_prebuilt"
 _SKIP_PARTS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".d", ".tmp")
 
@@ -35,6 +48,10 @@ class CacheSafetyError(RuntimeError):
 
 class CacheDirError(CacheSafetyError):
     """``$AITER_AUX_CACHE_DIR`` (or a directory above it) is not a directory."""
+
+
+class JitDisabledError(RuntimeError):
+    """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
 
 
 @cache
@@ -190,3 +207,82 @@ def codegen_changed() -> bool:
     """True when codegen/ on disk differs from what this process imported (e.g. a shape
     was added since): the process's catalog is then older than the files."""
     return codegen_digest() != sources_digest(dirs=("codegen",))
+
+
+# ------------------------------------------------------------------ what the cache holds
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def build_dir(tc: Toolchain) -> Path:
+    """The build directory of ``tc`` under the cache root."""
+    return cache_root() / tc.build_dir_name()
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything a build's output depends on, its digest and its build directory, computed
+    once (see :mod:`.build`).  ``catalog`` is True when ``shapes`` is the catalog this
+    process imported."""
+
+    tc: Toolchain
+    shapes: tuple[tuple[int, ...], ...]
+    catalog: bool
+    sources_digest: str  # toolchain, codegen/ (as imported), templates/, csrc/
+    digest: str  # sources_digest and the shapes
+    directory: Path  # the build directory (cache root and toolchain, when computed)
+
+    @classmethod
+    def of(cls, tc: Toolchain, shapes=None) -> BuildInputs:
+        catalog = shapes is None
+        if catalog:
+            shapes = codegen_module("catalog").SHAPES
+        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
+        sources = _digest(
+            "aiter_aux build inputs 1",
+            tc.fingerprint,
+            codegen_digest(),  # the generator and the catalog, as imported
+            sources_digest(dirs=("templates", "csrc")),  # read at build time
+        )
+        digest = _digest(sources, json.dumps(shapes))
+        return cls(tc, shapes, catalog, sources, digest, build_dir(tc))
+
+
+def read_manifest(directory: Path) -> dict | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def published(inputs: BuildInputs) -> tuple[Path, str] | None:
+    """``(module path, its sha256)`` from the manifest of ``inputs``' build directory when
+    it was published for exactly these inputs; None otherwise.  Does not read the module;
+    raises only :class:`CacheSafetyError` (an unsafe cache directory)."""
+    directory = inputs.directory
+    manifest = read_manifest(directory)
+    if not manifest or manifest.get("inputs_digest") != inputs.digest:
+        return None
+    name = manifest.get("module", "")
+    if not name or "/" in name or not isinstance(manifest.get("module_sha256"), str):
+        return None
+    check_safe(directory.parent)
+    check_safe(directory)
+    return directory / name, manifest["module_sha256"]
+
+
+def current_module(inputs: BuildInputs) -> Path | None:
+    """The published module of ``inputs`` if it is current and intact (sha256), else None."""
+    hit = published(inputs)
+    if hit is None:
+        return None
+    path, sha = hit
+    try:
+        check_safe(path)
+        return path if sha256_file(path) == sha else None
+    except FileNotFoundError:
+        return None

@@ -32,7 +32,7 @@ Sources, in order
    (backend, arch, ABI, platform, shipped sources) and holds every catalog key; under
    ``AITER_AUX_DISABLE_JIT=1`` also when it holds only part of the catalog.
 2. **cache**: the module published in the toolchain's build directory for exactly this
-   process's build inputs (:class:`.build.BuildInputs`: toolchain, codegen/ with the
+   process's build inputs (:class:`.paths.BuildInputs`: toolchain, codegen/ with the
    catalog, templates/, csrc/, shapes).
 3. **JIT**: the whole catalog built into the cache (:mod:`.build`), then loaded as in 2.
 
@@ -48,15 +48,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import env as aux_env
-from . import build as build_mod
-from . import prebuilt as prebuilt_mod
+from . import paths
 from . import toolchain as toolchain_mod
-from .build import BuildResult, JitDisabledError
 from .module import AuxModule, InstanceMissingError
-from .paths import MODULE_NAME, check_safe, codegen_module, sha256_fd
+from .paths import MODULE_NAME, JitDisabledError, check_safe, codegen_module, sha256_fd
+
+if TYPE_CHECKING:  # imported where used: a cache hit needs neither
+    from .build import BuildResult
+    from .prebuilt import Prebuilt
 
 log = logging.getLogger("aiter_aux")
 
@@ -114,21 +118,26 @@ class ModuleSpec:
     def __init__(self, backend: str):
         self.backend = backend
         self.shapes = list(codegen_module("catalog").SHAPES)
-        enumerate_instances = codegen_module("instances").enumerate_instances
-        self.keys = frozenset(i.key for i in enumerate_instances(self.shapes))
-        self._inputs: build_mod.BuildInputs | None = None
 
-    @property
-    def inputs(self) -> build_mod.BuildInputs:
+    @cached_property
+    def keys(self) -> frozenset[str]:
+        """The instance keys of the catalog."""
+        enumerate_instances = codegen_module("instances").enumerate_instances
+        return frozenset(i.key for i in enumerate_instances(self.shapes))
+
+    @cached_property
+    def inputs(self) -> paths.BuildInputs:
         """The build inputs of the catalog (selects the toolchain: needs a compiler)."""
-        if self._inputs is None:
-            self._inputs = build_mod.BuildInputs.of(toolchain_mod.select(self.backend))
-        return self._inputs
+        return paths.BuildInputs.of(toolchain_mod.select(self.backend))
 
     # ---------------------------------------------------------------- the sources
-    def prebuilt(self) -> tuple[prebuilt_mod.Prebuilt | None, str]:
+    def prebuilt(self) -> tuple[Prebuilt | None, str]:
         """``(prebuilt, "")`` when the shipped prebuilt module serves, else ``(None, why)``;
         ``why`` is ``""`` when the install ships none."""
+        if not paths.PREBUILT_DIR.is_dir():
+            return None, ""
+        from . import prebuilt as prebuilt_mod
+
         pb, why = prebuilt_mod.find(self.backend)
         if pb is None:
             return None, why
@@ -154,7 +163,7 @@ class ModuleSpec:
                 raise
             return None
         for _attempt in range(3):  # a republish between manifest and open: read it again
-            hit = build_mod.published(inputs)
+            hit = paths.published(inputs)
             if hit is None:
                 return None
             module = _load(*hit, safe=True, strict=strict)
@@ -169,7 +178,9 @@ class ModuleSpec:
 
     def build(self, progress=None) -> BuildResult:
         """Build the whole catalog into the cache (a no-op when it is current)."""
-        return build_mod.build_module(backend=self.backend, progress=progress)
+        from .build import build_module
+
+        return build_module(backend=self.backend, progress=progress)
 
     def load(self, key: str | None = None) -> AuxModule:
         """The backend's module (loaded once per process), holding ``key`` if given."""
@@ -185,6 +196,7 @@ class ModuleSpec:
         return module
 
     def _build_and_load(self) -> AuxModule:
+        from . import build as build_mod
         from .progress import Reporter
 
         if _jit_disabled():
@@ -228,7 +240,7 @@ class ModuleSpec:
         pb, why = self.prebuilt()
         if pb is not None:
             return "prebuilt", str(pb.module_path)
-        path = build_mod.current_module(self.inputs)
+        path = paths.current_module(self.inputs)
         if path is not None:
             return "cache", str(path)
         why = f"prebuilt module not used ({why}); " if why else ""

@@ -25,7 +25,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from .. import __version__, env
@@ -76,7 +76,7 @@ class Toolchain:
             self.torch_version,
         ]
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         for part in self.identity():
