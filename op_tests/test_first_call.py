@@ -1,5 +1,5 @@
-"""What the first op call of a process does: the files it enters, what it imports, and that
-the package has no import circle.  CPU backend.
+"""What the first op call of a process does: the files it enters, what it imports, that
+concurrent first calls all run, and that the package has no import circle.  CPU backend.
 
 The measure of the load path (:data:`TRACE`): in a process that has imported
 ``aiter_aux.ops`` and torch, the first call ``aux_ops.mxfp4_quant(x)`` runs under
@@ -87,6 +87,71 @@ def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(built):
     imported = got["imported"]
     for heavy in ("jinja2", "ninja", "aiter_aux.jit.build", "aiter_aux_codegen.render"):
         assert heavy not in imported, (heavy, imported)
+
+
+# ------------------------------------------------------------ concurrent first calls (N1)
+# Every op, both forms, 8 threads each, released at once as the process's first op call.
+# The inputs come from the reference (no module involved); the _out buffers get the
+# shapes of the fake implementation (meta tensors, no module either).
+THREADS = """
+import json, threading
+import torch
+import aiter_aux.ops  # defines the ops
+from aiter_aux import reference as ref
+from aiter_aux.pipeline import draw_routing
+
+E, D, K, BM, M = 256, 3072, 8, 32, 5
+g = torch.Generator().manual_seed(0)
+ids, w = draw_routing(M, E, K, g)
+x = torch.randn(M, D, generator=g).bfloat16()
+s = ref.moe_sort(ids, w, E, BM)
+_, a_scale = ref.mxfp4_quant(x)
+expert_out = torch.randn(ref.moe_sort_capacity(M, K, E, BM), D, generator=g).bfloat16()
+eq, es = ref.mxfp4_quant(expert_out)
+ARGS = {
+    "moe_sort": (ids, w, E, BM),
+    "mxfp4_quant": (x,),
+    "mxfp8_quant": (x,),
+    "moe_sort_quant": (ids, w, x, E, BM),
+    "moe_sort_quant_fp8": (ids, w, x, E, BM),
+    "moe_sort_scales": (a_scale, s.sorted_token_ids, s.num_valid_ids, BM),
+    "moe_scatter_reduce": (expert_out, s.reverse_sorted, s.sorted_weights, K),
+    "moe_scatter_reduce_q": (eq, es, s.reverse_sorted, s.sorted_weights, K),
+}
+ops = torch.ops.aiter_aux
+calls = []
+for name, args in ARGS.items():
+    meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    outs = getattr(ops, name)(*meta)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    bufs = [torch.empty(o.shape, dtype=o.dtype) for o in outs]
+    calls.append((name, getattr(ops, name), args))
+    calls.append((name + "_out", getattr(ops, name + "_out"), (*args, *bufs)))
+calls = [c for c in calls for _ in range(8)]
+barrier = threading.Barrier(len(calls))
+failures = []
+
+def run(name, op, args):
+    barrier.wait()
+    try:
+        op(*args)
+    except Exception as e:
+        failures.append(f"{name}: {type(e).__name__}: {e}")
+
+threads = [threading.Thread(target=run, args=c) for c in calls]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"calls": len(calls), "failures": failures[:3], "failed": len(failures)}))
+"""
+
+
+def test_concurrent_first_calls_all_run(built):
+    """N1: every thread waits for the one load, then runs (10 fresh processes)."""
+    for _round in range(10):
+        got = last_json(py(THREADS, built))
+        assert got["calls"] == 128 and got["failed"] == 0, got
 
 
 # ----------------------------------------------------------------------- import circles

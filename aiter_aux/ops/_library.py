@@ -12,7 +12,7 @@ table (``codegen/instances.py`` ``OPS``), ``torch.ops.aiter_aux.<op>`` (allocati
   (building if needed) that backend's module, whose C++ binding registers the real CPU or
   CUDA kernels (torch's stable ABI, csrc/kernels/mxfp4_moe/binding/).  A kernel registered
   for a backend key takes precedence over this alias key, so every later call goes straight
-  to C++.  Where no module is loaded yet, the loader re-dispatches once after loading.
+  to C++.  The loader dispatches once more after the load (its own or a concurrent one).
 """
 
 from __future__ import annotations
@@ -39,23 +39,37 @@ def backend_of(device: torch.device) -> str:
     raise ValueError(f"the tensors are on {device}: the compiled ops take cpu or cuda tensors only")
 
 
+_REDISPATCH = threading.local()  # .active: this thread is re-dispatching from the loader
+
+
 def _loader(name: str):
+    """The kernel that loads the backend's module on the first call, then dispatches again.
+    Concurrent first calls wait on the lock for the one load and all dispatch again (the
+    module's kernels take over); only a dispatch that lands here again, with the module
+    loaded, raises."""
+
     def kernel(*args, **kwargs):
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         cuda = [t for t in tensors if t.device.type == "cuda"]
         backend = backend_of((cuda or tensors)[0].device)
-        with _LOCK:
-            if backend in _LOADED_BACKENDS:
-                devices = sorted({str(t.device) for t in tensors})
-                raise RuntimeError(
-                    f"aiter_aux::{name}: the {backend} module is loaded but registered no "
-                    f"kernel for these tensors' devices ({devices})"
-                )
-            from ..jit.spec import load_module
+        if getattr(_REDISPATCH, "active", False):
+            devices = sorted({str(t.device) for t in tensors})
+            raise RuntimeError(
+                f"aiter_aux::{name}: the {backend} module is loaded but registered no "
+                f"kernel for these tensors' devices ({devices})"
+            )
+        if backend not in _LOADED_BACKENDS:
+            with _LOCK:
+                if backend not in _LOADED_BACKENDS:  # else another thread loaded it meanwhile
+                    from ..jit.spec import load_module
 
-            load_module(backend)  # its binding registers the backend's kernels
-            _LOADED_BACKENDS.add(backend)
-        return getattr(torch.ops.aiter_aux, name).default(*args, **kwargs)
+                    load_module(backend)  # its binding registers the backend's kernels
+                    _LOADED_BACKENDS.add(backend)
+        _REDISPATCH.active = True
+        try:
+            return getattr(torch.ops.aiter_aux, name).default(*args, **kwargs)
+        finally:
+            _REDISPATCH.active = False
 
     kernel.__name__ = f"load_then_{name}"
     return kernel
