@@ -26,7 +26,9 @@ time that every sort path's shared-memory struct fits 48 KiB for 1024 experts, t
 count this rule admits.
 
 Safety: the whole read-edit-replace of both files runs under a ``filelock`` lock
-(``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one.  Both
+(``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one; the
+CLI's rebuild of the edited catalog runs under it too (``then``), so the module an edit
+publishes is the catalog on disk.  Both
 new texts are staged next to their targets and moved into place with ``os.replace``; if the
 second move fails the first file is restored.  A process killed between the two moves leaves
 the shape in one list only; running the same command again completes the other list.
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import os
 import re
 import sys
@@ -48,7 +49,6 @@ from .shapes import Shape, normalize, range_errors
 CATALOG_LIST = "SHAPES"
 OPS_LIST = "MXFP4_MOE_SUPPORTED_SHAPES"
 LOCK_NAME = ".aiter_aux_catalog.lock"
-LOCK_TIMEOUT_S = 120.0
 _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
              "add", "update", "discard", "difference_update", "intersection_update",
              "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__"}  # fmt: skip
@@ -97,25 +97,15 @@ def default_files() -> tuple[Path, Path]:
     return root / "codegen" / "catalog.py", ops
 
 
-def _rules(catalog_file: Path):
-    """The edited ``codegen/catalog.py``, executed as a module (stdlib only): its rules."""
-    name = "aiter_aux_catalog_rules"
-    spec = importlib.util.spec_from_file_location(name, catalog_file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it executes
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
-    return module
-
-
 def check_shape(shape: Shape, catalog_file: Path) -> list[str]:
     """Rule violations of ``shape`` (empty when it may be added)."""
     errors = range_errors(shape)
     if errors:  # validate_shape's messages would repeat these
         return errors
-    return [err.removeprefix(f"{shape}: ") for err in _rules(catalog_file).validate_shape(shape)]
+    from aiter_aux.jit.paths import catalog_on_disk  # the rules of the edited file
+
+    rules = catalog_on_disk(catalog_file)
+    return [err.removeprefix(f"{shape}: ") for err in rules.validate_shape(shape)]
 
 
 # ------------------------------------------------------------------------------ reading
@@ -285,10 +275,16 @@ def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
 
 
 @contextlib.contextmanager
-def catalog_lock(catalog_file: Path, timeout: float = LOCK_TIMEOUT_S):
+def catalog_lock(catalog_file: Path, timeout: float | None = None):
     """Hold the catalog lock of the tree of ``catalog_file`` (``<root>/.aiter_aux_catalog.lock``,
-    outside codegen/ so that it is no JIT source); a waiter says so on stderr at once."""
+    outside codegen/ so that it is no JIT source); a waiter says so on stderr at once and
+    waits ``timeout`` seconds (default ``$AITER_AUX_LOCK_TIMEOUT``: an edit may rebuild
+    under it)."""
     from filelock import FileLock, Timeout
+
+    from . import env
+
+    timeout = env.get("AITER_AUX_LOCK_TIMEOUT") if timeout is None else timeout
 
     path = Path(catalog_file).resolve().parents[1] / LOCK_NAME
     lock = FileLock(str(path))
@@ -325,7 +321,7 @@ def _comment(given: Shape, shape: Shape, note: str | None) -> str:
     return note + (f" (inter {given[2]} -> {shape[2]})" if given[2] != shape[2] else "")
 
 
-def _edit(action: str, given, note: str | None, catalog_file, ops_file) -> EditResult:
+def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) -> EditResult:
     given = tuple(int(v) for v in given)
     errors = range_errors(given)
     if errors:
@@ -371,17 +367,24 @@ def _edit(action: str, given, note: str | None, catalog_file, ops_file) -> EditR
                 raise CatalogEditError(f"{path}: the edit of {name} did not parse back as expected")
         _commit(new, old)
         result.shapes = read_catalog(catalog, CATALOG_LIST)
+        if then is not None:
+            then(result)
     return result
 
 
-def add_shape(shape, note: str | None = None, *, catalog_file=None, ops_file=None) -> EditResult:
+def add_shape(
+    shape, note: str | None = None, *, catalog_file=None, ops_file=None, then=None
+) -> EditResult:
     """Add ``shape`` (inter rounded up to 256) to both lists, commented with ``note`` (the
-    model's name; required).  Raises :class:`CatalogEditError` for an invalid shape, a
+    model's name; required).  ``then(result)``, if given, runs after the edit while the
+    catalog lock is still held (the CLI's rebuild: no other edit changes the catalog before
+    it is built and published).  Raises :class:`CatalogEditError` for an invalid shape, a
     missing note, or a shape that both lists already hold."""
-    return _edit("added", shape, note, catalog_file, ops_file)
+    return _edit("added", shape, note, catalog_file, ops_file, then)
 
 
-def remove_shape(shape, *, catalog_file=None, ops_file=None) -> EditResult:
-    """Remove ``shape`` (inter rounded up to 256) from both lists.  Raises
-    :class:`CatalogEditError` when neither list holds it or it is the last shape."""
-    return _edit("removed", shape, None, catalog_file, ops_file)
+def remove_shape(shape, *, catalog_file=None, ops_file=None, then=None) -> EditResult:
+    """Remove ``shape`` (inter rounded up to 256) from both lists; ``then`` as for
+    :func:`add_shape`.  Raises :class:`CatalogEditError` when neither list holds it or it
+    is the last shape."""
+    return _edit("removed", shape, None, catalog_file, ops_file, then)

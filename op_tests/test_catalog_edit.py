@@ -217,6 +217,64 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     assert len(manifest["keys"]) == 8 and manifest["shapes"] == [list(k) for k in keep]
 
 
+LOAD_NO_JIT = """
+import json
+from aiter_aux.jit.spec import load_module
+m = load_module("cpu")
+print(json.dumps({"keys": len(m.keys())}))
+"""
+
+
+def _agrees(tree: Path, n_keys: int) -> None:
+    """A fresh process loads the published module with the JIT disabled, and doctor agrees
+    with itself: sources current, nothing to do, op calls load it, status ok."""
+    env = dict(os.environ, AITER_AUX_SOURCE_DIR=str(tree), AITER_AUX_BACKEND="cpu",
+               AITER_AUX_CACHE_DIR=str(tree / "cache"), AITER_AUX_DISABLE_JIT="1")  # fmt: skip
+    p = subprocess.run([sys.executable, "-c", LOAD_NO_JIT], capture_output=True, text=True,
+                       env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"keys": n_keys}
+    p = cli(tree, "doctor")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "module intact, sources current" in p.stdout, p.stdout
+    assert "ninja -n: nothing to do" in p.stdout and "op calls      load " in p.stdout, p.stdout
+    assert p.stdout.rstrip().endswith("status        ok"), p.stdout
+
+
+def test_catalog_edit_publishes_the_module_a_fresh_process_loads(tree):
+    """add-shape / remove-shape rebuild; a fresh process with AITER_AUX_DISABLE_JIT=1 then
+    loads that module (no rebuild), and doctor says it is current."""
+    for shape in ce.read_catalog(tree / GEN, "SHAPES"):
+        if shape != (256, 3072, 256, 8):
+            ce.remove_shape(shape, **files(tree))
+    assert cli(tree, "build").returncode == 0
+    p = cli(tree, "add-shape", "128,3072,512,4", "--note", "shares model_dim 3072")
+    assert p.returncode == 0, p.stderr
+    _agrees(tree, 13)
+    p = cli(tree, "remove-shape", "128,3072,512,4")
+    assert p.returncode == 0, p.stderr
+    _agrees(tree, 8)
+
+
+def test_concurrent_edits_publish_the_last_catalog(tree):
+    """Three add-shapes with rebuild at once: each rebuild runs under the catalog lock, so
+    the module published last is the catalog on disk."""
+    for shape in ce.read_catalog(tree / GEN, "SHAPES"):
+        if shape != (256, 3072, 256, 8):
+            ce.remove_shape(shape, **files(tree))
+    assert cli(tree, "build").returncode == 0
+    env = dict(os.environ, AITER_AUX_SOURCE_DIR=str(tree), AITER_AUX_BACKEND="cpu",
+               AITER_AUX_CACHE_DIR=str(tree / "cache"))  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-m", "aiter_aux.cli", "add-shape",
+                               f"{e},3072,256,8", "--note", f"concurrent {e}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for e in (96, 160, 224)]  # fmt: skip
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, out + err
+    _agrees(tree, 8 + 3 * 3)  # each new expert count: moe_sort and the two fused sorts
+
+
 # ------------------------------------------------------------------ issue 15 D5, D7, D8
 ADDER = """
 import sys, time

@@ -353,6 +353,43 @@ def test_one_module_per_backend_and_process(small):
     assert got["n"] == 1 and got["same"]
 
 
+RUNNING = """
+import json, os, sys, time
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import explain_missing, load_module
+load_module("cpu", sys.argv[1])
+print("READY", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+out = {}
+for key in sys.argv[3:]:
+    try:
+        load_module("cpu", key)
+    except InstanceMissingError as e:
+        out[key] = str(e)
+        assert explain_missing("cpu", key) == str(e)
+print(json.dumps(out))
+"""
+
+
+def test_running_process_asking_for_a_key_added_since_is_told_to_restart(small, tmp_path):
+    """N2: the catalog on disk gained the key after the process loaded its module: restart
+    (not add-shape); a key of no catalog shape: add-shape."""
+    src, _cache, env, _first = small
+    go, nowhere = tmp_path / "go", "moe_sort_e64_k4"
+    proc = subprocess.Popen([sys.executable, "-c", RUNNING, KEY_A, str(go), KEY_B, nowhere],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape by another process
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    got = json.loads(out.strip().splitlines()[-1])
+    assert "the catalog on disk" in got[KEY_B] and "restart the process" in got[KEY_B], got
+    assert "add-shape" not in got[KEY_B], got
+    assert "no shape of the catalog" in got[nowhere] and "aiter-aux add-shape" in got[nowhere]
+
+
 # ------------------------------------------------------------------ the ModuleSpec contract
 CONTRACT = """
 import json, sys

@@ -7,8 +7,8 @@ Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain finger
   holder's ninja and compilers have exited too) writes anything in it.  Waiters report the
   lock path at once and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
 * ``manifest.json`` names the published module file, its sha256, the *inputs digest* it was
-  built from (:class:`~.paths.BuildInputs`: toolchain fingerprint, codegen/ including the
-  catalog, templates/, csrc/, the shapes), and the instance keys it holds.  Reading it
+  built from (:class:`~.paths.BuildInputs`: toolchain fingerprint, the generator (codegen/
+  but the catalog file), templates/, csrc/, the shapes), and the instance keys it holds.  Reading it
   (:func:`~.paths.published`, :func:`~.paths.current_module`) lives in :mod:`.paths`.
   Module and manifest are published atomically (temp file + ``os.replace``), so a reader
   sees either the old or the new pair, never half a file.

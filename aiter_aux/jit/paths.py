@@ -84,13 +84,16 @@ def source_files(root: Path, dirs: tuple[str, ...] = SOURCE_DIRS) -> list[Path]:
     return sorted(files)
 
 
-def sources_digest(root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS) -> str:
+def sources_digest(
+    root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS, exclude: tuple[str, ...] = ()
+) -> str:
     """sha256 over the relative path and bytes of every :func:`source_files` file of
-    ``root`` (default: :func:`source_root`)."""
+    ``root`` (default: :func:`source_root`) but those in ``exclude`` (relative paths)."""
     root = Path(root) if root is not None else source_root()
     h = hashlib.sha256()
     for rel in source_files(root, dirs):
-        h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+        if rel.as_posix() not in exclude:
+            h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -170,13 +173,25 @@ def ensure_dir(path: Path) -> None:
     check_safe(path)
 
 
-_IMPORTED: dict[str, str] = {}  # "codegen" -> digest of codegen/ when it was imported
+CATALOG_FILE = "codegen/catalog.py"  # relative to the source root
+_IMPORTED: dict[str, str] = {}  # codegen/ when this process imported it: _codegen_digests()
+
+
+def _codegen_digests() -> dict[str, str]:
+    """The digests of codegen/ on disk: the generator (every file but the catalog) and the
+    catalog file."""
+    root = source_root()
+    return {
+        "generator": sources_digest(root, ("codegen",), exclude=(CATALOG_FILE,)),
+        "catalog": sha256_file(root / CATALOG_FILE),
+    }
 
 
 @cache
 def codegen():
     """The ``codegen`` package of the source root, imported under a private name so it
-    cannot clash with another top-level ``codegen`` package."""
+    cannot clash with another top-level ``codegen`` package, with its catalog (imported at
+    once: the catalog as imported is the catalog as digested)."""
     name = "aiter_aux_codegen"
     if name in sys.modules:
         return sys.modules[name]
@@ -186,8 +201,25 @@ def codegen():
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    _IMPORTED["codegen"] = sources_digest(dirs=("codegen",))
+    _IMPORTED.update(_codegen_digests())
     spec.loader.exec_module(module)
+    importlib.import_module(f"{name}.catalog")
+    return module
+
+
+def catalog_on_disk(path: Path | None = None):
+    """``codegen/catalog.py`` as it is on disk now (default: the source root's), executed as
+    a fresh module that is not registered in ``sys.modules``: its ``SHAPES`` and rules,
+    whatever catalog this process imported."""
+    path = Path(path) if path is not None else source_root() / CATALOG_FILE
+    name = "aiter_aux_catalog_on_disk"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
     return module
 
 
@@ -198,15 +230,20 @@ def codegen_module(submodule: str):
 
 
 def codegen_digest() -> str:
-    """The digest of codegen/ (the generator and the catalog) as this process imported it."""
+    """The digest of the generator (codegen/ but the catalog file) as this process imported
+    it.  A build digests the shapes it builds itself, so an edit of the catalog changes a
+    build's inputs only through its shapes: the process that edits the catalog and builds
+    the edited shapes publishes exactly what a fresh process asks for."""
     codegen()
-    return _IMPORTED.get("codegen") or sources_digest(dirs=("codegen",))
+    return _IMPORTED["generator"]
 
 
 def codegen_changed() -> bool:
-    """True when codegen/ on disk differs from what this process imported (e.g. a shape
-    was added since): the process's catalog is then older than the files."""
-    return codegen_digest() != sources_digest(dirs=("codegen",))
+    """True when codegen/ on disk (generator or catalog) differs from what this process
+    imported (e.g. a shape was added since): the process's catalog is then older than the
+    files."""
+    codegen()
+    return _IMPORTED != _codegen_digests()
 
 
 # ------------------------------------------------------------------ what the cache holds
@@ -231,7 +268,7 @@ class BuildInputs:
     tc: Toolchain
     shapes: tuple[tuple[int, ...], ...]
     catalog: bool
-    sources_digest: str  # toolchain, codegen/ (as imported), templates/, csrc/
+    sources_digest: str  # toolchain, the generator (as imported), templates/, csrc/
     digest: str  # sources_digest and the shapes
     directory: Path  # the build directory (cache root and toolchain, when computed)
 
@@ -242,9 +279,9 @@ class BuildInputs:
             shapes = codegen_module("catalog").SHAPES
         shapes = tuple(tuple(int(v) for v in s) for s in shapes)
         sources = _digest(
-            "aiter_aux build inputs 1",
+            "aiter_aux build inputs 2",
             tc.fingerprint,
-            codegen_digest(),  # the generator and the catalog, as imported
+            codegen_digest(),  # the generator, as imported (the shapes are digested below)
             sources_digest(dirs=("templates", "csrc")),  # read at build time
         )
         digest = _digest(sources, json.dumps(shapes))

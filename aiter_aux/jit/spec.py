@@ -23,8 +23,9 @@ of codegen/catalog.py, as imported) on ``backend``.
 
 At most one module per backend is ever loaded in a process: loading a module registers
 its ops, so a second one would register them twice.  A key the loaded module lacks raises
-``InstanceMissingError`` (or ``JitDisabledError`` under ``AITER_AUX_DISABLE_JIT=1``),
-telling to restart the process after ``aiter-aux build``.
+``InstanceMissingError`` (or ``JitDisabledError`` under ``AITER_AUX_DISABLE_JIT=1``)
+saying why (:func:`why_missing`): restart the process when the catalog on disk has the key
+(added since the process read it), add the shape when it does not.
 
 Sources, in order
 -----------------
@@ -32,8 +33,8 @@ Sources, in order
    (backend, arch, ABI, platform, shipped sources) and holds every catalog key; under
    ``AITER_AUX_DISABLE_JIT=1`` also when it holds only part of the catalog.
 2. **cache**: the module published in the toolchain's build directory for exactly this
-   process's build inputs (:class:`.paths.BuildInputs`: toolchain, codegen/ with the
-   catalog, templates/, csrc/, shapes).
+   process's build inputs (:class:`.paths.BuildInputs`: toolchain, the generator,
+   templates/, csrc/, the catalog's shapes).
 3. **JIT**: the whole catalog built into the cache (:mod:`.build`), then loaded as in 2.
 
 Every module file is opened once, its sha256 is checked against its manifest through that
@@ -222,17 +223,13 @@ class ModuleSpec:
         if module.has(key):
             _CHECKED.add((self.backend, key))
             return
-        msg = (
-            f"{key} is not in the {self.backend} module this process loaded "
-            f"({module.path}); a process loads one module per backend (loading registers its "
-            "ops), so restart the process"
-        )
+        msg = why_missing(module, key)
         if _jit_disabled():
             raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1: {msg} without AITER_AUX_DISABLE_JIT (the whole "
-                "catalog is then JIT-built), or after `aiter-aux build`"
+                f"AITER_AUX_DISABLE_JIT=1: {msg} (with AITER_AUX_DISABLE_JIT=1 a process "
+                "needs the module `aiter-aux build` publishes)"
             )
-        raise InstanceMissingError(f"{msg} after `aiter-aux build`")
+        raise InstanceMissingError(msg)
 
     def plan(self) -> tuple[str, str]:
         """``(source, detail)`` that :meth:`load` would use now, without loading anything:
@@ -257,6 +254,39 @@ class ModuleSpec:
                 self.backend,
                 why,
             )
+
+
+def why_missing(module: AuxModule, key: str) -> str:
+    """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
+    process when the catalog on disk has the key (its shape was added after this process read
+    the catalog), add the shape when it does not."""
+    where = f"{key} is not in the {module.backend} module this process loaded ({module.path})"
+    restart = "a process loads one module per backend (loading registers its ops)"
+    path = paths.source_root() / paths.CATALOG_FILE
+    try:
+        shapes = paths.catalog_on_disk(path).SHAPES
+        keys = {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
+    except Exception:  # a catalog file being edited: say only what is sure
+        return f"{where}; {restart}, so restart the process after `aiter-aux build`"
+    if key in keys:
+        return (
+            f"{where}, but the catalog on disk ({path}) has it: its shape was added after "
+            f"this process read the catalog, and {restart}: restart the process"
+        )
+    return (
+        f"{where}, and no shape of the catalog ({path}) gives it. To add a model shape: "
+        "`aiter-aux add-shape E,MODEL_DIM,INTER,TOPK --note MODEL` (it rebuilds; or add the "
+        "tuple to both lists and run `aiter-aux build`), then restart the process"
+    )
+
+
+def explain_missing(backend: str, key: str) -> str | None:
+    """:func:`why_missing` for the module loaded for ``backend``, or None when none is
+    loaded or it has ``key``: the text for an op's missing-instance error."""
+    module = _LOADED.get(backend)
+    if module is None or module.has(key):
+        return None
+    return why_missing(module, key)
 
 
 def load_module(backend: str, key: str | None = None) -> AuxModule:
