@@ -2,7 +2,7 @@
 
 The catalog lives in two Python list literals that must agree (the AST test
 ``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it): ``SHAPES`` in
-``codegen/gen_instances.py`` and ``MXFP4_MOE_SUPPORTED_SHAPES`` in
+``codegen/catalog.py`` and ``MXFP4_MOE_SUPPORTED_SHAPES`` in
 ``aiter_aux/ops/moe_mxfp4_aux.py``, one ``(expert, model_dim, inter_rounded, topk)`` tuple
 per line with a comment naming its model.  :func:`add_shape` inserts one such line into each
 list, :func:`remove_shape` deletes the entry's line; nothing else in either file changes,
@@ -18,15 +18,17 @@ topk), else after the last entry of the same model_dim, else at the end.  Its co
 required note (the model's name), plus ``(inter X -> Y)`` when inter was rounded up.
 
 Rules for a new shape: every field positive and within a 32-bit int
-(:func:`aiter_aux.shapes.range_errors`), then ``validate_shape`` of ``codegen/instances.py``
-(loaded from the codegen directory next to the edited ``gen_instances.py``): expert in
+(:func:`aiter_aux.shapes.range_errors`), then ``validate_shape`` of the edited
+``codegen/catalog.py`` (the rules live next to the list): expert in
 [1, 1024], model_dim and inter positive multiples of 256, topk in [1, min(expert, 255)].
 The GPU sort's shared memory needs no separate check here: ``gpu/sort.h`` asserts at compile
 time that every sort path's shared-memory struct fits 48 KiB for 1024 experts, the largest
 count this rule admits.
 
 Safety: the whole read-edit-replace of both files runs under a ``filelock`` lock
-(``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one.  Both
+(``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one; the
+CLI's rebuild of the edited catalog runs under it too (``then``), so the module an edit
+publishes is the catalog on disk.  Both
 new texts are staged next to their targets and moved into place with ``os.replace``; if the
 second move fails the first file is restored.  A process killed between the two moves leaves
 the shape in one list only; running the same command again completes the other list.
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import os
 import re
 import sys
@@ -45,10 +46,9 @@ from pathlib import Path
 
 from .shapes import Shape, normalize, range_errors
 
-GEN_LIST = "SHAPES"
+CATALOG_LIST = "SHAPES"
 OPS_LIST = "MXFP4_MOE_SUPPORTED_SHAPES"
 LOCK_NAME = ".aiter_aux_catalog.lock"
-LOCK_TIMEOUT_S = 120.0
 _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
              "add", "update", "discard", "difference_update", "intersection_update",
              "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__"}  # fmt: skip
@@ -86,7 +86,7 @@ class EditResult:
 
 
 def default_files() -> tuple[Path, Path]:
-    """(gen_instances.py, moe_mxfp4_aux.py) of the source root (``$AITER_AUX_SOURCE_DIR``
+    """(codegen/catalog.py, moe_mxfp4_aux.py) of the source root (``$AITER_AUX_SOURCE_DIR``
     or the checkout); the ops file falls back to this package's when the root has none."""
     from aiter_aux.jit.paths import source_root
 
@@ -94,29 +94,18 @@ def default_files() -> tuple[Path, Path]:
     ops = root / "aiter_aux" / "ops" / "moe_mxfp4_aux.py"
     if not ops.is_file():
         ops = Path(__file__).resolve().parent / "ops" / "moe_mxfp4_aux.py"
-    return root / "codegen" / "gen_instances.py", ops
+    return root / "codegen" / "catalog.py", ops
 
 
-def _instances_module(gen_file: Path):
-    name = "aiter_aux_catalog_rules"
-    spec = importlib.util.spec_from_file_location(name, gen_file.parent / "instances.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it executes
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
-    return module
-
-
-def check_shape(shape: Shape, gen_file: Path) -> list[str]:
+def check_shape(shape: Shape, catalog_file: Path) -> list[str]:
     """Rule violations of ``shape`` (empty when it may be added)."""
     errors = range_errors(shape)
     if errors:  # validate_shape's messages would repeat these
         return errors
-    return [
-        err.removeprefix(f"{shape}: ") for err in _instances_module(gen_file).validate_shape(shape)
-    ]
+    from aiter_aux.jit.paths import catalog_on_disk  # the rules of the edited file
+
+    rules = catalog_on_disk(catalog_file)
+    return [err.removeprefix(f"{shape}: ") for err in rules.validate_shape(shape)]
 
 
 # ------------------------------------------------------------------------------ reading
@@ -192,7 +181,7 @@ def _parse(text: str, path: Path, name: str) -> tuple[ast.expr, list[Entry]]:
     return node, entries
 
 
-def read_entries(path: Path, name: str = GEN_LIST) -> list[Entry]:
+def read_entries(path: Path, name: str = CATALOG_LIST) -> list[Entry]:
     """The entries of list literal ``name`` in ``path``, in file order."""
     return _parse(Path(path).read_bytes().decode(), Path(path), name)[1]
 
@@ -286,12 +275,18 @@ def _commit(new_texts: dict[Path, str], old_texts: dict[Path, str]) -> None:
 
 
 @contextlib.contextmanager
-def catalog_lock(gen_file: Path, timeout: float = LOCK_TIMEOUT_S):
-    """Hold the catalog lock of the tree of ``gen_file`` (``<root>/.aiter_aux_catalog.lock``,
-    outside codegen/ so that it is no JIT source); a waiter says so on stderr at once."""
+def catalog_lock(catalog_file: Path, timeout: float | None = None):
+    """Hold the catalog lock of the tree of ``catalog_file`` (``<root>/.aiter_aux_catalog.lock``,
+    outside codegen/ so that it is no JIT source); a waiter says so on stderr at once and
+    waits ``timeout`` seconds (default ``$AITER_AUX_LOCK_TIMEOUT``: an edit may rebuild
+    under it)."""
     from filelock import FileLock, Timeout
 
-    path = Path(gen_file).resolve().parents[1] / LOCK_NAME
+    from . import env
+
+    timeout = env.get("AITER_AUX_LOCK_TIMEOUT") if timeout is None else timeout
+
+    path = Path(catalog_file).resolve().parents[1] / LOCK_NAME
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)
@@ -309,11 +304,11 @@ def catalog_lock(gen_file: Path, timeout: float = LOCK_TIMEOUT_S):
         lock.release()
 
 
-def _files(gen_file, ops_file) -> dict[Path, str]:
-    if gen_file is None or ops_file is None:
-        default_gen, default_ops = default_files()
-        gen_file, ops_file = gen_file or default_gen, ops_file or default_ops
-    return {Path(gen_file): GEN_LIST, Path(ops_file): OPS_LIST}
+def _files(catalog_file, ops_file) -> dict[Path, str]:
+    if catalog_file is None or ops_file is None:
+        default_catalog, default_ops = default_files()
+        catalog_file, ops_file = catalog_file or default_catalog, ops_file or default_ops
+    return {Path(catalog_file): CATALOG_LIST, Path(ops_file): OPS_LIST}
 
 
 def _comment(given: Shape, shape: Shape, note: str | None) -> str:
@@ -326,22 +321,22 @@ def _comment(given: Shape, shape: Shape, note: str | None) -> str:
     return note + (f" (inter {given[2]} -> {shape[2]})" if given[2] != shape[2] else "")
 
 
-def _edit(action: str, given, note: str | None, gen_file, ops_file) -> EditResult:
+def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) -> EditResult:
     given = tuple(int(v) for v in given)
     errors = range_errors(given)
     if errors:
         verb = "add" if action == "added" else "remove"
         raise CatalogEditError(f"cannot {verb} {given}: " + "; ".join(errors))
     shape = normalize(given)
-    files = _files(gen_file, ops_file)
-    gen = next(iter(files))
-    with catalog_lock(gen):
+    files = _files(catalog_file, ops_file)
+    catalog = next(iter(files))
+    with catalog_lock(catalog):
         old = {path: path.read_bytes().decode() for path in files}
         present = {p: shape in [e.shape for e in _parse(old[p], p, n)[1]] for p, n in files.items()}
         result = EditResult(action, shape)
         new: dict[Path, str] = {}
         if action == "added":
-            errors = check_shape(shape, gen)
+            errors = check_shape(shape, catalog)
             if errors:
                 raise CatalogEditError(f"cannot add {shape}: " + "; ".join(errors))
             if all(present.values()):
@@ -357,7 +352,7 @@ def _edit(action: str, given, note: str | None, gen_file, ops_file) -> EditResul
         else:
             if not any(present.values()):
                 raise CatalogEditError(f"{shape} is not in the catalog; nothing to remove")
-            if [e.shape for e in _parse(old[gen], gen, GEN_LIST)[1]] == [shape]:
+            if [e.shape for e in _parse(old[catalog], catalog, CATALOG_LIST)[1]] == [shape]:
                 raise CatalogEditError(
                     f"{shape} is the only catalog shape; the catalog cannot be empty"
                 )
@@ -371,18 +366,25 @@ def _edit(action: str, given, note: str | None, gen_file, ops_file) -> EditResul
             if sorted(got) != sorted(want):
                 raise CatalogEditError(f"{path}: the edit of {name} did not parse back as expected")
         _commit(new, old)
-        result.shapes = read_catalog(gen, GEN_LIST)
+        result.shapes = read_catalog(catalog, CATALOG_LIST)
+        if then is not None:
+            then(result)
     return result
 
 
-def add_shape(shape, note: str | None = None, *, gen_file=None, ops_file=None) -> EditResult:
+def add_shape(
+    shape, note: str | None = None, *, catalog_file=None, ops_file=None, then=None
+) -> EditResult:
     """Add ``shape`` (inter rounded up to 256) to both lists, commented with ``note`` (the
-    model's name; required).  Raises :class:`CatalogEditError` for an invalid shape, a
+    model's name; required).  ``then(result)``, if given, runs after the edit while the
+    catalog lock is still held (the CLI's rebuild: no other edit changes the catalog before
+    it is built and published).  Raises :class:`CatalogEditError` for an invalid shape, a
     missing note, or a shape that both lists already hold."""
-    return _edit("added", shape, note, gen_file, ops_file)
+    return _edit("added", shape, note, catalog_file, ops_file, then)
 
 
-def remove_shape(shape, *, gen_file=None, ops_file=None) -> EditResult:
-    """Remove ``shape`` (inter rounded up to 256) from both lists.  Raises
-    :class:`CatalogEditError` when neither list holds it or it is the last shape."""
-    return _edit("removed", shape, None, gen_file, ops_file)
+def remove_shape(shape, *, catalog_file=None, ops_file=None, then=None) -> EditResult:
+    """Remove ``shape`` (inter rounded up to 256) from both lists; ``then`` as for
+    :func:`add_shape`.  Raises :class:`CatalogEditError` when neither list holds it or it
+    is the last shape."""
+    return _edit("removed", shape, None, catalog_file, ops_file, then)

@@ -74,7 +74,7 @@ def _build(shapes=None, backend=None, verbose=None, force=None):
 def cmd_build(args) -> int:
     from .jit.paths import codegen_module
 
-    shapes = codegen_module("gen_instances").SHAPES
+    shapes = codegen_module("catalog").SHAPES
     print(f"aiter-aux build: {len(shapes)} shapes")
     r = _build(backend=args.backend, verbose=args.verbose or None, force=args.rebuild)
     cached = r.num_instances - min(r.compiled, r.num_instances)
@@ -93,8 +93,9 @@ def cmd_list(args) -> int:
     from .jit.paths import codegen_module
 
     inst = codegen_module("instances")
-    shapes = codegen_module("gen_instances").SHAPES
-    errors = inst.validate_catalog(shapes)
+    catalog = codegen_module("catalog")
+    shapes = catalog.SHAPES
+    errors = catalog.validate_catalog(shapes)
     if errors:
         raise ValueError(f"invalid catalog: {'; '.join(errors)}")
     try:
@@ -167,20 +168,23 @@ def cmd_edit_shape(args) -> int:
     """add-shape / remove-shape: edit both catalog lists, then rebuild the new catalog."""
     from .catalog_edit import add_shape, remove_shape
 
+    def rebuild(r) -> None:  # runs under the catalog lock: the catalog built is the one on disk
+        print(r.summary(), flush=True)
+        # This process imported the old catalog; build the edited one explicitly.
+        b = _build(r.shapes, backend=args.backend, verbose=args.verbose or None)
+        relinked = ", relinked" if b.linked else ""
+        print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
+              f"{b.compiled} instance TUs compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
+        print(f"  module    : {b.module_path}")
+
+    then = None if args.no_build else rebuild
     if args.command == "add-shape":
-        r = add_shape(args.shape, args.note)
+        r = add_shape(args.shape, args.note, then=then)
     else:
-        r = remove_shape(args.shape)
-    print(r.summary())
+        r = remove_shape(args.shape, then=then)
     if args.no_build:
+        print(r.summary())
         print("  not rebuilt (--no-build); run `aiter-aux build`")
-        return 0
-    # This process imported the old catalog; build the edited one explicitly.
-    b = _build(r.shapes, backend=args.backend, verbose=args.verbose or None)
-    relinked = ", relinked" if b.linked else ""
-    print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
-          f"{b.compiled} instance TUs compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
-    print(f"  module    : {b.module_path}")
     return 0
 
 
@@ -296,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("remove-shape", "remove a shape from"),
     ):
         p = add(name, f"{what} both catalog lists, then rebuild",
-                f"{what[0].upper()}{what[1:]} SHAPES in codegen/gen_instances.py and "
+                f"{what[0].upper()}{what[1:]} SHAPES in codegen/catalog.py and "
                 "MXFP4_MOE_SUPPORTED_SHAPES in aiter_aux/ops/moe_mxfp4_aux.py (one line each, "
                 "under a lock), then build the new catalog (" + (
                     "only new instances compile)." if name == "add-shape"

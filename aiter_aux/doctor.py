@@ -46,9 +46,8 @@ def dry_run(tc, shapes) -> DryRun:
     and run ``ninja -n`` there.  Raises ``RuntimeError`` when ninja fails."""
     from ninja import BIN_DIR
 
-    from .jit.build import build_dir
     from .jit.ninja_file import render_build_ninja
-    from .jit.paths import MODULE_NAME, codegen_module
+    from .jit.paths import MODULE_NAME, build_dir, codegen_module
     from .jit.toolchain import sources_digest
 
     directory = build_dir(tc)
@@ -179,8 +178,14 @@ def _toolchain(r: _Report, backend: str | None):
 
 
 def _cache(r: _Report, tc, current) -> None:
-    from .jit.build import CacheSafetyError, _sha256, check_safe, read_manifest
-    from .jit.paths import cache_root, cache_root_problem
+    from .jit.paths import (
+        CacheSafetyError,
+        cache_root,
+        cache_root_problem,
+        check_safe,
+        read_manifest,
+    )
+    from .jit.paths import sha256_file as _sha256
 
     root = cache_root()
     problem = cache_root_problem(root)
@@ -223,17 +228,16 @@ def _cache(r: _Report, tc, current) -> None:
 
 def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> None:
     from .jit import prebuilt
-    from .jit.build import build_dir, read_manifest
-    from .jit.paths import codegen_module
+    from .jit.paths import PREBUILT_DIR, build_dir, codegen_module, read_manifest
     from .jit.spec import ModuleSpec
 
-    shapes = codegen_module("gen_instances").SHAPES
+    shapes = codegen_module("catalog").SHAPES
     inst = codegen_module("instances")
     keys = {i.key for i in inst.enumerate_instances(shapes)}
     r.line("catalog", f"{len(shapes)} shapes, {len(keys)} instances")
     found = prebuilt.candidates()
     if not found:
-        r.line("prebuilt", f"none in this install ({prebuilt.PREBUILT_DIR})")
+        r.line("prebuilt", f"none in this install ({PREBUILT_DIR})")
     chosen = tc.backend if tc is not None else backend
     for pb in found:
         why = prebuilt.mismatch(pb, pb.backend if chosen is None else chosen)
@@ -273,7 +277,7 @@ def doctor(backend: str | None = None, *, run_ninja: bool = True, out: TextIO | 
     tc = _toolchain(r, backend)
     current = None
     if tc is not None:
-        from .jit.build import BuildInputs
+        from .jit.paths import BuildInputs
 
         current = BuildInputs.of(tc)
     _cache(r, tc, current)

@@ -1,7 +1,8 @@
 """The one parser of shape text and integer lists (stdlib only).
 
 A catalog shape is ``(expert, model_dim, inter, topk)``; ``inter`` is rounded up to a
-multiple of 256 (:func:`round_inter`) before it is looked up or stored.  Text forms:
+multiple of 256 (:func:`round_inter`, the catalog's rule in ``codegen/catalog.py``) before
+it is looked up or stored.  Text forms:
 
 * ``"E,MODEL_DIM,INTER,TOPK"`` -- :func:`parse_shape` (``aiter-aux run --shape``,
   ``add-shape`` / ``remove-shape``); spaces are ignored, negative numbers parse (so that
@@ -14,7 +15,6 @@ Every error is a :class:`ShapeError` (a ``ValueError``) with a one-line message.
 
 from __future__ import annotations
 
-INTER_ALIGN = 256
 INT32_MAX = 2**31 - 1
 FIELDS = ("expert", "model_dim", "inter", "topk")
 
@@ -76,8 +76,10 @@ def parse_shapes(text: str, what: str = "shapes") -> list[Shape]:
 
 
 def round_inter(inter: int) -> int:
-    """``inter`` rounded up to a multiple of 256."""
-    return -(-int(inter) // INTER_ALIGN) * INTER_ALIGN
+    """``inter`` rounded up to a multiple of 256: ``round_inter`` of ``codegen/catalog.py``."""
+    from .jit.paths import codegen_module
+
+    return codegen_module("catalog").round_inter(inter)
 
 
 def normalize(shape) -> Shape:

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("add-shape + rebuild", wall, compiled(out)))
     wall, out = cli(env, "remove-shape", args.shape)
     rows.append(("remove-shape + rebuild", wall, compiled(out)))
-    d = read_catalog(tree / "codegen" / "gen_instances.py", "SHAPES")[0][1]
+    d = read_catalog(tree / "codegen" / "catalog.py", "SHAPES")[0][1]
     wall, out = run(env, sys.executable, "-c", FIRST_OP, str(d))
     t = json.loads(out.strip().splitlines()[-1])
     rows += [("first op: import torch (not ours)", t["torch"], "-"),

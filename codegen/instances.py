@@ -15,14 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .limits import NUM_EXPERTS, TOPK
 from .ops import MAX_PARAMS, OPS, OpSpec
 
 BACKENDS = ("cpu", "cuda", "rocm")
-INTER_ALIGN = 256
-MODEL_DIM_ALIGN = 256
-MAX_EXPERTS = NUM_EXPERTS.hi
-MAX_TOPK = TOPK.hi
 
 
 def instance_key(op: str, **params: int) -> str:
@@ -64,11 +59,6 @@ class Instance:
         return dict(zip(self.spec.params, self.values, strict=True))
 
 
-def round_inter(inter_dim: int) -> int:
-    """inter_dim rounded up to a multiple of 256 (the catalog stores the rounded value)."""
-    return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
-
-
 def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
     expert, model_dim, _inter, topk = shape
     return {"num_experts": expert, "model_dim": model_dim, "topk": topk}
@@ -91,32 +81,3 @@ def enumerate_instances(shapes: Iterable[tuple[int, int, int, int]]) -> list[Ins
         for inst in instances_for_shape(tuple(shape)):
             unique.setdefault(inst.key, inst)
     return sorted(unique.values())
-
-
-def validate_shape(shape: object) -> list[str]:
-    """Rule violations of one catalog tuple (empty when valid)."""
-    if not (isinstance(shape, tuple) and len(shape) == 4 and all(type(v) is int for v in shape)):
-        return [f"{shape!r}: must be a tuple of 4 ints (expert, model_dim, inter_rounded, topk)"]
-    expert, model_dim, inter, topk = shape
-    errors = []
-    if not 1 <= expert <= MAX_EXPERTS:
-        errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
-    if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
-        errors.append(f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}")
-    if inter <= 0 or inter % INTER_ALIGN:
-        errors.append(f"{shape}: inter_rounded must be a positive multiple of {INTER_ALIGN}")
-    if not 1 <= topk <= min(expert, MAX_TOPK):
-        errors.append(f"{shape}: topk must be in [1, min(expert, {MAX_TOPK})]")
-    return errors
-
-
-def validate_catalog(shapes: Iterable[object]) -> list[str]:
-    """Rule violations of a whole catalog, duplicates included."""
-    errors: list[str] = []
-    seen: set[object] = set()
-    for shape in shapes:
-        errors.extend(validate_shape(shape))
-        if shape in seen:
-            errors.append(f"{shape}: listed more than once")
-        seen.add(shape)
-    return errors

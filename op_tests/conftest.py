@@ -25,7 +25,7 @@ def cpu_module():
     if not HAS_TORCH:
         pytest.skip("torch is not installed")
     from aiter_aux.jit.build import build_module
-    from aiter_aux.jit.module import load_module
+    from aiter_aux.jit.spec import load_module
 
     result = build_module(backend="cpu")
     assert result.module_path.is_file()

@@ -46,7 +46,7 @@ import torch
 import aiter_aux
 from aiter_aux import reference as ref
 from aiter_aux.jit.build import JitDisabledError
-from aiter_aux.jit.module import load_module
+from aiter_aux.jit.spec import load_module
 from aiter_aux import ops
 from aiter_aux.pipeline import run_one
 t_import = time.perf_counter() - t0
@@ -140,7 +140,7 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     run(pip + ["--no-deps", str(wheel)], deadline, env=clean_env())
     site = Path(run([py, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
                     deadline).stdout.strip())  # fmt: skip
-    assert (site / "aiter_aux" / "_src" / "codegen" / "gen_instances.py").is_file()
+    assert (site / "aiter_aux" / "_src" / "codegen" / "catalog.py").is_file()
     manifest = json.loads(next((site / "aiter_aux" / "_prebuilt").glob("*/manifest.json"))
                           .read_text())  # fmt: skip
     # 8 keys of the first shape, 5 more of the second (it shares the three per-model_dim keys)

@@ -18,7 +18,7 @@ import pytest
 from aiter_aux import catalog_edit as ce
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = Path("codegen/gen_instances.py")
+GEN = Path("codegen/catalog.py")
 OPS = Path("aiter_aux/ops/moe_mxfp4_aux.py")
 NEW = (160, 5120, 1536, 8)
 
@@ -39,7 +39,7 @@ def tree(tmp_path):
 
 
 def files(tree: Path) -> dict:
-    return {"gen_file": tree / GEN, "ops_file": tree / OPS}
+    return {"catalog_file": tree / GEN, "ops_file": tree / OPS}
 
 
 def snapshot(tree: Path) -> dict[Path, bytes]:
@@ -217,13 +217,71 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     assert len(manifest["keys"]) == 8 and manifest["shapes"] == [list(k) for k in keep]
 
 
+LOAD_NO_JIT = """
+import json
+from aiter_aux.jit.spec import load_module
+m = load_module("cpu")
+print(json.dumps({"keys": len(m.keys())}))
+"""
+
+
+def _agrees(tree: Path, n_keys: int) -> None:
+    """A fresh process loads the published module with the JIT disabled, and doctor agrees
+    with itself: sources current, nothing to do, op calls load it, status ok."""
+    env = dict(os.environ, AITER_AUX_SOURCE_DIR=str(tree), AITER_AUX_BACKEND="cpu",
+               AITER_AUX_CACHE_DIR=str(tree / "cache"), AITER_AUX_DISABLE_JIT="1")  # fmt: skip
+    p = subprocess.run([sys.executable, "-c", LOAD_NO_JIT], capture_output=True, text=True,
+                       env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"keys": n_keys}
+    p = cli(tree, "doctor")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "module intact, sources current" in p.stdout, p.stdout
+    assert "ninja -n: nothing to do" in p.stdout and "op calls      load " in p.stdout, p.stdout
+    assert p.stdout.rstrip().endswith("status        ok"), p.stdout
+
+
+def test_catalog_edit_publishes_the_module_a_fresh_process_loads(tree):
+    """add-shape / remove-shape rebuild; a fresh process with AITER_AUX_DISABLE_JIT=1 then
+    loads that module (no rebuild), and doctor says it is current."""
+    for shape in ce.read_catalog(tree / GEN, "SHAPES"):
+        if shape != (256, 3072, 256, 8):
+            ce.remove_shape(shape, **files(tree))
+    assert cli(tree, "build").returncode == 0
+    p = cli(tree, "add-shape", "128,3072,512,4", "--note", "shares model_dim 3072")
+    assert p.returncode == 0, p.stderr
+    _agrees(tree, 13)
+    p = cli(tree, "remove-shape", "128,3072,512,4")
+    assert p.returncode == 0, p.stderr
+    _agrees(tree, 8)
+
+
+def test_concurrent_edits_publish_the_last_catalog(tree):
+    """Three add-shapes with rebuild at once: each rebuild runs under the catalog lock, so
+    the module published last is the catalog on disk."""
+    for shape in ce.read_catalog(tree / GEN, "SHAPES"):
+        if shape != (256, 3072, 256, 8):
+            ce.remove_shape(shape, **files(tree))
+    assert cli(tree, "build").returncode == 0
+    env = dict(os.environ, AITER_AUX_SOURCE_DIR=str(tree), AITER_AUX_BACKEND="cpu",
+               AITER_AUX_CACHE_DIR=str(tree / "cache"))  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-m", "aiter_aux.cli", "add-shape",
+                               f"{e},3072,256,8", "--note", f"concurrent {e}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for e in (96, 160, 224)]  # fmt: skip
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, out + err
+    _agrees(tree, 8 + 3 * 3)  # each new expert count: moe_sort and the two fused sorts
+
+
 # ------------------ D5: concurrent edits, D8: lists changed outside their literal, D7: bad values
 ADDER = """
 import sys, time
 from aiter_aux import catalog_edit as ce
 start, gen, ops, e = float(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 time.sleep(max(0.0, start - time.time()))
-ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", gen_file=gen, ops_file=ops)
+ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", catalog_file=gen, ops_file=ops)
 """
 
 
@@ -255,7 +313,7 @@ def test_catalog_changed_outside_its_literal_is_refused(tree, append, where):
     (tree / GEN).write_text(text + append)
     line = text.count("\n") + 1
     before = snapshot(tree)
-    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{where}"):
+    with pytest.raises(ce.CatalogEditError, match=rf"catalog.py:{line}: .*{where}"):
         ce.add_shape((128, 3072, 512, 4), "x", **files(tree))
     with pytest.raises(ce.CatalogEditError, match=where):
         ce.read_catalog(tree / GEN, "SHAPES")
@@ -274,7 +332,7 @@ def test_computed_or_duplicate_entry_is_refused_naming_its_line(tree, old, new, 
     at = text.index(old)
     (tree / GEN).write_text(text[:at] + new + text[at + len(old) :])
     line = text[:at].count("\n") + 1 + new.count("\n")
-    with pytest.raises(ce.CatalogEditError, match=rf"gen_instances.py:{line}: .*{message}"):
+    with pytest.raises(ce.CatalogEditError, match=rf"catalog.py:{line}: .*{message}"):
         ce.add_shape(NEW, "x", **files(tree))
     p = cli(tree, "list")  # the catalog without model names, or a one-line error
     assert p.returncode in (0, 2) and "Traceback" not in p.stderr, p.stderr

@@ -31,7 +31,7 @@ def small_tree(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
     for sub in ("codegen", "templates", "csrc"):
         shutil.copytree(ROOT / sub, tree / sub, ignore=shutil.ignore_patterns("__pycache__"))
-    gen = tree / "codegen" / "gen_instances.py"
+    gen = tree / "codegen" / "catalog.py"
     text = gen.read_text()
     start = text.index("SHAPES = [\n")
     end = text.index("\n]\n", start)

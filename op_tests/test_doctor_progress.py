@@ -154,7 +154,7 @@ def test_build_progress_then_doctor(tmp_path):
     out = p.stdout
     assert "[current toolchain]: 8 keys, 1 shapes, module intact, sources current" in out, out
     n_keys = len(codegen_module("instances").enumerate_instances(
-        codegen_module("gen_instances").SHAPES))  # fmt: skip
+        codegen_module("catalog").SHAPES))  # fmt: skip
     # every catalog instance but the 8 built, plus the lookup; then the link
     assert f"ninja -n: {n_keys - 8 + 1} of {n_keys + 3} translation unit(s) to compile, relink" in (
         out
@@ -179,7 +179,8 @@ def test_doctor_up_to_date(cpu_module):
 
 # ---------------------------------------------------------------- prebuilt run-time checks
 def test_prebuilt_mismatch_reasons(tmp_path, cpu_module):
-    from aiter_aux.jit import abi, prebuilt
+    from aiter_aux.jit import prebuilt
+    from aiter_aux.jit.module import ABI_VERSION
 
     directory = tmp_path / "cpu-host"
     directory.mkdir()
@@ -187,7 +188,7 @@ def test_prebuilt_mismatch_reasons(tmp_path, cpu_module):
     from aiter_aux.jit.build import _sha256
 
     good = {"format": prebuilt.FORMAT, "module": "m.so", "module_sha256": _sha256(cpu_module.path),
-            "backend": "cpu", "arch": [], "abi_version": abi.ABI_VERSION,
+            "backend": "cpu", "arch": [], "abi_version": ABI_VERSION,
             "sources_digest": prebuilt.sources_digest(), **prebuilt.platform_tag(),
             "keys": cpu_module.keys(), "shapes": []}  # fmt: skip
     (directory / "manifest.json").write_text(json.dumps(good))

@@ -34,7 +34,7 @@ KEY_B = "moe_sort_e128_k4"  # in SHAPE_B only
 
 
 def set_catalog(src: Path, shapes) -> None:
-    gen = src / "codegen" / "gen_instances.py"
+    gen = src / "codegen" / "catalog.py"
     text = gen.read_text()
     start = text.index("SHAPES = [")
     end = text.index("]\n", start)
@@ -74,7 +74,7 @@ print(json.dumps({"module": str(r.module_path), "dir": str(r.build_dir),
 """
 LOAD = """
 import json, sys
-from aiter_aux.jit.module import load_module, loaded_modules
+from aiter_aux.jit.spec import load_module, loaded_modules
 m = load_module("cpu", sys.argv[1])
 print(json.dumps({"module": str(m.path), "keys": m.keys(), "n": len(loaded_modules())}))
 """
@@ -123,7 +123,7 @@ STALE = """
 import json, os, sys, time
 from aiter_aux.jit import build
 from aiter_aux.jit.paths import codegen_module
-codegen_module("gen_instances")  # the process reads the catalog (one shape) now
+codegen_module("catalog")  # the process reads the catalog (one shape) now
 print("READY", flush=True)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)
@@ -259,7 +259,7 @@ def wrap(real):
 
 os.open, io.open = wrap(os.open), wrap(io.open)
 builtins.open = io.open
-from aiter_aux.jit.module import load_module
+from aiter_aux.jit.spec import load_module
 m = load_module("cpu", sys.argv[1])
 print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
 """
@@ -276,10 +276,11 @@ def test_loading_while_another_process_republishes(small, when):
 PREBUILT = """
 import json, sys
 from pathlib import Path
-from aiter_aux.jit import abi, prebuilt
-prebuilt.PREBUILT_DIR = Path(sys.argv[1])
+from aiter_aux.jit import paths
+paths.PREBUILT_DIR = Path(sys.argv[1])
 from aiter_aux.jit.build import JitDisabledError
-from aiter_aux.jit.module import InstanceMissingError, load_module
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import load_module
 m = load_module("cpu", sys.argv[2])
 out = {"module": str(m.path)}
 try:
@@ -292,8 +293,9 @@ print(json.dumps(out))
 
 
 def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
-    from aiter_aux.jit import abi, prebuilt
+    from aiter_aux.jit import prebuilt
     from aiter_aux.jit.build import _sha256
+    from aiter_aux.jit.module import ABI_VERSION
 
     src, _cache, env, first = small
     pre = tmp_path / "prebuilt" / "cpu-host"
@@ -304,7 +306,7 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
             "moe_scatter_reduce_d3072_k8", "moe_scatter_reduce_q_d3072_k8", "mxfp8_quant_d3072",
             "moe_sort_quant_fp8_e256_k8_d3072"]  # fmt: skip
     manifest = {"format": prebuilt.FORMAT, "module": "m.so", "backend": "cpu", "arch": [],
-                "module_sha256": _sha256(pre / "m.so"), "abi_version": abi.ABI_VERSION,
+                "module_sha256": _sha256(pre / "m.so"), "abi_version": ABI_VERSION,
                 "sources_digest": prebuilt.sources_digest(src), **prebuilt.platform_tag(),
                 "keys": sorted(keys), "shapes": [list(SHAPE_A)]}  # fmt: skip
     (pre / "manifest.json").write_text(json.dumps(manifest))
@@ -328,7 +330,8 @@ def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
 SECOND = """
 import json, sys
 from aiter_aux.jit.build import build_module
-from aiter_aux.jit.module import InstanceMissingError, load_module, loaded_modules
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import load_module, loaded_modules
 first = load_module("cpu", sys.argv[1])
 build_module(shapes=[(256, 3072, 256, 8), (128, 3072, 512, 4)], backend="cpu")
 try:
@@ -347,6 +350,43 @@ def test_one_module_per_backend_and_process(small):
     assert KEY_B in got["second"] and "aiter-aux build" in got["second"]
     assert "restart the process" in got["second"]
     assert got["n"] == 1 and got["same"]
+
+
+RUNNING = """
+import json, os, sys, time
+from aiter_aux.jit.module import InstanceMissingError
+from aiter_aux.jit.spec import explain_missing, load_module
+load_module("cpu", sys.argv[1])
+print("READY", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+out = {}
+for key in sys.argv[3:]:
+    try:
+        load_module("cpu", key)
+    except InstanceMissingError as e:
+        out[key] = str(e)
+        assert explain_missing("cpu", key) == str(e)
+print(json.dumps(out))
+"""
+
+
+def test_running_process_asking_for_a_key_added_since_is_told_to_restart(small, tmp_path):
+    """N2: the catalog on disk gained the key after the process loaded its module: restart
+    (not add-shape); a key of no catalog shape: add-shape."""
+    src, _cache, env, _first = small
+    go, nowhere = tmp_path / "go", "moe_sort_e64_k4"
+    proc = subprocess.Popen([sys.executable, "-c", RUNNING, KEY_A, str(go), KEY_B, nowhere],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+    set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape by another process
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    got = json.loads(out.strip().splitlines()[-1])
+    assert "the catalog on disk" in got[KEY_B] and "restart the process" in got[KEY_B], got
+    assert "add-shape" not in got[KEY_B], got
+    assert "no shape of the catalog" in got[nowhere] and "aiter-aux add-shape" in got[nowhere]
 
 
 # ------------------------------------------------------------------ the ModuleSpec contract

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = ROOT / "codegen" / "gen_instances.py"
+GEN = ROOT / "codegen" / "catalog.py"  # SHAPES, the codegen copy of the catalog
+GENERATOR = ROOT / "codegen" / "gen_instances.py"
 OPS = ROOT / "aiter_aux" / "ops" / "moe_mxfp4_aux.py"
 
 
@@ -56,7 +57,7 @@ def test_catalog_lists_agree():
     only_gen = sorted(shapes - supported)
     only_ops = sorted(supported - shapes)
     assert not only_gen and not only_ops, (
-        f"the two catalogs disagree.\n  in codegen/gen_instances.py SHAPES only: {only_gen}\n"
+        f"the two catalogs disagree.\n  in codegen/catalog.py SHAPES only: {only_gen}\n"
         f"  in aiter_aux/ops/moe_mxfp4_aux.py MXFP4_MOE_SUPPORTED_SHAPES only: {only_ops}\n"
         "add each tuple to both lists (aiter-aux add-shape does it)"
     )
@@ -85,7 +86,7 @@ def test_every_tuple_valid(lister):
         )
         if not ok:
             bad.append(shape)
-    assert not bad, f"invalid catalog tuples (rules: see codegen/instances.py): {bad}"
+    assert not bad, f"invalid catalog tuples (rules: see codegen/catalog.py): {bad}"
 
 
 def test_shapes_have_source_comments():
@@ -114,7 +115,7 @@ def _expected_keys(shape):
 
 def _generate(workdir: Path, backend: str = "cpu") -> str:
     subprocess.run(
-        [sys.executable, str(GEN), "--working_path", str(workdir), "--backend", backend],
+        [sys.executable, str(GENERATOR), "--working_path", str(workdir), "--backend", backend],
         check=True,
         capture_output=True,
         text=True,
@@ -182,6 +183,6 @@ def test_only_the_catalog_independent_binding_includes_torch(tmp_path):
 
 def test_list_cli_prints_instance_keys(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(GEN), "--list"], check=True, capture_output=True, text=True
+        [sys.executable, str(GENERATOR), "--list"], check=True, capture_output=True, text=True
     ).stdout.split()
     assert sorted(out) == sorted(_lookup_keys(_generate(tmp_path)))

@@ -75,7 +75,7 @@ def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
 def bundles(workdir: Path, backend: str) -> dict[str, tuple[Path, int]]:
     """One TU per op including every catalog instance of that op: op -> (path, count)."""
     gen = codegen_module("gen_instances")
-    instances = codegen_module("instances").enumerate_instances(gen.SHAPES)
+    instances = codegen_module("instances").enumerate_instances(codegen_module("catalog").SHAPES)
     srcdir = workdir / backend
     result = gen.generate(srcdir, backend)
     by_op: dict[str, list[Path]] = {}

@@ -10,7 +10,7 @@ Environment:
 
 * ``AITER_AUX_PREBUILD=1`` -- prebuild (otherwise the wheel carries sources only);
 * ``AITER_AUX_PREBUILD_SHAPES`` -- a small catalog, ``"E,D,I,K;E,D,I,K"`` (each shape must
-  be in the catalog, ``SHAPES`` of codegen/gen_instances.py); default: the whole catalog;
+  be in the catalog, ``SHAPES`` of codegen/catalog.py); default: the whole catalog;
 * ``AITER_AUX_BACKEND`` (default ``cpu``, never guessed from the build machine's GPU) and
   ``AITER_AUX_ARCH`` (e.g. ``sm_90``, ``gfx950``; required for GPU backends without a GPU);
 * ``MAX_JOBS``, ``AITER_AUX_VERBOSE`` as for any build.
@@ -80,8 +80,9 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
     """Compile the module from the shipped sources ``src`` (an ``_src`` copy) in the build
     cache ``work_dir`` and store it in ``dest_root/<backend>-<arch>/`` (``dest_root`` is
     replaced).  Returns the directory written."""
-    from . import abi, paths, toolchain
+    from . import paths, toolchain
     from .build import _sha256, build_module
+    from .module import ABI_VERSION
     from .progress import Reporter
 
     backend = aux_env.get("AITER_AUX_BACKEND") or "cpu"
@@ -95,11 +96,11 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
     )
     with _env(**env):
         paths.source_root.cache_clear()
-        catalog = list(paths.codegen_module("gen_instances").SHAPES)
+        catalog = list(paths.codegen_module("catalog").SHAPES)
         unknown = [s for s in shapes or () if s not in catalog]
         if unknown:
             raise ValueError(
-                f"{ENV_SHAPES}: {unknown} not in the catalog (SHAPES in codegen/gen_instances.py)"
+                f"{ENV_SHAPES}: {unknown} not in the catalog (SHAPES in codegen/catalog.py)"
             )
         tc = toolchain.select(backend)
         log(f"aiter_aux prebuild: {tc.describe()}, "
@@ -120,7 +121,7 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
             "module_sha256": _sha256(module),
             "backend": backend,
             "arch": list(tc.arch),
-            "abi_version": abi.ABI_VERSION,
+            "abi_version": ABI_VERSION,
             "package_version": toolchain.PACKAGE_VERSION,
             "sources_digest": pb_mod.sources_digest(src),
             "kernel_sources_digest": toolchain.sources_digest(backend),

@@ -7,8 +7,9 @@ Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain finger
   holder's ninja and compilers have exited too) writes anything in it.  Waiters report the
   lock path at once and give up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900).
 * ``manifest.json`` names the published module file, its sha256, the *inputs digest* it was
-  built from (:class:`BuildInputs`: toolchain fingerprint, codegen/ including the catalog,
-  templates/, csrc/, the shapes), and the instance keys it holds.
+  built from (:class:`~.paths.BuildInputs`: toolchain fingerprint, the generator (codegen/
+  but the catalog file), templates/, csrc/, the shapes), and the instance keys it holds.  Reading it
+  (:func:`~.paths.published`, :func:`~.paths.current_module`) lives in :mod:`.paths`.
   Module and manifest are published atomically (temp file + ``os.replace``), so a reader
   sees either the old or the new pair, never half a file.
 * A module is current for a request only when the manifest's inputs digest equals the
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -49,17 +49,23 @@ from . import toolchain as toolchain_mod
 from .lock import BuildLock, LockTimeoutError  # noqa: F401 (re-exported)
 from .ninja_file import render_build_ninja
 from .paths import (  # noqa: F401 (re-exported)
+    MANIFEST,
     MODULE_NAME,
+    BuildInputs,
     CacheDirError,
     CacheSafetyError,
+    JitDisabledError,
+    build_dir,
     cache_root,
     check_safe,
     codegen_module,
+    current_module,
+    published,
+    read_manifest,
     sha256_fd,
 )
 from .paths import sha256_file as _sha256
 
-MANIFEST = "manifest.json"
 FORMAT = 2
 
 
@@ -69,10 +75,6 @@ class BuildError(RuntimeError):
 
 class StaleCatalogError(BuildError):
     """codegen/ (the catalog) changed on disk after this process imported it."""
-
-
-class JitDisabledError(RuntimeError):
-    """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
 
 
 @dataclass
@@ -90,86 +92,8 @@ class BuildResult:
     waited_s: float = 0.0  # time spent waiting for the build lock
 
 
-@dataclass(frozen=True)
-class BuildInputs:
-    """Everything a build's output depends on, and its digest (see the module doc).
-    ``catalog`` is True when ``shapes`` is the catalog this process imported."""
-
-    tc: toolchain_mod.Toolchain
-    shapes: tuple[tuple[int, ...], ...]
-    catalog: bool
-    sources_digest: str  # toolchain, codegen/ (as imported), templates/, csrc/
-    digest: str  # sources_digest and the shapes
-
-    @classmethod
-    def of(cls, tc: toolchain_mod.Toolchain, shapes=None) -> BuildInputs:
-        catalog = shapes is None
-        if catalog:
-            shapes = codegen_module("gen_instances").SHAPES
-        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
-        sources = _digest(
-            "aiter_aux build inputs 1",
-            tc.fingerprint,
-            paths.codegen_digest(),  # the generator and the catalog, as imported
-            paths.sources_digest(dirs=("templates", "csrc")),  # read at build time
-        )
-        return cls(tc, shapes, catalog, sources, _digest(sources, json.dumps(shapes)))
-
-    @property
-    def directory(self) -> Path:
-        return build_dir(self.tc)
-
-
-def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()
-
-
-def build_dir(tc: toolchain_mod.Toolchain) -> Path:
-    return cache_root() / tc.build_dir_name()
-
-
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     codegen_module("writer").atomic_write(path, data, mode)
-
-
-def read_manifest(directory: Path) -> dict | None:
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
-
-
-def published(inputs: BuildInputs) -> tuple[Path, str] | None:
-    """``(module path, its sha256)`` from the manifest of ``inputs``' build directory when
-    it was published for exactly these inputs; None otherwise.  Does not read the module;
-    raises only :class:`CacheSafetyError` (an unsafe cache directory)."""
-    directory = inputs.directory
-    manifest = read_manifest(directory)
-    if not manifest or manifest.get("inputs_digest") != inputs.digest:
-        return None
-    name = manifest.get("module", "")
-    if not name or "/" in name or not isinstance(manifest.get("module_sha256"), str):
-        return None
-    check_safe(directory.parent)
-    check_safe(directory)
-    return directory / name, manifest["module_sha256"]
-
-
-def current_module(inputs: BuildInputs) -> Path | None:
-    """The published module of ``inputs`` if it is current and intact (sha256), else None."""
-    hit = published(inputs)
-    if hit is None:
-        return None
-    path, sha = hit
-    try:
-        check_safe(path)
-        return path if _sha256(path) == sha else None
-    except FileNotFoundError:
-        return None
 
 
 def _tidy(directory: Path) -> bool:

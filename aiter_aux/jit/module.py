@@ -1,16 +1,21 @@
 """The loaded ``module_moe_mxfp4_aux``: :class:`AuxModule`, the one place that loads a
-module file into the process.
+module file into the process, and the few plain C functions Python calls on it directly
+(through ``ctypes``): its ABI version, backend, instance keys and kernel-call counter.  The
+ops themselves go through the torch binding compiled into the module; no args struct is
+mirrored here.
 
-Which file is loaded, and when, is decided by :mod:`.spec` (prebuilt, cache or JIT source;
-at most one module per backend per process).  :func:`load_module` is re-exported from there.
+``ABI_VERSION`` must equal ``AITER_AUX_ABI_VERSION`` of ``mxfp4_moe_aux_abi.h`` (a test
+checks the header; every loaded module is checked).  Which file is loaded, and when, is
+decided by :mod:`.spec` (prebuilt, cache or JIT source; at most one module per backend per
+process).  Imports nothing of the project: the load path and the builder import this.
 """
 
 from __future__ import annotations
 
-import ctypes
+import ctypes as C
 from pathlib import Path
 
-from . import abi
+ABI_VERSION = 5
 
 
 class InstanceMissingError(KeyError):
@@ -20,10 +25,22 @@ class InstanceMissingError(KeyError):
         return str(self.args[0])
 
 
+def _declare(lib: C.CDLL) -> None:
+    """Set the signatures of the module's introspection functions."""
+    lib.aiter_aux_abi_version.restype = C.c_int
+    lib.aiter_aux_backend.restype = C.c_char_p
+    lib.aiter_aux_num_instances.restype = C.c_int
+    lib.aiter_aux_instance_key.restype = C.c_char_p
+    lib.aiter_aux_instance_key.argtypes = [C.c_int]
+    lib.aiter_aux_kernel_calls.restype = C.c_int64
+
+
 class AuxModule:
-    """A loaded module.  Loading it registers its torch binding: the ``aiter_aux`` ops' kernels
-    for the module's backend (dispatch key CPU, or CUDA for cuda/rocm), so at most one module
-    per backend is loaded in a process.  ``keys()`` / ``has()`` inspect its instances.
+    """A loaded module.  Loading it registers its torch binding: the kernels of the
+    ``aiter_aux`` ops for the module's backend (dispatch key CPU, or CUDA for cuda/rocm), so
+    at most one module per backend is loaded in a process.  The ops' schemas may be defined
+    before or after (:mod:`aiter_aux.ops` defines them).  ``keys()`` / ``has()`` inspect
+    its instances.
 
     ``path`` is the module file; ``load_from`` (default ``path``) is the name handed to the
     dynamic loader: :mod:`.spec` passes ``/proc/self/fd/N`` of a descriptor whose bytes it
@@ -31,20 +48,23 @@ class AuxModule:
     refuses the file, ``RuntimeError`` when its ABI differs."""
 
     def __init__(self, path: Path, load_from: Path | str | None = None):
-        import torch
-
-        from ..ops import _ops  # noqa: F401 (defines the schemas the binding implements)
+        import torch  # its libraries first: the binding links against them
 
         self.path = Path(path)
         # What torch.ops.load_library does (dlopen: the binding's static initialisers register
         # the kernels; then the bookkeeping), minus its realpath(): that would turn
         # /proc/self/fd/N back into a path a concurrent republish may have removed.
-        self.lib = ctypes.CDLL(str(load_from or self.path), mode=ctypes.RTLD_LOCAL)
+        self.lib = C.CDLL(str(load_from or self.path), mode=C.RTLD_LOCAL)
         torch.ops.loaded_libraries.add(str(self.path))
-        abi.declare(self.lib)
-        abi.check(self.lib, self.path)
+        _declare(self.lib)
+        version = self.lib.aiter_aux_abi_version()
+        if version != ABI_VERSION:
+            raise RuntimeError(
+                f"{self.path}: ABI version {version}, expected {ABI_VERSION}; rebuild it"
+            )
         self.backend = self.lib.aiter_aux_backend().decode()
-        self._keys = frozenset(abi.keys(self.lib))
+        n = self.lib.aiter_aux_num_instances()
+        self._keys = frozenset(self.lib.aiter_aux_instance_key(i).decode() for i in range(n))
 
     def keys(self) -> list[str]:
         return sorted(self._keys)
@@ -55,7 +75,3 @@ class AuxModule:
     def kernel_calls(self) -> int:
         """Instance calls made through this module so far (tests: "no kernel ran")."""
         return self.lib.aiter_aux_kernel_calls()
-
-
-# The load path lives in .spec; re-exported here for existing imports.
-from .spec import load_module, loaded_modules  # noqa: E402, F401

@@ -1,9 +1,14 @@
-"""Where the sources and the build cache live, and what their bytes are.
+"""Where the sources, the prebuilt modules and the build cache live, what their bytes are,
+and what the cache has published.
 
 Sources (``codegen/``, ``templates/``, ``csrc/``) are read from the source checkout, or
-from ``aiter_aux/_src`` inside an installed wheel.  The cache root is
+from ``aiter_aux/_src`` inside an installed wheel.  Prebuilt modules ship in
+``aiter_aux/_prebuilt`` (:data:`PREBUILT_DIR`, :mod:`.prebuilt`).  The cache root is
 ``$AITER_AUX_CACHE_DIR`` or ``~/.cache/aiter_aux``; each toolchain gets its own build
-directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`).
+directory below it (see :func:`aiter_aux.jit.toolchain.Toolchain.build_dir_name`), whose
+``manifest.json`` names the published module (:func:`published`, :func:`current_module`;
+the contract is in :mod:`.build`, which writes it).  This is all a cache hit needs: the
+load path reads the cache through this module and never imports the builder.
 
 Errors: :class:`CacheSafetyError` (a cache path another user could write) and its subclass
 :class:`CacheDirError` (a cache path that cannot be a directory, e.g. it is a file); both
@@ -14,17 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import env
 
+if TYPE_CHECKING:
+    from .toolchain import Toolchain
+
 MODULE_NAME = "module_moe_mxfp4_aux"
+MANIFEST = "manifest.json"
 SOURCE_DIRS = ("codegen", "templates", "csrc")
 _PKG_DIR = Path(__file__).resolve().parents[1]
+PREBUILT_DIR = _PKG_DIR / "_prebuilt"
 _SKIP_PARTS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".d", ".tmp")
 
@@ -37,6 +50,10 @@ class CacheDirError(CacheSafetyError):
     """``$AITER_AUX_CACHE_DIR`` (or a directory above it) is not a directory."""
 
 
+class JitDisabledError(RuntimeError):
+    """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
+
+
 @cache
 def source_root() -> Path:
     """The directory holding codegen/, templates/ and csrc/: ``$AITER_AUX_SOURCE_DIR``, else
@@ -44,7 +61,7 @@ def source_root() -> Path:
     given = env.get("AITER_AUX_SOURCE_DIR")
     candidates = [Path(given)] if given else [_PKG_DIR / "_src", _PKG_DIR.parent]
     for candidate in candidates:
-        if (candidate / "codegen" / "gen_instances.py").is_file():
+        if (candidate / "codegen" / "catalog.py").is_file():
             return candidate
     raise FileNotFoundError(
         f"aiter_aux sources (codegen/, templates/, csrc/) not found next to {_PKG_DIR}"
@@ -67,13 +84,16 @@ def source_files(root: Path, dirs: tuple[str, ...] = SOURCE_DIRS) -> list[Path]:
     return sorted(files)
 
 
-def sources_digest(root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS) -> str:
+def sources_digest(
+    root: Path | None = None, dirs: tuple[str, ...] = SOURCE_DIRS, exclude: tuple[str, ...] = ()
+) -> str:
     """sha256 over the relative path and bytes of every :func:`source_files` file of
-    ``root`` (default: :func:`source_root`)."""
+    ``root`` (default: :func:`source_root`) but those in ``exclude`` (relative paths)."""
     root = Path(root) if root is not None else source_root()
     h = hashlib.sha256()
     for rel in source_files(root, dirs):
-        h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+        if rel.as_posix() not in exclude:
+            h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -153,13 +173,25 @@ def ensure_dir(path: Path) -> None:
     check_safe(path)
 
 
-_IMPORTED: dict[str, str] = {}  # "codegen" -> digest of codegen/ when it was imported
+CATALOG_FILE = "codegen/catalog.py"  # relative to the source root
+_IMPORTED: dict[str, str] = {}  # codegen/ when this process imported it: _codegen_digests()
+
+
+def _codegen_digests() -> dict[str, str]:
+    """The digests of codegen/ on disk: the generator (every file but the catalog) and the
+    catalog file."""
+    root = source_root()
+    return {
+        "generator": sources_digest(root, ("codegen",), exclude=(CATALOG_FILE,)),
+        "catalog": sha256_file(root / CATALOG_FILE),
+    }
 
 
 @cache
 def codegen():
     """The ``codegen`` package of the source root, imported under a private name so it
-    cannot clash with another top-level ``codegen`` package."""
+    cannot clash with another top-level ``codegen`` package, with its catalog (imported at
+    once: the catalog as imported is the catalog as digested)."""
     name = "aiter_aux_codegen"
     if name in sys.modules:
         return sys.modules[name]
@@ -169,24 +201,125 @@ def codegen():
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    _IMPORTED["codegen"] = sources_digest(dirs=("codegen",))
+    _IMPORTED.update(_codegen_digests())
     spec.loader.exec_module(module)
+    importlib.import_module(f"{name}.catalog")
+    return module
+
+
+def catalog_on_disk(path: Path | None = None):
+    """``codegen/catalog.py`` as it is on disk now (default: the source root's), executed as
+    a fresh module that is not registered in ``sys.modules``: its ``SHAPES`` and rules,
+    whatever catalog this process imported."""
+    path = Path(path) if path is not None else source_root() / CATALOG_FILE
+    name = "aiter_aux_catalog_on_disk"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
     return module
 
 
 def codegen_module(submodule: str):
-    """``codegen.<submodule>`` (e.g. "instances", "gen_instances") of the source root."""
+    """``codegen.<submodule>`` (e.g. "catalog", "gen_instances") of the source root."""
     codegen()
     return importlib.import_module(f"aiter_aux_codegen.{submodule}")
 
 
 def codegen_digest() -> str:
-    """The digest of codegen/ (the generator and the catalog) as this process imported it."""
+    """The digest of the generator (codegen/ but the catalog file) as this process imported
+    it.  A build digests the shapes it builds itself, so an edit of the catalog changes a
+    build's inputs only through its shapes: the process that edits the catalog and builds
+    the edited shapes publishes exactly what a fresh process asks for."""
     codegen()
-    return _IMPORTED.get("codegen") or sources_digest(dirs=("codegen",))
+    return _IMPORTED["generator"]
 
 
 def codegen_changed() -> bool:
-    """True when codegen/ on disk differs from what this process imported (e.g. a shape
-    was added since): the process's catalog is then older than the files."""
-    return codegen_digest() != sources_digest(dirs=("codegen",))
+    """True when codegen/ on disk (generator or catalog) differs from what this process
+    imported (e.g. a shape was added since): the process's catalog is then older than the
+    files."""
+    codegen()
+    return _IMPORTED != _codegen_digests()
+
+
+# ------------------------------------------------------------------ what the cache holds
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def build_dir(tc: Toolchain) -> Path:
+    """The build directory of ``tc`` under the cache root."""
+    return cache_root() / tc.build_dir_name()
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything a build's output depends on, its digest and its build directory, computed
+    once (see :mod:`.build`).  ``catalog`` is True when ``shapes`` is the catalog this
+    process imported."""
+
+    tc: Toolchain
+    shapes: tuple[tuple[int, ...], ...]
+    catalog: bool
+    sources_digest: str  # toolchain, the generator (as imported), templates/, csrc/
+    digest: str  # sources_digest and the shapes
+    directory: Path  # the build directory (cache root and toolchain, when computed)
+
+    @classmethod
+    def of(cls, tc: Toolchain, shapes=None) -> BuildInputs:
+        catalog = shapes is None
+        if catalog:
+            shapes = codegen_module("catalog").SHAPES
+        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
+        sources = _digest(
+            "aiter_aux build inputs 2",
+            tc.fingerprint,
+            codegen_digest(),  # the generator, as imported (the shapes are digested below)
+            sources_digest(dirs=("templates", "csrc")),  # read at build time
+        )
+        digest = _digest(sources, json.dumps(shapes))
+        return cls(tc, shapes, catalog, sources, digest, build_dir(tc))
+
+
+def read_manifest(directory: Path) -> dict | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def published(inputs: BuildInputs) -> tuple[Path, str] | None:
+    """``(module path, its sha256)`` from the manifest of ``inputs``' build directory when
+    it was published for exactly these inputs; None otherwise.  Does not read the module;
+    raises only :class:`CacheSafetyError` (an unsafe cache directory)."""
+    directory = inputs.directory
+    manifest = read_manifest(directory)
+    if not manifest or manifest.get("inputs_digest") != inputs.digest:
+        return None
+    name = manifest.get("module", "")
+    if not name or "/" in name or not isinstance(manifest.get("module_sha256"), str):
+        return None
+    check_safe(directory.parent)
+    check_safe(directory)
+    return directory / name, manifest["module_sha256"]
+
+
+def current_module(inputs: BuildInputs) -> Path | None:
+    """The published module of ``inputs`` if it is current and intact (sha256), else None."""
+    hit = published(inputs)
+    if hit is None:
+        return None
+    path, sha = hit
+    try:
+        check_safe(path)
+        return path if sha256_file(path) == sha else None
+    except FileNotFoundError:
+        return None

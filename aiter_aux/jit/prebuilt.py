@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .paths import source_files, source_root, sources_digest  # noqa: F401 (re-exported)
+from . import paths
+from .paths import MANIFEST, source_files, source_root, sources_digest  # noqa: F401
 
 FORMAT = 1
-PREBUILT_DIR = Path(__file__).resolve().parents[1] / "_prebuilt"
-MANIFEST = "manifest.json"
 
 
 def platform_tag() -> dict[str, str]:
@@ -68,10 +67,10 @@ class Prebuilt:
 
 
 def candidates(root: Path | None = None) -> list[Prebuilt]:
-    """Every prebuilt directory (under ``root``, default :data:`PREBUILT_DIR`) with a
+    """Every prebuilt directory (under ``root``, default :data:`.paths.PREBUILT_DIR`) with a
     readable manifest, by name."""
     found = []
-    for manifest in sorted(Path(root or PREBUILT_DIR).glob(f"*/{MANIFEST}")):
+    for manifest in sorted(Path(root or paths.PREBUILT_DIR).glob(f"*/{MANIFEST}")):
         try:
             found.append(Prebuilt(manifest.parent, json.loads(manifest.read_text())))
         except (OSError, ValueError):
@@ -101,16 +100,15 @@ def _arch_base(arch: str) -> str:
 
 def mismatch(pb: Prebuilt, backend: str, digest: str | None = None) -> str | None:
     """Why ``pb`` cannot serve ``backend`` here, or None when it can."""
-    from . import abi
-    from .build import _sha256
+    from .module import ABI_VERSION
 
     m = pb.manifest
     if m.get("format") != FORMAT:
         return f"manifest format {m.get('format')}, expected {FORMAT}"
     if pb.backend != backend:
         return f"built for backend {pb.backend!r}, not {backend!r}"
-    if m.get("abi_version") != abi.ABI_VERSION:
-        return f"ABI version {m.get('abi_version')}, this package has {abi.ABI_VERSION}"
+    if m.get("abi_version") != ABI_VERSION:
+        return f"ABI version {m.get('abi_version')}, this package has {ABI_VERSION}"
     built, here = (m.get("system"), m.get("machine")), tuple(platform_tag().values())
     if built != here:
         return f"built for {'/'.join(map(str, built))}, this is {'/'.join(here)}"
@@ -121,7 +119,7 @@ def mismatch(pb: Prebuilt, backend: str, digest: str | None = None) -> str | Non
     digest = digest if digest is not None else sources_digest()
     if m.get("sources_digest") != digest:
         return f"built from other sources than {source_root()} (sources digest differs)"
-    if not pb.module_path.is_file() or _sha256(pb.module_path) != m.get("module_sha256"):
+    if not pb.module_path.is_file() or paths.sha256_file(pb.module_path) != m.get("module_sha256"):
         return f"module file {pb.module_path} is missing or corrupted (sha256 differs)"
     return None
 

@@ -7,7 +7,7 @@ A first op call reads top to bottom: :func:`load_module` -> :meth:`ModuleSpec.lo
 Contract
 --------
 ``ModuleSpec(backend)`` stands for the module that serves this process's catalog (``SHAPES``
-of codegen/gen_instances.py, as imported) on ``backend``.
+of codegen/catalog.py, as imported) on ``backend``.
 
 * ``try_load()`` returns the module of the first source below that serves the whole
   catalog, loaded, or None.  It never builds, locks or writes, and never raises for a
@@ -23,8 +23,9 @@ of codegen/gen_instances.py, as imported) on ``backend``.
 
 At most one module per backend is ever loaded in a process: loading a module registers
 its ops, so a second one would register them twice.  A key the loaded module lacks raises
-``InstanceMissingError`` (or ``JitDisabledError`` under ``AITER_AUX_DISABLE_JIT=1``),
-telling to restart the process after ``aiter-aux build``.
+``InstanceMissingError`` (or ``JitDisabledError`` under ``AITER_AUX_DISABLE_JIT=1``)
+saying why (:func:`why_missing`): restart the process when the catalog on disk has the key
+(added since the process read it), add the shape when it does not.
 
 Sources, in order
 -----------------
@@ -32,8 +33,8 @@ Sources, in order
    (backend, arch, ABI, platform, shipped sources) and holds every catalog key; under
    ``AITER_AUX_DISABLE_JIT=1`` also when it holds only part of the catalog.
 2. **cache**: the module published in the toolchain's build directory for exactly this
-   process's build inputs (:class:`.build.BuildInputs`: toolchain, codegen/ with the
-   catalog, templates/, csrc/, shapes).
+   process's build inputs (:class:`.paths.BuildInputs`: toolchain, the generator,
+   templates/, csrc/, the catalog's shapes).
 3. **JIT**: the whole catalog built into the cache (:mod:`.build`), then loaded as in 2.
 
 Every module file is opened once, its sha256 is checked against its manifest through that
@@ -48,15 +49,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import env as aux_env
-from . import build as build_mod
-from . import prebuilt as prebuilt_mod
+from . import paths
 from . import toolchain as toolchain_mod
-from .build import BuildResult, JitDisabledError
 from .module import AuxModule, InstanceMissingError
-from .paths import MODULE_NAME, check_safe, codegen_module, sha256_fd
+from .paths import MODULE_NAME, JitDisabledError, check_safe, codegen_module, sha256_fd
+
+if TYPE_CHECKING:  # imported where used: a cache hit needs neither
+    from .build import BuildResult
+    from .prebuilt import Prebuilt
 
 log = logging.getLogger("aiter_aux")
 
@@ -113,22 +118,27 @@ class ModuleSpec:
 
     def __init__(self, backend: str):
         self.backend = backend
-        self.shapes = list(codegen_module("gen_instances").SHAPES)
-        enumerate_instances = codegen_module("instances").enumerate_instances
-        self.keys = frozenset(i.key for i in enumerate_instances(self.shapes))
-        self._inputs: build_mod.BuildInputs | None = None
+        self.shapes = list(codegen_module("catalog").SHAPES)
 
-    @property
-    def inputs(self) -> build_mod.BuildInputs:
+    @cached_property
+    def keys(self) -> frozenset[str]:
+        """The instance keys of the catalog."""
+        enumerate_instances = codegen_module("instances").enumerate_instances
+        return frozenset(i.key for i in enumerate_instances(self.shapes))
+
+    @cached_property
+    def inputs(self) -> paths.BuildInputs:
         """The build inputs of the catalog (selects the toolchain: needs a compiler)."""
-        if self._inputs is None:
-            self._inputs = build_mod.BuildInputs.of(toolchain_mod.select(self.backend))
-        return self._inputs
+        return paths.BuildInputs.of(toolchain_mod.select(self.backend))
 
     # ---------------------------------------------------------------- the sources
-    def prebuilt(self) -> tuple[prebuilt_mod.Prebuilt | None, str]:
+    def prebuilt(self) -> tuple[Prebuilt | None, str]:
         """``(prebuilt, "")`` when the shipped prebuilt module serves, else ``(None, why)``;
         ``why`` is ``""`` when the install ships none."""
+        if not paths.PREBUILT_DIR.is_dir():
+            return None, ""
+        from . import prebuilt as prebuilt_mod
+
         pb, why = prebuilt_mod.find(self.backend)
         if pb is None:
             return None, why
@@ -154,7 +164,7 @@ class ModuleSpec:
                 raise
             return None
         for _attempt in range(3):  # a republish between manifest and open: read it again
-            hit = build_mod.published(inputs)
+            hit = paths.published(inputs)
             if hit is None:
                 return None
             module = _load(*hit, safe=True, strict=strict)
@@ -169,7 +179,9 @@ class ModuleSpec:
 
     def build(self, progress=None) -> BuildResult:
         """Build the whole catalog into the cache (a no-op when it is current)."""
-        return build_mod.build_module(backend=self.backend, progress=progress)
+        from .build import build_module
+
+        return build_module(backend=self.backend, progress=progress)
 
     def load(self, key: str | None = None) -> AuxModule:
         """The backend's module (loaded once per process), holding ``key`` if given."""
@@ -185,6 +197,7 @@ class ModuleSpec:
         return module
 
     def _build_and_load(self) -> AuxModule:
+        from . import build as build_mod
         from .progress import Reporter
 
         if _jit_disabled():
@@ -210,17 +223,13 @@ class ModuleSpec:
         if module.has(key):
             _CHECKED.add((self.backend, key))
             return
-        msg = (
-            f"{key} is not in the {self.backend} module this process loaded "
-            f"({module.path}); a process loads one module per backend (loading registers its "
-            "ops), so restart the process"
-        )
+        msg = why_missing(module, key)
         if _jit_disabled():
             raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1: {msg} without AITER_AUX_DISABLE_JIT (the whole "
-                "catalog is then JIT-built), or after `aiter-aux build`"
+                f"AITER_AUX_DISABLE_JIT=1: {msg} (with AITER_AUX_DISABLE_JIT=1 a process "
+                "needs the module `aiter-aux build` publishes)"
             )
-        raise InstanceMissingError(f"{msg} after `aiter-aux build`")
+        raise InstanceMissingError(msg)
 
     def plan(self) -> tuple[str, str]:
         """``(source, detail)`` that :meth:`load` would use now, without loading anything:
@@ -228,7 +237,7 @@ class ModuleSpec:
         pb, why = self.prebuilt()
         if pb is not None:
             return "prebuilt", str(pb.module_path)
-        path = build_mod.current_module(self.inputs)
+        path = paths.current_module(self.inputs)
         if path is not None:
             return "cache", str(path)
         why = f"prebuilt module not used ({why}); " if why else ""
@@ -245,6 +254,39 @@ class ModuleSpec:
                 self.backend,
                 why,
             )
+
+
+def why_missing(module: AuxModule, key: str) -> str:
+    """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
+    process when the catalog on disk has the key (its shape was added after this process read
+    the catalog), add the shape when it does not."""
+    where = f"{key} is not in the {module.backend} module this process loaded ({module.path})"
+    restart = "a process loads one module per backend (loading registers its ops)"
+    path = paths.source_root() / paths.CATALOG_FILE
+    try:
+        shapes = paths.catalog_on_disk(path).SHAPES
+        keys = {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
+    except Exception:  # a catalog file being edited: say only what is sure
+        return f"{where}; {restart}, so restart the process after `aiter-aux build`"
+    if key in keys:
+        return (
+            f"{where}, but the catalog on disk ({path}) has it: its shape was added after "
+            f"this process read the catalog, and {restart}: restart the process"
+        )
+    return (
+        f"{where}, and no shape of the catalog ({path}) gives it. To add a model shape: "
+        "`aiter-aux add-shape E,MODEL_DIM,INTER,TOPK --note MODEL` (it rebuilds; or add the "
+        "tuple to both lists and run `aiter-aux build`), then restart the process"
+    )
+
+
+def explain_missing(backend: str, key: str) -> str | None:
+    """:func:`why_missing` for the module loaded for ``backend``, or None when none is
+    loaded or it has ``key``: the text for an op's missing-instance error."""
+    module = _LOADED.get(backend)
+    if module is None or module.has(key):
+        return None
+    return why_missing(module, key)
 
 
 def load_module(backend: str, key: str | None = None) -> AuxModule:

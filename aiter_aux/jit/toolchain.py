@@ -25,11 +25,11 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from .. import __version__, env
-from . import abi
+from .module import ABI_VERSION
 from .paths import codegen_module, kernels_dir
 
 PACKAGE_VERSION = __version__
@@ -70,13 +70,13 @@ class Toolchain:
             " ".join(self.host_flags),
             " ".join(self.link_flags),
             PACKAGE_VERSION,
-            str(abi.ABI_VERSION),
+            str(ABI_VERSION),
             " ".join(self.torch_flags),
             " ".join(self.torch_libs),
             self.torch_version,
         ]
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         for part in self.identity():

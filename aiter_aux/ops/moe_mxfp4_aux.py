@@ -1,7 +1,7 @@
 """The supported-shape catalog of the specialised MXFP4 MoE aux path, and the predicates a
 dispatcher asks before taking it.
 
-``MXFP4_MOE_SUPPORTED_SHAPES`` must equal ``SHAPES`` in ``codegen/gen_instances.py`` (the AST
+``MXFP4_MOE_SUPPORTED_SHAPES`` must equal ``SHAPES`` in ``codegen/catalog.py`` (the AST
 test ``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it).  Each tuple is
 ``(expert, model_dim, inter_rounded, topk)``: ``expert`` counts a fused shared expert where it
 is odd, ``topk`` then counts it too, and ``inter_rounded`` is inter_dim rounded up to a
@@ -13,7 +13,7 @@ The ops themselves are :mod:`aiter_aux.ops` (also importable from here, and from
 
 from __future__ import annotations
 
-INTER_ALIGN = 256
+from ..shapes import round_inter
 
 # (expert, model_dim, inter_rounded, topk)
 MXFP4_MOE_SUPPORTED_SHAPES = frozenset(
@@ -78,7 +78,7 @@ _SCATTER_KEYS = frozenset((s[1], s[3]) for s in MXFP4_MOE_SUPPORTED_SHAPES)
 
 def round_inter_dim(inter_dim: int) -> int:
     """``inter_dim`` rounded up to a multiple of 256."""
-    return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
+    return round_inter(inter_dim)
 
 
 def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, topk: int) -> bool:

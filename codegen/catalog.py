@@ -1,0 +1,118 @@
+"""The shape catalog of module_moe_mxfp4_aux and the rules every catalog shape obeys.
+
+``SHAPES`` is the codegen copy of the supported-shape catalog; it must equal
+``MXFP4_MOE_SUPPORTED_SHAPES`` in ``aiter_aux/ops/moe_mxfp4_aux.py`` (the AST test in
+``op_tests/test_mxfp4_moe_aux_codegen.py`` checks it).  Each tuple is
+``(expert, model_dim, inter_rounded, topk)``, one per line with a comment naming its model;
+``expert`` counts a fused shared expert where it is odd, and ``topk`` then counts it too.
+Add a shape with ``aiter-aux add-shape E,MODEL_DIM,INTER,TOPK`` or by hand in both lists.
+
+The rules (:func:`validate_shape`): expert in [1, :data:`MAX_EXPERTS`], model_dim and
+inter_rounded positive multiples of :data:`MODEL_DIM_ALIGN` / :data:`INTER_ALIGN`, topk in
+[1, min(expert, :data:`MAX_TOPK`)].  :func:`round_inter` is the one rounding of inter_dim.
+
+Stdlib only and free of code generation: the load path reads the catalog from here without
+importing the generator (nor jinja2); the generator, the JIT, ``aiter-aux add-shape`` /
+``remove-shape`` and :mod:`aiter_aux.shapes` import it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+INTER_ALIGN = 256
+MODEL_DIM_ALIGN = 256
+MAX_EXPERTS = 1024
+MAX_TOPK = 255
+
+
+def round_inter(inter_dim: int) -> int:
+    """inter_dim rounded up to a multiple of :data:`INTER_ALIGN` (the catalog stores the
+    rounded value)."""
+    return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
+
+
+def validate_shape(shape: object) -> list[str]:
+    """Rule violations of one catalog tuple (empty when valid)."""
+    if not (isinstance(shape, tuple) and len(shape) == 4 and all(type(v) is int for v in shape)):
+        return [f"{shape!r}: must be a tuple of 4 ints (expert, model_dim, inter_rounded, topk)"]
+    expert, model_dim, inter, topk = shape
+    errors = []
+    if not 1 <= expert <= MAX_EXPERTS:
+        errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
+    if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
+        errors.append(f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}")
+    if inter <= 0 or inter % INTER_ALIGN:
+        errors.append(f"{shape}: inter_rounded must be a positive multiple of {INTER_ALIGN}")
+    if not 1 <= topk <= min(expert, MAX_TOPK):
+        errors.append(f"{shape}: topk must be in [1, min(expert, {MAX_TOPK})]")
+    return errors
+
+
+def validate_catalog(shapes: Iterable[object]) -> list[str]:
+    """Rule violations of a whole catalog, duplicates included."""
+    errors: list[str] = []
+    seen: set[object] = set()
+    for shape in shapes:
+        errors.extend(validate_shape(shape))
+        if shape in seen:
+            errors.append(f"{shape}: listed more than once")
+        seen.add(shape)
+    return errors
+
+
+# (expert, model_dim, inter_rounded, topk)
+SHAPES = [
+    (385, 7168, 512, 9),  # Kimi-K2.5 TP4
+    (385, 7168, 1024, 9),  # Kimi-K2.5 TP2
+    (385, 7168, 256, 9),  # Kimi-K2.5 TP8
+    (384, 7168, 512, 8),  # Kimi-K2 TP4
+    (384, 7168, 256, 8),  # Kimi-K2 TP8 (moe_inter 2048 / 8)
+    (257, 7168, 512, 9),  # DeepSeek-R1 TP4
+    (257, 7168, 256, 9),  # DeepSeek-R1 TP8
+    (256, 7168, 512, 8),  # DeepSeek-V3/R1 TP4, shared expert not fused (moe_inter 2048 / 4)
+    (256, 7168, 256, 8),  # DeepSeek-V3/R1 TP8, shared expert not fused (moe_inter 2048 / 8)
+    (32, 7168, 2048, 8),  # DeepSeek-V3/R1 EP8 (256 / 8 local experts)
+    (33, 7168, 2048, 8),  # no public model (DeepSeek-V3/R1 EP8 plus one expert, topk 8)
+    (64, 7168, 2048, 8),  # DeepSeek-V3/R1 EP4 (256 / 4 local experts)
+    (256, 3072, 1536, 8),  # MiniMax TP2
+    (256, 3072, 768, 8),  # MiniMax TP4
+    (256, 3072, 512, 8),  # MiniMax-M3 (inter 384 -> 512)
+    (256, 3072, 256, 8),  # MiniMax-M2 TP8 (moe_inter 1536 / 8 = 192 -> 256)
+    (512, 4096, 256, 10),  # Qwen3.5-397B
+    (512, 4096, 512, 10),  # Qwen3.5-397B-A17B TP2, shared expert not fused (moe_inter 1024 / 2)
+    (513, 4096, 512, 11),  # Qwen3.5-397B-A17B TP2, shared expert fused (moe_inter 1024 / 2)
+    (48, 7168, 3072, 6),  # DeepSeek-V4 EP8
+    (24, 7168, 3072, 6),  # DeepSeek-V4 EP16 (384 / 16 local experts)
+    (384, 7168, 1536, 6),  # DeepSeek-V4 TP2
+    (384, 7168, 768, 6),  # DeepSeek-V4 TP4
+    (384, 7168, 512, 6),  # DeepSeek-V4 TP6/TP8
+    (385, 7168, 1536, 7),  # DeepSeek-V4 TP2, shared expert fused (moe_inter 3072 / 2)
+    (385, 7168, 768, 7),  # DeepSeek-V4 TP4, shared expert fused (moe_inter 3072 / 4)
+    (385, 7168, 512, 7),  # DeepSeek-V4 TP6/TP8, shared expert fused (moe_inter 3072 / 6 or / 8)
+    (256, 4096, 256, 6),  # DeepSeek-V4-Lite
+    (256, 4096, 2048, 6),  # DeepSeek-V4-Flash TP1, shared expert not fused (moe_inter 2048)
+    (289, 4096, 2048, 9),  # GLM-5.3-Flash (no AITER aux instance: aiter#5156)
+    (384, 5120, 768, 6),  # no public model
+    (384, 5120, 1280, 6),  # no public model
+    (128, 5120, 768, 3),  # no public model
+    (128, 5120, 1280, 3),  # no public model
+    (96, 5120, 2304, 6),  # DeepSeek-V4.1-Flash TP4+EP
+    (32, 5120, 2304, 2),  # no public model
+    (32, 5120, 2304, 3),  # no public model
+    (257, 6144, 2048, 9),  # GLM-5.2 TP1 (moe_inter 2048, as the TP4/TP8 lines)
+    (257, 6144, 1024, 9),  # GLM-5.2 TP2 (moe_inter 2048 / 2)
+    (257, 6144, 512, 9),  # GLM-5.2 TP4
+    (257, 6144, 256, 9),  # GLM-5.2 TP8
+    (129, 6144, 512, 5),  # no public model
+    (129, 6144, 768, 5),  # no public model
+    (256, 6144, 512, 8),  # GLM-5.2 routed-only TP4
+    (896, 3584, 512, 16),  # Kimi-K3
+    (896, 3584, 3072, 16),  # no public model
+    (56, 3584, 3072, 16),  # no public model
+    (128, 3072, 512, 4),  # gpt-oss-120b TP8 (hidden 2880 padded to 3072; inter 360 -> 512)
+    (128, 3072, 1536, 4),  # gpt-oss-120b TP2 (hidden 2880 padded to 3072; inter 1440 -> 1536)
+    (128, 3072, 3072, 4),  # gpt-oss-120b TP1 (hidden 2880 padded to 3072; inter 2880 -> 3072)
+    (513, 2560, 768, 11),  # Qwen3.8-Flash-Next TP1 (inter 640 -> 768)
+    (513, 8192, 256, 11),  # Qwen3.8 TP8, shared expert fused
+]

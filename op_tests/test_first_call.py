@@ -1,0 +1,277 @@
+"""What the first op call of a process does: the files it enters, what it imports, that
+concurrent first calls all run, and that the package has no import circle.  CPU backend.
+
+The measure of the load path (:data:`TRACE`): in a process that has imported
+``aiter_aux.ops`` and torch, the first call ``aiter_aux.ops.mxfp4_quant(x)`` runs under
+``sys.setprofile``.  A *file entry* is a Python call whose code lives in a project file
+(``aiter_aux/**`` or the source root's ``codegen/**``; a module body run by an import
+counts) made from a different project file (the nearest project frame up the stack; torch's
+dispatcher in between does not count).  ``files`` are the distinct project files entered,
+``reentries`` the entries of a file already entered before.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from test_load_path import env_for, last_json, make_sources, py  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILES = 8  # a cache-hit first call enters at most this many project files
+
+TRACE = """
+import json, os, sys
+from pathlib import Path
+import torch
+import aiter_aux
+from aiter_aux import ops as aux_ops
+from aiter_aux.jit.paths import source_root
+
+ROOTS = (str(Path(aiter_aux.__file__).resolve().parent) + os.sep,
+         str(source_root().resolve() / "codegen") + os.sep)
+
+def project(frame):
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(ROOTS):
+            return name
+        frame = frame.f_back
+    return None
+
+entered, reentries = [], 0
+
+def profile(frame, event, arg):
+    global reentries
+    if event != "call" or not frame.f_code.co_filename.startswith(ROOTS):
+        return
+    name = frame.f_code.co_filename
+    if project(frame.f_back) != name:
+        if name in entered:
+            reentries += 1
+        else:
+            entered.append(name)
+
+x = torch.randn(4, 3072).bfloat16()
+before = set(sys.modules)
+sys.setprofile(profile)
+aux_ops.mxfp4_quant(x)
+sys.setprofile(None)
+short = [n.replace(ROOTS[0], "aiter_aux/").replace(ROOTS[1], "codegen/") for n in entered]
+print(json.dumps({"files": short, "reentries": reentries,
+                  "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The env of a one-shape catalog whose module is built (so a first call is a hit)."""
+    tmp = tmp_path_factory.mktemp("first_call")
+    env = env_for(tmp / "cache", make_sources(tmp / "src"))
+    build = "from aiter_aux.jit.build import build_module; build_module(backend='cpu')"
+    p = py(build, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return env
+
+
+def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(built):
+    got = last_json(py(TRACE, built))
+    assert len(got["files"]) <= MAX_FILES, got
+    imported = got["imported"]
+    for heavy in ("jinja2", "ninja", "aiter_aux.jit.build", "aiter_aux_codegen.render"):
+        assert heavy not in imported, (heavy, imported)
+
+
+# ------------------------------------------------------------ concurrent first calls (N1)
+# Every op, both forms, 8 threads each, released at once as the process's first op call.
+# The inputs come from the reference (no module involved); the _out buffers get the
+# shapes of the fake implementation (meta tensors, no module either).
+THREADS = """
+import json, threading
+import torch
+import aiter_aux.ops  # defines the ops
+from aiter_aux import reference as ref
+from aiter_aux.pipeline import draw_routing
+
+E, D, K, BM, M = 256, 3072, 8, 32, 5
+g = torch.Generator().manual_seed(0)
+ids, w = draw_routing(M, E, K, g)
+x = torch.randn(M, D, generator=g).bfloat16()
+s = ref.moe_sort(ids, w, E, BM)
+_, a_scale = ref.mxfp4_quant(x)
+expert_out = torch.randn(ref.moe_sort_capacity(M, K, E, BM), D, generator=g).bfloat16()
+eq, es = ref.mxfp4_quant(expert_out)
+ARGS = {
+    "moe_sort": (ids, w, E, BM),
+    "mxfp4_quant": (x,),
+    "mxfp8_quant": (x,),
+    "moe_sort_quant": (ids, w, x, E, BM),
+    "moe_sort_quant_fp8": (ids, w, x, E, BM),
+    "moe_sort_scales": (a_scale, s.sorted_token_ids, s.num_valid_ids, BM),
+    "moe_scatter_reduce": (expert_out, s.reverse_sorted, s.sorted_weights, K),
+    "moe_scatter_reduce_q": (eq, es, s.reverse_sorted, s.sorted_weights, K),
+}
+ops = torch.ops.aiter_aux
+calls = []
+for name, args in ARGS.items():
+    meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    outs = getattr(ops, name)(*meta)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    bufs = [torch.empty(o.shape, dtype=o.dtype) for o in outs]
+    calls.append((name, getattr(ops, name), args))
+    calls.append((name + "_out", getattr(ops, name + "_out"), (*args, *bufs)))
+calls = [c for c in calls for _ in range(8)]
+barrier = threading.Barrier(len(calls))
+failures = []
+
+def run(name, op, args):
+    barrier.wait()
+    try:
+        op(*args)
+    except Exception as e:
+        failures.append(f"{name}: {type(e).__name__}: {e}")
+
+threads = [threading.Thread(target=run, args=c) for c in calls]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"calls": len(calls), "failures": failures[:3], "failed": len(failures)}))
+"""
+
+
+def test_concurrent_first_calls_all_run(built):
+    """N1: every thread waits for the one load, then runs (10 fresh processes)."""
+    for _round in range(10):
+        got = last_json(py(THREADS, built))
+        assert got["calls"] == 128 and got["failed"] == 0, got
+
+
+# ----------------------------------------------------------------------- import circles
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            test = getattr(child, "test", None) if isinstance(child, ast.If) else None
+            if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports anywhere (module level or inside functions)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            # the longest project module the target names (a submodule, else its package)
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                break
+    return found
+
+
+def import_cycles() -> list[list[str]]:
+    files = sorted((ROOT / "aiter_aux").rglob("*.py"))
+    modules = {_module_name(f) for f in files}
+    graph = {_module_name(f): _imports(f, modules) for f in files}
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_circle():
+    """Imports inside functions count: they close a circle as surely, only later (those
+    under ``if TYPE_CHECKING:`` never run and do not)."""
+    assert import_cycles() == []
+
+
+def test_cycle_finder_sees_function_level_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "aiter_aux"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
+    (pkg / "a.py").write_text("from . import b, c\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert import_cycles() == [["aiter_aux.a", "aiter_aux.b"]]
+
+
+def test_trace_counts_the_issue_measure():
+    """The measure itself, on a toy call chain a -> b -> a -> b: 2 files, 2 re-entries
+    (returns are no entries)."""
+    code = TRACE.split("x = torch.randn")[0] + (
+        "import types\n"
+        "def make(name, body):\n"
+        "    m = types.ModuleType(name)\n"
+        "    exec(compile(body, ROOTS[0] + name + '.py', 'exec'), m.__dict__)\n"
+        "    return m\n"
+        "b = make('b', 'def g(f):\\n    return f() if f else 1\\n')\n"
+        "a = make('a', 'def f(g, h):\\n    return g(h)\\ndef h():\\n    return B.g(None)\\n')\n"
+        "a.B = b\n"
+        "sys.setprofile(profile)\n"
+        "a.f(b.g, a.h)\n"
+        "sys.setprofile(None)\n"
+        "print(json.dumps({'files': [n[-4:] for n in entered], 'reentries': reentries}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {
+        "files": ["a.py", "b.py"],
+        "reentries": 2,
+    }, p.stderr
