@@ -33,8 +33,22 @@ if TYPE_CHECKING:
     )
 
 
+def _submodules() -> frozenset[str]:
+    global _SUBMODULES
+    if _SUBMODULES is None:
+        import pkgutil
+
+        _SUBMODULES = frozenset(m.name for m in pkgutil.iter_modules(__path__))  # noqa: F405
+    return _SUBMODULES
+
+
+_SUBMODULES: frozenset[str] | None = None
+
+
 def __getattr__(name: str):
-    if name.startswith("__"):
+    # `from . import env` asks for the attribute before importing the submodule: a
+    # submodule's name (or a dunder) must not import the ops (and torch)
+    if name.startswith("__") or name in _submodules():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in _PREDICATES:
         return getattr(importlib.import_module(".ops.moe_mxfp4_aux", __name__), name)
