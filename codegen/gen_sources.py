@@ -7,7 +7,8 @@ The generated files are checked in and stamped "generated ... do not edit":
 ``aiter_aux/validation/_checks.py`` and ``aiter_aux/ops/_ops.py`` (:mod:`codegen.gen_python`)
 and ``csrc/kernels/mxfp4_moe/aiter_aux_limits.h`` (:mod:`codegen.limits`).  The torch
 binding is generated at build time instead (templates/binding.j2), into the build
-directory.  After editing the op table, run this, then ``python scripts/gen_api_md.py``.
+directory.  It also runs ``scripts/gen_api_md.py`` (docs/api.md, from the generated
+wrappers): after editing the op table, this one command regenerates everything.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         print("out of date (run python codegen/gen_sources.py): " + ", ".join(stale))
         return 1
     print(("written: " + ", ".join(stale)) if stale else "all generated sources are current")
-    return 0
+    # docs/api.md is generated from the wrappers' signatures and docstrings (imports torch)
+    api = [sys.executable, str(ROOT / "scripts" / "gen_api_md.py")]
+    return subprocess.run(api + (["--check"] if args.check else []), cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

@@ -43,41 +43,20 @@ from aiter_aux.validation import moe_sort_capacity
 
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
 from . import compat as compat  # the vLLM and SGLang formats (docs/compat.md)
+from . import quant, scatter, sort, sort_scales
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
-from .quant import (
-    moe_sort_quant,
-    moe_sort_quant_out,
-    mxfp4_quant,
-    mxfp4_quant_out,
-    mxfp8_quant,
-    mxfp8_quant_out,
-)
-from .scatter import (
-    moe_scatter_reduce,
-    moe_scatter_reduce_out,
-    moe_scatter_reduce_q,
-    moe_scatter_reduce_q_out,
-)
-from .sort import moe_sort, moe_sort_out
-from .sort_scales import moe_sort_scales, moe_sort_scales_out
+from .quant import *  # noqa: F403 (each op module's __all__: its ops, both forms)
+from .scatter import *  # noqa: F403
+from .sort import *  # noqa: F403
+from .sort_scales import *  # noqa: F403
 
 __all__ = [
     "MoeSortOutput",
     "moe_sort_capacity",
-    "moe_sort",
-    "moe_sort_out",
-    "mxfp4_quant",
-    "mxfp4_quant_out",
-    "mxfp8_quant",
-    "mxfp8_quant_out",
-    "moe_sort_quant",
-    "moe_sort_quant_out",
-    "moe_sort_scales",
-    "moe_sort_scales_out",
-    "moe_scatter_reduce",
-    "moe_scatter_reduce_out",
-    "moe_scatter_reduce_q",
-    "moe_scatter_reduce_q_out",
     "E2M1_VALUES",
+    *sort.__all__,
+    *quant.__all__,
+    *sort_scales.__all__,
+    *scatter.__all__,
 ]

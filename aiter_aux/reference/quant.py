@@ -18,6 +18,15 @@ from .sort_scales import moe_sort_scales_out
 # mxfp4_quant
 # --------------------------------------------------------------------------------------------
 
+__all__ = [
+    "moe_sort_quant",
+    "moe_sort_quant_out",
+    "mxfp4_quant",
+    "mxfp4_quant_out",
+    "mxfp8_quant",
+    "mxfp8_quant_out",
+]
+
 
 @torch.no_grad()
 def _quant_into(

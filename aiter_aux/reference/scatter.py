@@ -10,6 +10,13 @@ from aiter_aux.validation import _checks as C
 from . import chunks
 from .mxfp4 import _bf16_rne, _decode_mxfp4_rows
 
+__all__ = [
+    "moe_scatter_reduce",
+    "moe_scatter_reduce_out",
+    "moe_scatter_reduce_q",
+    "moe_scatter_reduce_q_out",
+]
+
 
 @torch.no_grad()
 def _scatter_into(rows_fn, reverse_sorted, sorted_weights, topk, m, d, out, scale=1.0) -> None:

@@ -9,6 +9,8 @@ import torch
 from aiter_aux.types import MoeSortOutput, empty_moe_sort_output
 from aiter_aux.validation import _checks as C
 
+__all__ = ["moe_sort", "moe_sort_out"]
+
 
 def _as_int32(v: torch.Tensor) -> torch.Tensor:
     """int64 values in [-2^31, 2^32) -> int32 with two's-complement wrap-around."""

@@ -7,6 +7,8 @@ import torch
 
 from aiter_aux.validation import _checks as C
 
+__all__ = ["moe_sort_scales", "moe_sort_scales_out"]
+
 
 def moe_sort_scales_out(
     a_scale: torch.Tensor,
