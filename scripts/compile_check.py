@@ -1,9 +1,12 @@
-"""Compile every GPU kernel instance of the catalog for AMD and NVIDIA targets, no GPU needed.
+"""Compile the GPU kernel instances of the catalog for AMD and NVIDIA targets, no GPU needed.
 
-    python scripts/compile_check.py [--targets gfx950,gfx942,sm_90] [--jobs N]
+    python scripts/compile_check.py [--targets gfx950,gfx942,sm_90] [--jobs N] [--all-instances]
 
 The catalog's instances are rendered by the codegen (the same TUs the JIT builds), bundled
-one TU per op (each instance TU #included once), and compiled:
+one TU per op (each instance TU #included once), and compiled.  By default a representative
+set (:func:`representative`: per op every distinct model_dim, the smallest and largest
+num_experts, the largest topk, odd and even topk); ``--all-instances`` compiles the whole
+catalog.
 
 * gfx950 / gfx942: Debian's clang-22 with libamdhip64-dev, device code only, to assembly
   (``-S``: unlike ``-fsyntax-only`` it runs the backend, which catches target-feature
@@ -72,16 +75,57 @@ def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def bundles(workdir: Path, backend: str) -> dict[str, tuple[Path, int]]:
-    """One TU per op including every catalog instance of that op: op -> (path, count)."""
+def representative(instances: list) -> list:
+    """Per op, the fewest instances (greedy cover) that between them hold every distinct
+    model_dim of the op's instances, its smallest and largest num_experts, its largest
+    topk and an odd and an even topk: what a compile can depend on (the D-dependent quant
+    and scatter code, the E-sized shared memory, the topk loops and their parity)."""
+    chosen = []
+    by_op: dict[str, list] = {}
+    for inst in instances:
+        by_op.setdefault(inst.op, []).append(inst)
+    for insts in by_op.values():
+
+        def features(inst) -> set:
+            p = inst.params
+            f = set()
+            if "model_dim" in p:
+                f.add(("d", p["model_dim"]))
+            if "num_experts" in p:
+                f.add(("e", p["num_experts"]))
+            if "topk" in p:
+                f |= {("k", p["topk"]), ("k odd", p["topk"] % 2)}
+            return f
+
+        want = set()
+        for name, key in (("e", "num_experts"), ("k", "topk")):
+            values = [i.params[key] for i in insts if key in i.params]
+            if values:
+                want |= {(name, min(values)), (name, max(values))} if name == "e" else {
+                    (name, max(values))}  # fmt: skip
+        want |= {f for i in insts for f in features(i) if f[0] in ("d", "k odd")}
+        while want:
+            best = max(insts, key=lambda i: (len(features(i) & want), i.key))
+            if not features(best) & want:
+                break
+            chosen.append(best)
+            want -= features(best)
+    return sorted(chosen)
+
+
+def bundles(workdir: Path, backend: str, every: bool = False) -> dict[str, tuple[Path, int]]:
+    """One TU per op including the catalog's instances of that op (``every``: all of them,
+    else :func:`representative`): op -> (path, count)."""
     gen = codegen_module("gen_instances")
-    instances = codegen_module("instances").enumerate_instances(codegen_module("catalog").SHAPES)
+    catalog = codegen_module("instances").enumerate_instances(codegen_module("catalog").SHAPES)
     srcdir = workdir / backend
     result = gen.generate(srcdir, backend)
+    keep = {i.key for i in (catalog if every else representative(catalog))}
     by_op: dict[str, list[Path]] = {}
-    for inst, path in zip(instances, sorted(result.instance_files), strict=True):
+    for inst, path in zip(catalog, sorted(result.instance_files), strict=True):
         assert path.stem == f"inst_{inst.key}", (path, inst.key)
-        by_op.setdefault(inst.op, []).append(path)
+        if inst.key in keep:
+            by_op.setdefault(inst.op, []).append(path)
     ext = ".hip" if backend == "rocm" else ".cu"
     out = {}
     for op, paths in by_op.items():
@@ -167,6 +211,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--targets", default="gfx950,gfx942,sm_90")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    every = "every instance of the catalog (default: a representative set)"
+    ap.add_argument("--all-instances", action="store_true", help=every)
     args = ap.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     need = {env.get("HIP_CLANG") if t.startswith("gfx") else _nvcc() for t in targets}
@@ -179,7 +225,7 @@ def main(argv=None) -> int:
         work = Path(tmp)
         jobs = []
         for backend in sorted({"rocm" if t.startswith("gfx") else "cuda" for t in targets}):
-            for op, (src, count) in bundles(work, backend).items():
+            for op, (src, count) in bundles(work, backend, args.all_instances).items():
                 for t in targets:
                     if t.startswith("gfx") == (backend == "rocm"):
                         jobs.append((t, op, src, count, work))
