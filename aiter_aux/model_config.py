@@ -70,6 +70,13 @@ def _rules():
     return codegen_module("catalog")
 
 
+def layout_name(tp: int, ep: int) -> str:
+    """``TP4``, ``EP8`` (EP over as many TP ranks, or TP 1) or ``TP8 EP2``."""
+    if ep == 1:
+        return f"TP{tp}"
+    return f"EP{ep}" if tp in (1, ep) else f"TP{tp} EP{ep}"
+
+
 @dataclass(frozen=True)
 class Derivation:
     """One model at one layout: ``shape``, how it was derived (``steps``, in order) and what
@@ -91,13 +98,16 @@ class Derivation:
 
     @property
     def layout(self) -> str:
-        if self.ep == 1:
-            return f"TP{self.tp}"
-        return f"EP{self.ep}" if self.tp in (1, self.ep) else f"TP{self.tp} EP{self.ep}"
+        return layout_name(self.tp, self.ep)
 
     @property
     def comment(self) -> str:
         """The catalog comment: model, layout, and the arithmetic behind the tuple."""
+        return self.comments()[0]
+
+    def comments(self) -> tuple[str, str, str]:
+        """The catalog comment, longest first: :attr:`comment`; the same without the
+        per-rank inter before rounding (``inter 2880 / 4 -> 768``); model and layout only."""
         head = f"{self.model} {self.layout}"
         if self.fusable_shared:
             head += f", shared expert {'fused' if self.fused_shared else 'not fused'}"
@@ -108,10 +118,16 @@ class Derivation:
         split += f" {self.inter}"
         if self.moe_tp > 1:
             split += f" / {self.moe_tp}"
+        full = short = split
         per_rank = self.inter // self.moe_tp
         if per_rank != self.shape[2]:
-            split += (f" = {per_rank}" if self.moe_tp > 1 else "") + f" -> {self.shape[2]}"
-        return f"{head} ({'; '.join(parts + [split])})"
+            full += (f" = {per_rank}" if self.moe_tp > 1 else "") + f" -> {self.shape[2]}"
+            short += f" -> {self.shape[2]}"
+        return (
+            f"{head} ({'; '.join(parts + [full])})",
+            f"{head} ({'; '.join(parts + [short])})",
+            head,
+        )
 
 
 class Served(NamedTuple):
