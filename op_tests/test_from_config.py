@@ -2,7 +2,9 @@
 (:mod:`aiter_aux.model_cli`), on temporary copies of the source tree made with the helpers of
 ``test_catalog_edit.py``: the derivation printed, the derived line added to both lists as
 ``add-shape E,D,INTER,TOPK`` adds it (and rebuilt), a shape already there said with exit 0,
-user errors in one line with exit 2, and the table of served models."""
+user errors in one line with exit 2, and the table of served models.  Then the repository's
+own catalog: every layout it promises for a shipped model config, derived by model_config,
+is supported by ``is_mxfp4_moe_shape_supported``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from test_catalog_edit import GEN, OPS, ast_test, cli, files, make_copy, snapshot
 
 from aiter_aux import catalog_edit as ce
-from aiter_aux.model_config import CONFIG_DIR, load_config
+from aiter_aux.model_config import CONFIG_DIR, load_config, shapes_from_config
+from aiter_aux.ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
 
 WIDTH = 100  # the project's line length: the catalog files and list's output
 
@@ -206,3 +209,23 @@ def test_list_models_on_the_catalog_fits_100_columns(tmp_path):
     assert p.returncode == 0, p.stderr
     assert max(map(len, p.stdout.splitlines())) <= WIDTH
     assert "no public model" in p.stdout
+
+
+# ------------------------------------------------------------- the repository's catalog
+PROMISED = (
+    [("qwen3_235b_a22b", tp, None) for tp in (1, 2, 4, 8)]
+    + [("gpt_oss_120b", tp, None) for tp in (1, 2, 4, 8)]
+    + [("gpt_oss_20b", tp, None) for tp in (1, 2, 4, 8)]
+    + [("deepseek_v3", tp, fuse) for tp in (1, 2, 4, 8) for fuse in (True, False)]
+    + [("kimi_k2", tp, fuse) for tp in (1, 4, 8) for fuse in (True, False)]
+    + [("deepseek_v4_flash", tp, True) for tp in (1, 2, 4, 8)]
+)
+
+
+@pytest.mark.parametrize("name, tp, fuse", PROMISED)
+def test_catalog_serves_the_promised_model_layouts(name, tp, fuse):
+    """The layout's shape comes from the shipped config through model_config; the predicate
+    gets what a dispatcher passes: the padded model_dim and the per-rank inter (unrounded)."""
+    d = shapes_from_config(load_config(config(name)), tp, 1, fuse)
+    expert, model_dim, _, topk = d.shape
+    assert is_mxfp4_moe_shape_supported(expert, model_dim, d.inter // d.moe_tp, topk), d.shape
