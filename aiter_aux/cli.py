@@ -215,6 +215,7 @@ def cmd_doctor(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .jit.paths import codegen_module
+    from .model_cli import add_from_config_options
 
     try:
         backends = codegen_module("instances").BACKENDS  # the one backend list
@@ -337,33 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the model and split, written as the line's comment "
                            "(e.g. 'GLM-4.5 TP4'; 'no public model' if none); required with "
                            "E,D,INTER,TOPK")  # fmt: skip
-            _add_from_config_options(p)
+            add_from_config_options(p)
         p.add_argument("--no-build", action="store_true", help="edit only, do not rebuild")
         p.set_defaults(func=cmd_edit_shape)
         if name == "add-shape":
             p.set_defaults(func=cmd_add_shape, usage_error=p.error)
     return parser
-
-
-def _add_from_config_options(p: argparse.ArgumentParser) -> None:
-    """add-shape --from-config and its options (aiter_aux/model_cli.py)."""
-    g = p.add_argument_group("from a model's config.json (instead of E,D,INTER,TOPK)")
-    g.add_argument("--from-config", metavar="CONFIG.json",
-                   help="derive the shape from a Hugging Face config.json (DeepSeek-V3/V4, "
-                   "Qwen3-MoE, gpt-oss, Kimi-K2, GLM-4.5, Llama-4, Mixtral key names), print "
-                   "each step; the note defaults to the model, layout and arithmetic")  # fmt: skip
-    g.add_argument("--tp", type=int, metavar="N", help="tensor-parallel size (required)")
-    g.add_argument("--ep", type=int, metavar="N",
-                   help="expert-parallel size (default 1): EP >= TP splits the experts only, "
-                   "EP < TP splits inter over TP / EP")  # fmt: skip
-    g.add_argument("--fuse-shared", action=argparse.BooleanOptionalAction, default=None,
-                   help="fuse one shared expert of the routed size as one more expert (E + 1, "
-                   "topk + 1); default: fused without EP, not fused with EP")  # fmt: skip
-    g.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the derivation and the catalog line; edit and build nothing",
-    )
 
 
 def _is_user_error(e: BaseException) -> bool:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 
@@ -21,6 +22,27 @@ WIDTH = 100  # the project's line length (pyproject.toml), also list --models' w
 
 def _clip(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def add_from_config_options(p: argparse.ArgumentParser) -> None:
+    """add-shape's --from-config and the options that go with it."""
+    g = p.add_argument_group("from a model's config.json (instead of E,D,INTER,TOPK)")
+    g.add_argument("--from-config", metavar="CONFIG.json",
+                   help="derive the shape from a Hugging Face config.json (DeepSeek-V3/V4, "
+                   "Qwen3-MoE, gpt-oss, Kimi-K2, GLM-4.5, Llama-4, Mixtral key names), print "
+                   "each step; the note defaults to the model, layout and arithmetic")  # fmt: skip
+    g.add_argument("--tp", type=int, metavar="N", help="tensor-parallel size (required)")
+    g.add_argument("--ep", type=int, metavar="N",
+                   help="expert-parallel size (default 1): EP >= TP splits the experts only, "
+                   "EP < TP splits inter over TP / EP")  # fmt: skip
+    g.add_argument("--fuse-shared", action=argparse.BooleanOptionalAction, default=None,
+                   help="fuse one shared expert of the routed size as one more expert (E + 1, "
+                   "topk + 1); default: fused without EP, not fused with EP")  # fmt: skip
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the derivation and the catalog line; edit and build nothing",
+    )
 
 
 def _check_options(args) -> None:
