@@ -20,6 +20,8 @@ examples:
   aiter-aux list                                   the catalog with model names
   aiter-aux run --shape 513,2560,640,11 --tokens 1,16,512,4096 --csv run.csv
   aiter-aux add-shape 160,5120,1536,8 --note "GLM-4.5 TP1"
+  aiter-aux add-shape --from-config gpt-oss-120b/config.json --tp 4
+  aiter-aux list --models                          which model layouts the catalog serves
   aiter-aux remove-shape 160,5120,1536,8
   aiter-aux clean --backend cpu                    remove the CPU builds only
   aiter-aux doctor                                 toolchain, cache state, what would rebuild
@@ -87,6 +89,10 @@ def cmd_build(args) -> int:
 
 
 def cmd_list(args) -> int:
+    if args.models:
+        from .model_cli import list_models
+
+        return list_models(args)
     import shutil
 
     from .catalog_edit import default_files, read_entries
@@ -188,6 +194,19 @@ def cmd_edit_shape(args) -> int:
     return 0
 
 
+def cmd_add_shape(args) -> int:
+    """add-shape: E,D,INTER,TOPK with --note, or --from-config (model_cli), then as
+    cmd_edit_shape."""
+    from .model_cli import plan_add_shape
+
+    if not plan_add_shape(args):
+        return 0
+    code = cmd_edit_shape(args)
+    if args.from_config is not None and not args.no_build:
+        print(f"  run it    : aiter-aux run --shape {','.join(map(str, args.shape))}")
+    return code
+
+
 def cmd_doctor(args) -> int:
     from .doctor import doctor
 
@@ -196,6 +215,7 @@ def cmd_doctor(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .jit.paths import codegen_module
+    from .model_cli import add_from_config_options
 
     try:
         backends = codegen_module("instances").BACKENDS  # the one backend list
@@ -232,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Print every catalog shape (expert, model_dim, inter rounded up to 256, topk) "
             "with the model named by its catalog comment, in at most 100 columns.")  # fmt: skip
     p.add_argument("--wide", action="store_true", help="also print each shape's instance keys")
+    p.add_argument("--models", action="store_true",
+                   help="which (model, TP/EP) layouts of the shipped model configs the catalog "
+                   "serves, and the shapes that serve none of them")  # fmt: skip
     p.set_defaults(func=cmd_list)
 
     p = add("run", "run, check and time the aux pipeline of one shape",
@@ -307,14 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
                     else "nothing compiles: the lookup and the link)."),
                 backend)  # fmt: skip
         p.add_argument("shape", type=_type(parse_shape), metavar="E,D,INTER,TOPK",
+                       nargs="?" if name == "add-shape" else None,
                        help="expert (a fused shared expert counts), model_dim, inter (rounded "
                        "up to 256), topk")  # fmt: skip
         if name == "add-shape":
-            p.add_argument("--note", "--model", dest="note", required=True, metavar="MODEL",
+            p.add_argument("--note", "--model", dest="note", metavar="MODEL",
                            help="the model and split, written as the line's comment "
-                           "(e.g. 'GLM-4.5 TP4'; 'no public model' if none)")  # fmt: skip
+                           "(e.g. 'GLM-4.5 TP4'; 'no public model' if none); required with "
+                           "E,D,INTER,TOPK")  # fmt: skip
+            add_from_config_options(p)
         p.add_argument("--no-build", action="store_true", help="edit only, do not rebuild")
         p.set_defaults(func=cmd_edit_shape)
+        if name == "add-shape":
+            p.set_defaults(func=cmd_add_shape, usage_error=p.error)
     return parser
 
 

@@ -27,7 +27,7 @@ each stated in the derivation it applies to:
 * **model_dim.**  A hidden size that is not a multiple of 256 (gpt-oss: 2880) is padded to
   the next one (3072); the caller pads the activations.
 * **Limits.**  ``E <= MAX_EXPERTS`` and ``1 <= topk <= min(E, MAX_TOPK)``: the catalog's
-  rule constants, read from the codegen package that defines them.
+  rule constants, read from ``codegen/catalog.py``.
 
 Errors are :class:`ModelConfigError` (a ``ValueError``) with a one-line message.
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .shapes import INTER_ALIGN, Shape, round_inter
+from .shapes import Shape, round_inter
 
 EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
 TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
@@ -53,6 +53,9 @@ SHARED_SIZE_KEYS = ("shared_expert_intermediate_size",)
 BUILTIN_SHARED = ("llama4", "llama4_text")
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_EPS = (2, 4, 8)
+#: The shipped configs (package data): trimmed ``config.json`` files of public MoE models,
+#: their sources in the README next to them.
+CONFIG_DIR = Path(__file__).resolve().parent / "data" / "model_configs"
 
 
 class ModelConfigError(ValueError):
@@ -60,18 +63,18 @@ class ModelConfigError(ValueError):
 
 
 def _rules():
-    """The module defining the catalog's rule constants (MODEL_DIM_ALIGN, MAX_EXPERTS,
-    MAX_TOPK): ``codegen/catalog.py`` where it has them, else ``codegen/instances.py``."""
+    """``codegen/catalog.py``: the catalog's rule constants (INTER_ALIGN, MODEL_DIM_ALIGN,
+    MAX_EXPERTS, MAX_TOPK)."""
     from .jit.paths import codegen_module
 
-    for name in ("catalog", "instances"):
-        try:
-            module = codegen_module(name)
-        except ModuleNotFoundError:
-            continue
-        if hasattr(module, "MAX_TOPK"):
-            return module
-    raise ImportError("no codegen module defines MODEL_DIM_ALIGN, MAX_EXPERTS and MAX_TOPK")
+    return codegen_module("catalog")
+
+
+def layout_name(tp: int, ep: int) -> str:
+    """``TP4``, ``EP8`` (EP over as many TP ranks, or TP 1) or ``TP8 EP2``."""
+    if ep == 1:
+        return f"TP{tp}"
+    return f"EP{ep}" if tp in (1, ep) else f"TP{tp} EP{ep}"
 
 
 @dataclass(frozen=True)
@@ -95,13 +98,16 @@ class Derivation:
 
     @property
     def layout(self) -> str:
-        if self.ep == 1:
-            return f"TP{self.tp}"
-        return f"EP{self.ep}" if self.tp in (1, self.ep) else f"TP{self.tp} EP{self.ep}"
+        return layout_name(self.tp, self.ep)
 
     @property
     def comment(self) -> str:
         """The catalog comment: model, layout, and the arithmetic behind the tuple."""
+        return self.comments()[0]
+
+    def comments(self) -> tuple[str, str, str]:
+        """The catalog comment, longest first: :attr:`comment`; the same without the
+        per-rank inter before rounding (``inter 2880 / 4 -> 768``); model and layout only."""
         head = f"{self.model} {self.layout}"
         if self.fusable_shared:
             head += f", shared expert {'fused' if self.fused_shared else 'not fused'}"
@@ -112,10 +118,16 @@ class Derivation:
         split += f" {self.inter}"
         if self.moe_tp > 1:
             split += f" / {self.moe_tp}"
+        full = short = split
         per_rank = self.inter // self.moe_tp
         if per_rank != self.shape[2]:
-            split += (f" = {per_rank}" if self.moe_tp > 1 else "") + f" -> {self.shape[2]}"
-        return f"{head} ({'; '.join(parts + [split])})"
+            full += (f" = {per_rank}" if self.moe_tp > 1 else "") + f" -> {self.shape[2]}"
+            short += f" -> {self.shape[2]}"
+        return (
+            f"{head} ({'; '.join(parts + [full])})",
+            f"{head} ({'; '.join(parts + [short])})",
+            head,
+        )
 
 
 class Served(NamedTuple):
@@ -142,6 +154,15 @@ def load_config(path: str | Path) -> dict:
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} holds a JSON {type(config).__name__}, not an object")
     return config
+
+
+def shipped_configs() -> dict[str, dict]:
+    """The configs of :data:`CONFIG_DIR`, by model name (:func:`model_name`), in file order."""
+    configs = {}
+    for path in sorted(CONFIG_DIR.glob("*.json")):
+        config = load_config(path)
+        configs[model_name(config)] = config
+    return configs
 
 
 def model_name(config: Mapping) -> str:
@@ -362,10 +383,10 @@ def shapes_from_config(
     if inter_rounded != per_rank:
         steps.append(
             f"round inter {per_rank} up to {inter_rounded} (the catalog stores inter rounded "
-            f"up to a multiple of {INTER_ALIGN})"
+            f"up to a multiple of {rules.INTER_ALIGN})"
         )
     else:
-        steps.append(f"inter_rounded = {inter_rounded} (a multiple of {INTER_ALIGN})")
+        steps.append(f"inter_rounded = {inter_rounded} (a multiple of {rules.INTER_ALIGN})")
 
     if e_total > rules.MAX_EXPERTS:
         raise ModelConfigError(

@@ -341,11 +341,11 @@ def test_computed_or_duplicate_entry_is_refused_naming_its_line(tree, old, new, 
 def test_new_line_goes_next_to_its_model_then_its_model_dim(tree):
     """The same model (expert, model_dim, topk) first, else the same model_dim."""
     entries = ce.read_entries(tree / GEN)
-    ce.add_shape((385, 7168, 2048, 9), "Kimi-K2.5 TP1", **files(tree))
+    ce.add_shape((385, 7168, 1792, 9), "Kimi-K2.5-like test line", **files(tree))
     kimi = max(e.line for e in entries if (e.shape[0], e.shape[1], e.shape[3]) == (385, 7168, 9))
     after = {e.shape: e for e in ce.read_entries(tree / GEN)}
-    assert after[(385, 7168, 2048, 9)].line == kimi + 1
-    assert after[(385, 7168, 2048, 9)].comment == "Kimi-K2.5 TP1"
+    assert after[(385, 7168, 1792, 9)].line == kimi + 1
+    assert after[(385, 7168, 1792, 9)].comment == "Kimi-K2.5-like test line"
     ce.add_shape((160, 3584, 512, 8), "Some 3584 model", **files(tree))
     last_3584 = max(e.line for e in ce.read_entries(tree / GEN) if e.shape[1] == 3584
                     and e.shape != (160, 3584, 512, 8))  # fmt: skip

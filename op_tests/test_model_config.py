@@ -1,16 +1,16 @@
-""":mod:`aiter_aux.model_config`: the catalog shape of each fixture config
-(``op_tests/data/model_configs``) at TP 1, 2, 4, 8 and EP, worked out by hand from the
+""":mod:`aiter_aux.model_config`: the catalog shape of each shipped config
+(``aiter_aux/data/model_configs``) at TP 1, 2, 4, 8 and EP, worked out by hand from the
 config values and the rules (the expected tuples are literals, never computed by the
 module); the derivation text; and the errors.  Stdlib only, no torch."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from aiter_aux.model_config import (
+    CONFIG_DIR,
     ModelConfigError,
     Served,
     format_derivation,
@@ -20,7 +20,7 @@ from aiter_aux.model_config import (
     shapes_from_config,
 )
 
-DATA = Path(__file__).resolve().parent / "data" / "model_configs"
+DATA = CONFIG_DIR
 
 
 def cfg(name: str) -> dict:

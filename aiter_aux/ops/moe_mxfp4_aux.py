@@ -21,12 +21,18 @@ MXFP4_MOE_SUPPORTED_SHAPES = frozenset(
         (385, 7168, 512, 9),  # Kimi-K2.5 TP4
         (385, 7168, 1024, 9),  # Kimi-K2.5 TP2
         (385, 7168, 256, 9),  # Kimi-K2.5 TP8
+        (385, 7168, 2048, 9),  # Kimi-K2 TP1, shared expert fused (moe_inter 2048)
         (384, 7168, 512, 8),  # Kimi-K2 TP4
         (384, 7168, 256, 8),  # Kimi-K2 TP8 (moe_inter 2048 / 8)
+        (384, 7168, 2048, 8),  # Kimi-K2 TP1, shared expert not fused (moe_inter 2048)
         (257, 7168, 512, 9),  # DeepSeek-R1 TP4
         (257, 7168, 256, 9),  # DeepSeek-R1 TP8
+        (257, 7168, 2048, 9),  # DeepSeek-V3 TP1, shared expert fused (moe_inter 2048)
+        (257, 7168, 1024, 9),  # DeepSeek-V3 TP2, shared expert fused (moe_inter 2048 / 2)
         (256, 7168, 512, 8),  # DeepSeek-V3/R1 TP4, shared expert not fused (moe_inter 2048 / 4)
         (256, 7168, 256, 8),  # DeepSeek-V3/R1 TP8, shared expert not fused (moe_inter 2048 / 8)
+        (256, 7168, 2048, 8),  # DeepSeek-V3 TP1, shared expert not fused (moe_inter 2048)
+        (256, 7168, 1024, 8),  # DeepSeek-V3 TP2, shared expert not fused (moe_inter 2048 / 2)
         (32, 7168, 2048, 8),  # DeepSeek-V3/R1 EP8 (256 / 8 local experts)
         (33, 7168, 2048, 8),  # no public model (DeepSeek-V3/R1 EP8 plus one expert, topk 8)
         (64, 7168, 2048, 8),  # DeepSeek-V3/R1 EP4 (256 / 4 local experts)
@@ -48,6 +54,14 @@ MXFP4_MOE_SUPPORTED_SHAPES = frozenset(
         (256, 4096, 256, 6),  # DeepSeek-V4-Lite
         (256, 4096, 2048, 6),  # DeepSeek-V4-Flash TP1, shared expert not fused (moe_inter 2048)
         (289, 4096, 2048, 9),  # GLM-5.3-Flash (no AITER aux instance: aiter#5156)
+        (128, 4096, 1536, 8),  # Qwen3-235B-A22B TP1 (moe_inter 1536)
+        (128, 4096, 768, 8),  # Qwen3-235B-A22B TP2 (moe_inter 1536 / 2)
+        (128, 4096, 512, 8),  # Qwen3-235B-A22B TP4 (moe_inter 1536 / 4 = 384 -> 512)
+        (128, 4096, 256, 8),  # Qwen3-235B-A22B TP8 (moe_inter 1536 / 8 = 192 -> 256)
+        (257, 4096, 2048, 7),  # DeepSeek-V4-Flash TP1, shared expert fused (moe_inter 2048)
+        (257, 4096, 1024, 7),  # DeepSeek-V4-Flash TP2, shared expert fused (moe_inter 2048 / 2)
+        (257, 4096, 512, 7),  # DeepSeek-V4-Flash TP4, shared expert fused (moe_inter 2048 / 4)
+        (257, 4096, 256, 7),  # DeepSeek-V4-Flash TP8, shared expert fused (moe_inter 2048 / 8)
         (384, 5120, 768, 6),  # no public model
         (384, 5120, 1280, 6),  # no public model
         (128, 5120, 768, 3),  # no public model
@@ -68,6 +82,11 @@ MXFP4_MOE_SUPPORTED_SHAPES = frozenset(
         (128, 3072, 512, 4),  # gpt-oss-120b TP8 (hidden 2880 padded to 3072; inter 360 -> 512)
         (128, 3072, 1536, 4),  # gpt-oss-120b TP2 (hidden 2880 padded to 3072; inter 1440 -> 1536)
         (128, 3072, 3072, 4),  # gpt-oss-120b TP1 (hidden 2880 padded to 3072; inter 2880 -> 3072)
+        (128, 3072, 768, 4),  # gpt-oss-120b TP4 (hidden 2880 padded to 3072; inter 2880 / 4 -> 768)
+        (32, 3072, 3072, 4),  # gpt-oss-20b TP1 (hidden 2880 padded to 3072; inter 2880 -> 3072)
+        (32, 3072, 1536, 4),  # gpt-oss-20b TP2 (hidden 2880 padded to 3072; inter 2880 / 2 -> 1536)
+        (32, 3072, 768, 4),  # gpt-oss-20b TP4 (hidden 2880 padded to 3072; inter 2880 / 4 -> 768)
+        (32, 3072, 512, 4),  # gpt-oss-20b TP8 (hidden 2880 padded to 3072; inter 2880 / 8 -> 512)
         (513, 2560, 768, 11),  # Qwen3.8-Flash-Next TP1 (inter 640 -> 768)
         (513, 8192, 256, 11),  # Qwen3.8 TP8, shared expert fused
     }
