@@ -1,10 +1,12 @@
 """The usage examples run and hold what they state: examples/moe_layer.py (a whole MXFP4 MoE
 layer, a4w4 and a8w4, from the aux ops) stays within its stated tolerance of a dense fp32
-MoE."""
+MoE, and every Python block of docs/integration.md (and each README block marked
+``<!-- run -->``) runs as written."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
+INTEGRATION_MD = ROOT / "docs" / "integration.md"
 
 
 def _load_example():
@@ -75,3 +78,38 @@ def test_moe_layer_main_rejects(argv, capsys):
         moe_layer.main(["--device", "cpu", *argv])
     assert e.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+# Python blocks preceded by <!-- run --> run on CPU as written, each in a fresh namespace:
+# every one of docs/integration.md, those of the README that are marked.
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+
+
+def _python_blocks(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, code, marked to run) of each ```python block of ``path``."""
+    text = path.read_text()
+    blocks = []
+    for m in _BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        marked = text[: m.start()].rstrip("\n").endswith("<!-- run -->")
+        blocks.append((line, m.group(1), marked))
+    return blocks
+
+
+def test_integration_md_blocks_all_marked_to_run():
+    blocks = _python_blocks(INTEGRATION_MD)
+    assert len(blocks) >= 7
+    assert [line for line, _, marked in blocks if not marked] == []
+
+
+_RUN_BLOCKS = [
+    pytest.param(path, code, id=f"{path.name}:{line}")
+    for path in (INTEGRATION_MD, ROOT / "README.md")
+    for line, code, marked in _python_blocks(path)
+    if marked
+]
+
+
+@pytest.mark.parametrize("path, code", _RUN_BLOCKS)
+def test_doc_block_runs(cpu_module, path, code):
+    exec(compile(code, str(path), "exec"), {"__name__": "doc_block"})
