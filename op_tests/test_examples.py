@@ -1,0 +1,115 @@
+"""The usage examples run and hold what they state: examples/moe_layer.py (a whole MXFP4 MoE
+layer, a4w4 and a8w4, from the aux ops) stays within its stated tolerance of a dense fp32
+MoE, and every Python block of docs/integration.md (and each README block marked
+``<!-- run -->``) runs as written."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+INTEGRATION_MD = ROOT / "docs" / "integration.md"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("moe_layer", ROOT / "examples" / "moe_layer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+moe_layer = _load_example()
+_EXPERTS: dict[str, object] = {}  # one weight set per device, shared by the cases
+
+
+def _experts(request, device: str):
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+    else:
+        request.getfixturevalue("cpu_module")  # build (or find) the CPU module once
+    if device not in _EXPERTS:
+        num_experts, model_dim, inter_dim, _ = moe_layer.DEFAULT_SHAPE
+        _EXPERTS[device] = moe_layer.Mxfp4Experts(num_experts, model_dim, inter_dim, device)
+    return _EXPERTS[device]
+
+
+# M = 8 at topk 8 over 256 experts places several tokens in some expert's segment.
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("quant", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("num_tokens, routed_scaling_factor", [(1, 1.0), (8, 2.5)])
+def test_moe_layer_within_tolerance(request, device, quant, num_tokens, routed_scaling_factor):
+    experts = _experts(request, device)
+    topk = moe_layer.DEFAULT_SHAPE[3]
+    r = moe_layer.compare(experts, num_tokens, topk, quant, routed_scaling_factor, seed=1)
+    assert r["rel_err"] < moe_layer.TOLERANCE[quant], r
+    assert r["ok"]
+
+
+def test_moe_layer_rows_shared_by_tokens(request):
+    """The M = 8 case above exercises expert segments that hold several tokens' rows."""
+    experts = _experts(request, "cpu")
+    g = torch.Generator().manual_seed(1)
+    torch.randn(8, experts.model_dim, generator=g)  # compare() draws x first
+    logits = torch.randn(8, experts.num_experts, generator=g)
+    topk_ids, _ = moe_layer.route(logits, moe_layer.DEFAULT_SHAPE[3])
+    assert int(topk_ids.unique(return_counts=True)[1].max()) >= 2
+
+
+def test_moe_layer_main(request, capsys):
+    request.getfixturevalue("cpu_module")
+    assert moe_layer.main(["--device", "cpu", "--tokens", "2", "--quant", "mxfp8"]) == 0
+    out = capsys.readouterr().out
+    assert "a8w4" in out and "M=2" in out and "ok" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--shape", "256,3072,192,7"], ["--shape", "1,2,3"], ["--tokens", "x"], ["--tokens", "0,4"]],
+)
+def test_moe_layer_main_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        moe_layer.main(["--device", "cpu", *argv])
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+# Python blocks preceded by <!-- run --> run on CPU as written, each in a fresh namespace:
+# every one of docs/integration.md, those of the README that are marked.
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+
+
+def _python_blocks(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, code, marked to run) of each ```python block of ``path``."""
+    text = path.read_text()
+    blocks = []
+    for m in _BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        marked = text[: m.start()].rstrip("\n").endswith("<!-- run -->")
+        blocks.append((line, m.group(1), marked))
+    return blocks
+
+
+def test_integration_md_blocks_all_marked_to_run():
+    blocks = _python_blocks(INTEGRATION_MD)
+    assert len(blocks) >= 7
+    assert [line for line, _, marked in blocks if not marked] == []
+
+
+_RUN_BLOCKS = [
+    pytest.param(path, code, id=f"{path.name}:{line}")
+    for path in (INTEGRATION_MD, ROOT / "README.md")
+    for line, code, marked in _python_blocks(path)
+    if marked
+]
+
+
+@pytest.mark.parametrize("path, code", _RUN_BLOCKS)
+def test_doc_block_runs(cpu_module, path, code):
+    exec(compile(code, str(path), "exec"), {"__name__": "doc_block"})
