@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,81 @@ def test_read_only_cache_loads_builds_as_noop_and_doctor_runs(small):
     p = py(BUILD, env, prefix=ro)
     assert p.returncode != 0 and "CacheDirError" in p.stderr and "not writable" in p.stderr
     assert str(cache) in p.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------ N3, N4, N9
+def _manifest(first) -> tuple[Path, dict]:
+    path = Path(first["dir"]) / "manifest.json"
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("name", ["..", ".", "src", "fifo"])
+def test_manifest_naming_no_regular_file_counts_as_no_module(small, name):
+    """N3: the op call, ``build`` and ``doctor`` rebuild or report; none dies."""
+    _src, _cache, env, first = small
+    path, manifest = _manifest(first)
+    if name == "fifo":
+        name = "module_moe_mxfp4_aux-0123456789abcdef.so"
+        os.mkfifo(Path(first["dir"]) / name)
+    path.write_text(json.dumps(dict(manifest, module=name)))
+    p = doctor(env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    assert f"PROBLEM: {Path(first['dir']) / name} differs from its manifest" in p.stdout
+    assert "JIT-build the catalog first" in p.stdout, p.stdout
+    got = last_json(py(LOAD, env, KEY_A))  # the op path rebuilds under the lock
+    assert (
+        got["module"] == first["module"] == str(Path(first["dir"]) / _manifest(first)[1]["module"])
+    )
+    path.write_text(json.dumps(dict(manifest, module=name)))
+    got = last_json(py(BUILD, env))
+    assert got["module"] == first["module"] and got["compiled"] == 0
+
+
+def _forge(first) -> Path:
+    """Garbage bytes in place of the published module, with the manifest's sha256 updated
+    to match: intact by checksum, refused by the dynamic loader."""
+    path, manifest = _manifest(first)
+    module = Path(first["module"])
+    module.write_bytes(b"\x7fELF not really a shared object\n")
+    path.write_text(
+        json.dumps(dict(manifest, module_sha256=sha256(module.read_bytes()).hexdigest()))
+    )
+    return module
+
+
+def test_module_the_loader_refuses_counts_as_no_module(small):
+    """N4: messages name the module, never /proc/self/fd/N; doctor checks that it loads; the
+    op path relinks and republishes it under the lock."""
+    _src, _cache, env, first = small
+    module = _forge(first)
+    p = doctor(env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"PROBLEM: {module} matches its manifest but does not load" in p.stdout, p.stdout
+    assert "/proc/self/fd" not in p.stdout
+    p = py(LOAD, dict(env, AITER_AUX_DISABLE_JIT="1"), KEY_A)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode != 0 and last.startswith("aiter_aux.jit.paths.JitDisabledError"), last
+    assert "the cached module does not load (the dynamic loader refused" in last, last
+    assert str(module) in last and "/proc/self" not in last
+    got = last_json(py(LOAD, env, KEY_A))  # relinked and republished
+    manifest = _manifest(first)[1]
+    assert got["module"] == str(Path(first["dir"]) / manifest["module"])
+    assert sha256(Path(got["module"]).read_bytes()).hexdigest() == manifest["module_sha256"]
+    assert doctor(env).returncode == 0
+
+
+def test_empty_read_only_cache_is_a_problem_for_doctor(tmp_path):
+    """N9: every op call would fail (no module, nothing can be built): not 'status ok'."""
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = env_for(cache, src)
+    p = doctor(env, prefix=_read_only(cache))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"PROBLEM: the build cache {cache}/cpu-" in p.stdout and "not writable" in p.stdout
+    assert "every op call fails" in p.stdout
+    p = doctor(dict(env, AITER_AUX_DISABLE_JIT="1"))
+    assert p.returncode == 1 and "every op call raises JitDisabledError" in p.stdout, p.stdout
 
 
 # ----------------------------------------------------------------------------------- D11
