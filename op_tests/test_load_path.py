@@ -273,6 +273,39 @@ def test_empty_read_only_cache_is_a_problem_for_doctor(tmp_path):
     assert p.returncode == 1 and "every op call raises JitDisabledError" in p.stdout, p.stdout
 
 
+def test_clean_of_a_read_only_cache_names_the_cache(small):
+    """N11: one line naming the directory it could not remove (not only .ninja_log)."""
+    _src, cache, env, _first = small
+    code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = py(code, env, "clean", "--yes", prefix=_read_only(cache))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].endswith(f"cannot remove {cache}: Read-only file system (-v for a traceback)")
+    assert any(cache.iterdir())
+
+
+FULL_DISK = """
+import json, resource
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+from aiter_aux.jit.build import build_module
+try:
+    build_module(backend="cpu")
+    print(json.dumps({}))
+except OSError as e:
+    print(json.dumps({"error": str(e), "filename": e.filename}))
+"""
+
+
+def test_publish_on_a_full_disk_names_the_file(small):
+    """N12: a write that fails while publishing (here: a file-size limit, as a full disk
+    would) raises an OSError naming the file."""
+    _src, _cache, env, first = small
+    Path(first["module"]).unlink()  # the next build republishes it from obj/
+    got = last_json(py(FULL_DISK, env))
+    assert got.get("filename") == first["module"], got
+    assert first["module"] in got["error"] and "File too large" in got["error"], got
+
+
 # ----------------------------------------------------------------------------------- D11
 def test_cache_dir_that_is_a_file(tmp_path):
     src = make_sources(tmp_path / "src")
