@@ -48,7 +48,7 @@ def aiter_aux_cli(*args: str, tree: Path | None = None, cache: Path | None = Non
     if cache is not None:
         base["AITER_AUX_CACHE_DIR"] = str(cache)
     return subprocess.run([sys.executable, "-m", "aiter_aux.cli", *args], capture_output=True,
-                          text=True, stdin=stdin, env={**base, **env}, timeout=300)  # fmt: skip
+                          text=True, stdin=stdin, env={**base, **env}, timeout=900)  # fmt: skip
 
 
 def one_line_error(p: subprocess.CompletedProcess, command: str) -> str:

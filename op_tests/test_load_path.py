@@ -59,7 +59,7 @@ def env_for(cache: Path, src: Path, **extra: str) -> dict:
 
 def py(code: str, env: dict, *args: str, prefix=(), **kw) -> subprocess.CompletedProcess:
     cmd = [*prefix, sys.executable, "-c", code, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kw)
 
 
 def last_json(p: subprocess.CompletedProcess) -> dict:
@@ -146,7 +146,7 @@ def test_build_never_republishes_an_older_catalog(small, tmp_path):
     set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape, built by another process
     new = last_json(py(BUILD, env))
     go.touch()
-    out, err = old.communicate(timeout=120)
+    out, err = old.communicate(timeout=900)
     got = json.loads(out.strip().splitlines()[-1])
     assert got.get("error") == "StaleCatalogError", (got, err[-2000:])
     assert "changed on disk" in got["msg"] and "aiter-aux build" in got["msg"]
@@ -492,7 +492,7 @@ def test_running_process_asking_for_a_key_added_since_is_told_to_restart(small, 
     assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
     set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape by another process
     go.touch()
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=900)
     got = json.loads(out.strip().splitlines()[-1])
     assert "the catalog on disk" in got[KEY_B] and "restart the process" in got[KEY_B], got
     assert "add-shape" not in got[KEY_B], got
