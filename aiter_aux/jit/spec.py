@@ -267,16 +267,19 @@ class ModuleSpec:
         return "jit", f"{why}no current module in {self.inputs.directory}"
 
     def _announce(self) -> None:
-        """One warning line per process and backend when a shipped prebuilt module exists
-        but the JIT builds instead; silent for installs that ship none."""
+        """One warning line per process and backend before an op call compiles: what, about
+        how long, how to avoid it (and why a shipped prebuilt module is not used)."""
+        from .progress import first_build_note
+
+        if self.backend in _ANNOUNCED:
+            return
+        _ANNOUNCED.add(self.backend)
         _pb, why = self.prebuilt()
-        if why and self.backend not in _ANNOUNCED:
-            _ANNOUNCED.add(self.backend)
-            log.warning(
-                "aiter_aux: prebuilt %s module not used (%s); JIT-compiling the whole catalog",
-                self.backend,
-                why,
-            )
+        why = f"prebuilt {self.backend} module not used ({why}); " if why else ""
+        note = first_build_note(
+            self.backend, self.inputs.directory, self.keys, aux_env.get("MAX_JOBS")
+        )
+        log.warning("aiter_aux: %s%s", why, note)
 
 
 def why_missing(module: AuxModule, key: str) -> str:
