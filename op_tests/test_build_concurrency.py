@@ -82,6 +82,7 @@ out = {"compiled": r.compiled, "linked": r.linked, "waited": r.waited_s, "keys":
        "sha": hashlib.sha256(Path(r.module_path).read_bytes()).hexdigest()}
 if xfile:
     import torch
+    import aiter_aux.ops.torch_ops  # defines torch.ops.aiter_aux (a module registers kernels)
     x = torch.frombuffer(bytearray(Path(xfile).read_bytes()), dtype=torch.bfloat16).view(-1, @D@)
     aq = torch.empty(x.shape[0], @D@ // 2, dtype=torch.uint8)
     sc = torch.empty(x.shape[0], @D@ // 32, dtype=torch.uint8)
@@ -272,6 +273,7 @@ def test_orphaned_compiler_holds_workers_lock(eight):
     """A process that inherited the workers lock (as a killed builder's compilers do) makes
     the next build wait for it, with a report naming the lock file."""
     env, results, _errs = eight
+    build(S1, env)  # so that the build of S2 below has work to do
     workers = Path(results[0]["dir"]) / ".lock.workers"
     fd = os.open(workers, os.O_RDWR)
     holder = subprocess.Popen(
@@ -280,14 +282,15 @@ def test_orphaned_compiler_holds_workers_lock(eight):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=(fd,),
     )  # fmt: skip
     os.close(fd)
-    assert holder.stdout.readline().strip() == "held"
-    proc = spawn(S2, env)  # not the cached catalog: a build with work, under the lock
-    for waiting in proc.stderr:  # the build says at once what it waits for
-        if "waiting for" in waiting:
-            break
-    assert "compiler processes of an interrupted build" in waiting, waiting
-    assert str(workers) in waiting and proc.poll() is None, "it did not wait"
-    holder.communicate("release\n")  # the holder exits: its lock goes
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = spawn(S2, env)  # not the cached catalog: a build with work, under the lock
+        for waiting in proc.stderr:  # the build says at once what it waits for
+            if "compiler processes of an interrupted build" in waiting:
+                break
+        assert str(workers) in waiting and proc.poll() is None, f"it did not wait: {waiting}"
+    finally:
+        holder.communicate("release\n")  # the holder exits: its lock goes
     out, _err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and set(result_of(out)["keys"]) == set().union(
         *map(expected_keys, S2)
