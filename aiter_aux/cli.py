@@ -61,6 +61,17 @@ def _type(fn, *args, **kwargs):
     return convert
 
 
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes a uint64
+
+
+def parse_int(text: str, *, lo: int, hi: int) -> int:
+    """One integer in ``[lo, hi]``."""
+    values = parse_ints(text, lo=lo, hi=hi)
+    if len(values) != 1:
+        raise ShapeError(f"expected one integer, got {text.strip()!r}")
+    return values[0]
+
+
 def _build(shapes=None, backend=None, verbose=None, force=None):
     """build_module with progress on stderr; the slowest TUs of this build afterwards."""
     from .jit.build import build_module
@@ -165,7 +176,10 @@ def cmd_clean(args) -> int:
                 print("nothing removed")
                 return 1
     for path in targets:
-        shutil.rmtree(path)
+        try:
+            shutil.rmtree(path)
+        except OSError as e:  # rmtree names the entry it stopped at, relative to its directory
+            raise OSError(e.errno, f"cannot remove {path}: {e.strerror}") from None
         print(f"removed {path}")
     return 0
 
@@ -272,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 1,16,512,4096)")  # fmt: skip
     p.add_argument("--block-m", type=int, default=32, choices=(16, 32, 64, 128),
                    help="rows per expert block of the sorted layout (default: 32)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=_type(parse_int, lo=0, hi=SEED_MAX), default=None,
                    help="seed of the routing and data (default: fresh, printed)")  # fmt: skip
     p.add_argument("--device", default="cpu",
                    help="cpu (default) or cuda[:N] (a ROCm GPU is cuda in torch)")  # fmt: skip

@@ -4,17 +4,21 @@ Prints, without writing anything into the cache: the package and where its sourc
 from; python, torch and ninja; the backend and why it was chosen, the compiler and its
 version, the target arch and the toolchain fingerprint; the cache root (is it safe?) and
 every build directory in it (manifest, keys, shapes, module intact?, built from the
-current kernel sources?, lock held?); the prebuilt modules shipped in the install and
+current kernel sources?, does it load in a fresh process?, lock held?); the prebuilt
+modules shipped in the install and
 whether each is usable here; the catalog's coverage; and what ``aiter-aux build`` would
 rebuild: the manifest compared with the catalog and the sources, and ``ninja -n`` run on a
 temporary copy of the build directory after codegen into it.
 
 :func:`doctor` returns 0, or 1 when it found a problem (an unsafe cache, a corrupted
-module, no usable compiler, a failing dry run); each problem is listed at the end.
+module or one that does not load, no usable compiler, a failing dry run, op calls that
+would all fail: no module and a read-only cache or the JIT disabled); each problem is
+listed at the end.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
@@ -79,6 +83,29 @@ def dry_run(tc, shapes) -> DryRun:
             else:
                 result.compile.append(Path(m.group(4).strip()).name)
     return result
+
+
+def module_load_problem(module: Path) -> str | None:
+    """Why ``module`` does not load in a fresh process (None when it loads): its checksum
+    matching the manifest does not mean the dynamic loader takes it."""
+    code = "import sys; from aiter_aux.jit.module import AuxModule; AuxModule(sys.argv[1])"
+    try:
+        p = subprocess.run([sys.executable, "-c", code, str(module)], capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"the load check could not run: {e}"
+    if p.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in p.stderr.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"the load check exited with {p.returncode}"
+
+
+def _writable(path: Path) -> bool:
+    """Whether ``path``, or the nearest directory above it that exists, is writable."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return os.access(p, os.W_OK)
+    return False
 
 
 def _short(items, n: int = 6) -> str:
@@ -212,18 +239,27 @@ def _cache(r: _Report, tc, current) -> None:
         if m is None:
             r.line("", f"{d.name}{tag}: no manifest (never published), lock {_lock_state(d)}")
             continue
-        module = d / m.get("module", "")
+        module = d / str(m.get("module", ""))
         intact = module.is_file() and _sha256(module) == m.get("module_sha256")
         state = (
             f"{len(m.get('keys', []))} keys, {len(m.get('shapes', []))} shapes, "
             f"module {'intact' if intact else 'MISSING/CORRUPTED'}"
         )
+        load_problem = None
         if is_current and current is not None:
             fresh = m.get("sources_digest") == current.sources_digest
             state += f", sources {'current' if fresh else 'changed since'}"
+            if intact and importlib.util.find_spec("torch") is not None:
+                load_problem = module_load_problem(module)
+                state += ", does NOT load" if load_problem else ", loads"
         r.line("", f"{d.name}{tag}: {state}, lock {_lock_state(d)}")
         if not intact:
             r.problem(f"{module} differs from its manifest; the next build rebuilds it")
+        if load_problem:
+            r.problem(
+                f"{module} matches its manifest but does not load ({load_problem}); the "
+                "next op call relinks it, or run `aiter-aux build --rebuild`"
+            )
 
 
 def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> None:
@@ -249,6 +285,17 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
     source, detail = ModuleSpec(tc.backend).plan()
     r.line("op calls", {"prebuilt": "load the prebuilt module ", "cache": "load ",
                         "jit": "JIT-build the catalog first: "}[source] + detail)  # fmt: skip
+    if source == "jit" and aux_env.get("AITER_AUX_DISABLE_JIT"):
+        r.problem(
+            "AITER_AUX_DISABLE_JIT=1 and no module serves this catalog: every op call raises "
+            "JitDisabledError; run `aiter-aux build`, or unset AITER_AUX_DISABLE_JIT"
+        )
+    elif source == "jit" and not _writable(build_dir(tc)):
+        r.problem(
+            f"the build cache {build_dir(tc)} is not writable and holds no current module for "
+            "this catalog: every op call fails; run `aiter-aux build` where it is writable, "
+            "or point AITER_AUX_CACHE_DIR at a writable directory"
+        )
     m = read_manifest(build_dir(tc)) or {}
     have = set(m.get("keys", ()))
     plan = [f"{len(keys - have)} instance(s) to add" + (f" ({_short(sorted(keys - have), 3)})"

@@ -54,6 +54,18 @@ def _str(text: str) -> str:
     return text
 
 
+def _source_dir(text: str) -> str:
+    """A directory holding the JIT's sources (checked here, before anything uses it)."""
+    root = os.path.expanduser(text)
+    if not (
+        os.path.isfile(os.path.join(root, "codegen", "catalog.py"))
+        and os.path.isdir(os.path.join(root, "templates"))
+        and os.path.isdir(os.path.join(root, "csrc"))
+    ):
+        raise ValueError(text)
+    return root
+
+
 @dataclass(frozen=True)
 class Var:
     name: str
@@ -96,7 +108,8 @@ VARS: dict[str, Var] = {
         Var("AITER_AUX_VERBOSE", _flag, _FLAG, False, "0", "`1`: show the compiler commands"),
         Var("AITER_AUX_LOCK_TIMEOUT", _seconds, "a number of seconds >= 0", 900.0, "900",
             "seconds to wait for another process's build lock"),
-        Var("AITER_AUX_SOURCE_DIR", _str, "a directory", None,
+        Var("AITER_AUX_SOURCE_DIR", _source_dir,
+            "an existing directory holding codegen/catalog.py, templates/ and csrc/", None,
             "`aiter_aux/_src` of a wheel, else the checkout",
             "the directory holding `codegen/`, `templates/`, `csrc/`"),
         Var("AITER_AUX_TIMING", _flag, _FLAG, False, "0",

@@ -23,6 +23,7 @@ R_out = ceil(max_rows / BM) * BM with BM = max(32, bm):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -179,10 +180,23 @@ def summary(tokens: int, rows, block_s: float) -> str:
     return f"  tokens={tokens}: {verdict}; {name} {_us(path)} us; block {block_s:.1f} s"
 
 
+@contextlib.contextmanager
+def _output(path: str, **kwargs):
+    """``path`` open for writing; an ``OSError`` without a file name (a full disk, /dev/full:
+    the write or the close fails) is raised again naming ``path``."""
+    try:
+        with open(path, "w", **kwargs) as f:
+            yield f
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
 def write_csv(path: str, meta: dict, records: list[dict]) -> None:
     """One row per (tokens, op); the run's settings repeated in leading columns."""
     keys = [k for k in meta if not isinstance(meta[k], list | dict)]
-    with open(path, "w", newline="") as f:
+    with _output(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=[*keys, *COLUMNS])
         w.writeheader()
         for rec in records:
@@ -190,6 +204,6 @@ def write_csv(path: str, meta: dict, records: list[dict]) -> None:
 
 
 def write_json(path: str, meta: dict, records: list[dict]) -> None:
-    with open(path, "w") as f:
+    with _output(path) as f:
         json.dump({"run": meta, "rows": records}, f, indent=1, allow_nan=False)
         f.write("\n")

@@ -93,8 +93,14 @@ def range_errors(shape) -> list[str]:
     parameters are ints, and ``inter`` must stay one after rounding)."""
     errors = []
     for name, value in zip(FIELDS, shape, strict=True):
+        stored = round_inter(value) if name == "inter" and value > 0 else value
         if value <= 0:
             errors.append(f"{name} must be positive, got {value}")
-        elif (round_inter(value) if name == "inter" else value) > INT32_MAX:
+        elif stored != value and stored > INT32_MAX:
+            errors.append(
+                f"{name} {value} rounds up to {stored} (a multiple of 256), which does not "
+                f"fit a 32-bit int (max {INT32_MAX})"
+            )
+        elif value > INT32_MAX:
             errors.append(f"{name} {value} does not fit a 32-bit int (max {INT32_MAX})")
     return errors

@@ -36,7 +36,7 @@ class GenerateResult:
 def stage(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> Path:
     """Write ``data`` to a new temporary file next to ``path`` (``.<name>.*.tmp``, which
     a cleanup may glob for) with permissions ``mode``; returns its path.  The caller moves
-    it into place with ``os.replace`` (or removes it)."""
+    it into place with ``os.replace`` (or removes it).  An ``OSError`` names ``path``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -45,6 +45,11 @@ def stage(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> 
             os.fchmod(f.fileno(), mode)
             if fsync:
                 os.fsync(f.fileno())
+    except OSError as e:  # e.g. a full disk: the error names the file being written
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

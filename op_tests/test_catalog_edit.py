@@ -294,7 +294,7 @@ def test_concurrent_add_shape_loses_no_shape(tree):
                                str(tree / OPS), str(e)], stderr=subprocess.PIPE, text=True)
              for e in experts]  # fmt: skip
     for p in procs:
-        assert p.wait(timeout=120) == 0, p.stderr.read()
+        assert p.wait(timeout=900) == 0, p.stderr.read()
     want = {(e, 5120, 1536, 8) for e in experts}
     assert want <= set(ce.read_catalog(tree / GEN, "SHAPES"))
     assert want <= set(ce.read_catalog(tree / OPS, "MXFP4_MOE_SUPPORTED_SHAPES"))
@@ -372,6 +372,8 @@ def test_add_shape_requires_a_note_and_records_the_rounding(tree):
     [(["-1,3072,256,8"], "expert must be positive, got -1"),
      (["256,2147483648,256,8"], "model_dim 2147483648 does not fit a 32-bit int"),
      (["256,3072,100000000000000000000,8"], "does not fit a 32-bit int"),
+     (["256,3072,2147483647,8"], "inter 2147483647 rounds up to 2147483648 (a multiple of 256), "
+      "which does not fit a 32-bit int"),
      (["256,3072,256"], "expected E,MODEL_DIM,INTER,TOPK")],
 )  # fmt: skip
 def test_cli_refuses_out_of_range_values_in_one_line(tree, args, message):

@@ -48,7 +48,7 @@ def aiter_aux_cli(*args: str, tree: Path | None = None, cache: Path | None = Non
     if cache is not None:
         base["AITER_AUX_CACHE_DIR"] = str(cache)
     return subprocess.run([sys.executable, "-m", "aiter_aux.cli", *args], capture_output=True,
-                          text=True, stdin=stdin, env={**base, **env}, timeout=300)  # fmt: skip
+                          text=True, stdin=stdin, env={**base, **env}, timeout=900)  # fmt: skip
 
 
 def one_line_error(p: subprocess.CompletedProcess, command: str) -> str:
@@ -66,7 +66,8 @@ def test_version_is_the_package_version(tmp_path):
     # without the JIT's sources: --version still answers, a command says why in one line
     p = aiter_aux_cli("--version", tree=tmp_path / "missing")
     assert p.returncode == 0 and p.stdout.strip() == f"aiter-aux {aiter_aux.__version__}"
-    assert "not found" in one_line_error(aiter_aux_cli("list", tree=tmp_path / "missing"), "list")
+    line = one_line_error(aiter_aux_cli("list", tree=tmp_path / "missing"), "list")
+    assert f"EnvError: AITER_AUX_SOURCE_DIR='{tmp_path / 'missing'}'" in line, line
 
 
 def test_every_subcommand_and_option_has_help():
@@ -97,7 +98,8 @@ def test_every_subcommand_and_option_has_help():
                   marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible")),
      (["--repeat", "0"], "--repeat 0: must be at least 1"),
      (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
-     (["--shape", "7,256,256,1"], "not in the catalog")],
+     (["--shape", "7,256,256,1"], "not in the catalog"),
+     (["--seed", str(2**70)], f"argument --seed: {2**70} is outside [0, {2**64 - 1}]")],
 )  # fmt: skip
 def test_run_user_errors_are_one_line(args, fragment, tmp_path):
     if "--shape" not in args:
@@ -111,6 +113,8 @@ def test_run_user_errors_are_one_line(args, fragment, tmp_path):
     [({"MAX_JOBS": "abc"}, "EnvError: MAX_JOBS='abc': expected a positive integer"),
      ({"MAX_JOBS": "-1"}, "EnvError: MAX_JOBS='-1': expected a positive integer"),
      ({"AITER_AUX_LOCK_TIMEOUT": "abc"}, "EnvError: AITER_AUX_LOCK_TIMEOUT='abc'"),
+     ({"AITER_AUX_SOURCE_DIR": "/nonexistent"}, "EnvError: AITER_AUX_SOURCE_DIR='/nonexistent': "
+      "expected an existing directory holding codegen/catalog.py"),
      pytest.param({"AITER_AUX_BACKEND": "cuda"}, "ToolchainError",
                   marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible"))],
 )  # fmt: skip
@@ -191,3 +195,8 @@ def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path)
     data = json.loads(out_json.read_text())
     assert data["run"]["timer"] == "wall-clock" and len(data["rows"]) == 12
     assert all(r["bytes"] > 0 and r["gb_s"] > 0 for r in data["rows"])
+    # a write that fails after the run (a full disk): one line naming the file
+    p = aiter_aux_cli("run", "--shape", "256,3072,256,8", "--tokens", "1", "--repeat", "1",
+                      "--json", "/dev/full", tree=small_tree, cache=tmp_path / "cache")  # fmt: skip
+    line = one_line_error(p, "run")
+    assert "OSError: [Errno 28] No space left on device: '/dev/full'" in line, line

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,15 +71,44 @@ print(json.dumps({"files": short, "reentries": reentries,
 """
 
 
+FIRST = """
+import torch
+from aiter_aux.ops import aux_ops
+aux_ops.mxfp4_quant(torch.randn(2, 3072).bfloat16())
+print("{}")
+"""
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The env of a one-shape catalog whose module is built (so a first call is a hit)."""
+def first_build(tmp_path_factory):
+    """A one-shape catalog built by the first op call of a process: (env, its stderr)."""
     tmp = tmp_path_factory.mktemp("first_call")
     env = env_for(tmp / "cache", make_sources(tmp / "src"))
-    build = "from aiter_aux.jit.build import build_module; build_module(backend='cpu')"
-    p = py(build, env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return env
+    p = py(FIRST, env)
+    last_json(p)
+    return env, p.stderr
+
+
+@pytest.fixture
+def built(first_build):
+    """The env of a one-shape catalog whose module is built (so a first call is a hit)."""
+    return first_build[0]
+
+
+def test_first_call_that_compiles_says_so_once(first_build):
+    """One line before the build: what it compiles, about how long here, how to avoid it."""
+    env, err = first_build
+    notes = [ln for ln in err.splitlines() if "op call of this process compiles" in ln]
+    assert len(notes) == 1, err
+    note = notes[0]
+    assert note.startswith(
+        "aiter_aux: the first cpu op call of this process compiles the "
+        "module (11 of 11 translation units, about "
+    ), note
+    assert re.search(r"about \d+ (s|min) on \d+ idle cores?\) into ", note), note
+    assert env["AITER_AUX_CACHE_DIR"] in note, note
+    assert "run `aiter-aux build` ahead of time or install the prebuilt wheel" in note, note
+    assert err.index(note) < err.index("compiled 8 instance TU(s)"), err  # said first
 
 
 def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(built):

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def env_for(cache: Path, src: Path, **extra: str) -> dict:
 
 def py(code: str, env: dict, *args: str, prefix=(), **kw) -> subprocess.CompletedProcess:
     cmd = [*prefix, sys.executable, "-c", code, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kw)
 
 
 def last_json(p: subprocess.CompletedProcess) -> dict:
@@ -144,7 +145,7 @@ def test_build_never_republishes_an_older_catalog(small, tmp_path):
     set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape, built by another process
     new = last_json(py(BUILD, env))
     go.touch()
-    out, err = old.communicate(timeout=120)
+    out, err = old.communicate(timeout=900)
     got = json.loads(out.strip().splitlines()[-1])
     assert got.get("error") == "StaleCatalogError", (got, err[-2000:])
     assert "changed on disk" in got["msg"] and "aiter-aux build" in got["msg"]
@@ -194,6 +195,114 @@ def test_read_only_cache_loads_builds_as_noop_and_doctor_runs(small):
     p = py(BUILD, env, prefix=ro)
     assert p.returncode != 0 and "CacheDirError" in p.stderr and "not writable" in p.stderr
     assert str(cache) in p.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------ N3, N4, N9
+def _manifest(first) -> tuple[Path, dict]:
+    path = Path(first["dir"]) / "manifest.json"
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("name", ["..", ".", "src", "fifo"])
+def test_manifest_naming_no_regular_file_counts_as_no_module(small, name):
+    """N3: the op call, ``build`` and ``doctor`` rebuild or report; none dies."""
+    _src, _cache, env, first = small
+    path, manifest = _manifest(first)
+    if name == "fifo":
+        name = "module_moe_mxfp4_aux-0123456789abcdef.so"
+        os.mkfifo(Path(first["dir"]) / name)
+    path.write_text(json.dumps(dict(manifest, module=name)))
+    p = doctor(env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    assert f"PROBLEM: {Path(first['dir']) / name} differs from its manifest" in p.stdout
+    assert "JIT-build the catalog first" in p.stdout, p.stdout
+    got = last_json(py(LOAD, env, KEY_A))  # the op path rebuilds under the lock
+    assert (
+        got["module"] == first["module"] == str(Path(first["dir"]) / _manifest(first)[1]["module"])
+    )
+    path.write_text(json.dumps(dict(manifest, module=name)))
+    got = last_json(py(BUILD, env))
+    assert got["module"] == first["module"] and got["compiled"] == 0
+
+
+def _forge(first) -> Path:
+    """Garbage bytes in place of the published module, with the manifest's sha256 updated
+    to match: intact by checksum, refused by the dynamic loader."""
+    path, manifest = _manifest(first)
+    module = Path(first["module"])
+    module.write_bytes(b"\x7fELF not really a shared object\n")
+    path.write_text(
+        json.dumps(dict(manifest, module_sha256=sha256(module.read_bytes()).hexdigest()))
+    )
+    return module
+
+
+def test_module_the_loader_refuses_counts_as_no_module(small):
+    """N4: messages name the module, never /proc/self/fd/N; doctor checks that it loads; the
+    op path relinks and republishes it under the lock."""
+    _src, _cache, env, first = small
+    module = _forge(first)
+    p = doctor(env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"PROBLEM: {module} matches its manifest but does not load" in p.stdout, p.stdout
+    assert "/proc/self/fd" not in p.stdout
+    p = py(LOAD, dict(env, AITER_AUX_DISABLE_JIT="1"), KEY_A)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode != 0 and last.startswith("aiter_aux.jit.paths.JitDisabledError"), last
+    assert "the cached module does not load (the dynamic loader refused" in last, last
+    assert str(module) in last and "/proc/self" not in last
+    got = last_json(py(LOAD, env, KEY_A))  # relinked and republished
+    manifest = _manifest(first)[1]
+    assert got["module"] == str(Path(first["dir"]) / manifest["module"])
+    assert sha256(Path(got["module"]).read_bytes()).hexdigest() == manifest["module_sha256"]
+    assert doctor(env).returncode == 0
+
+
+def test_empty_read_only_cache_is_a_problem_for_doctor(tmp_path):
+    """N9: every op call would fail (no module, nothing can be built): not 'status ok'."""
+    src = make_sources(tmp_path / "src")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = env_for(cache, src)
+    p = doctor(env, prefix=_read_only(cache))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"PROBLEM: the build cache {cache}/cpu-" in p.stdout and "not writable" in p.stdout
+    assert "every op call fails" in p.stdout
+    p = doctor(dict(env, AITER_AUX_DISABLE_JIT="1"))
+    assert p.returncode == 1 and "every op call raises JitDisabledError" in p.stdout, p.stdout
+
+
+def test_clean_of_a_read_only_cache_names_the_cache(small):
+    """N11: one line naming the directory it could not remove (not only .ninja_log)."""
+    _src, cache, env, _first = small
+    code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = py(code, env, "clean", "--yes", prefix=_read_only(cache))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].endswith(f"cannot remove {cache}: Read-only file system (-v for a traceback)")
+    assert any(cache.iterdir())
+
+
+FULL_DISK = """
+import json, resource
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+from aiter_aux.jit.build import build_module
+try:
+    build_module(backend="cpu")
+    print(json.dumps({}))
+except OSError as e:
+    print(json.dumps({"error": str(e), "filename": e.filename}))
+"""
+
+
+def test_publish_on_a_full_disk_names_the_file(small):
+    """N12: a write that fails while publishing (here: a file-size limit, as a full disk
+    would) raises an OSError naming the file."""
+    _src, _cache, env, first = small
+    Path(first["module"]).unlink()  # the next build republishes it from obj/
+    got = last_json(py(FULL_DISK, env))
+    assert got.get("filename") == first["module"], got
+    assert first["module"] in got["error"] and "File too large" in got["error"], got
 
 
 # ----------------------------------------------------------------------------------- D11
@@ -382,7 +491,7 @@ def test_running_process_asking_for_a_key_added_since_is_told_to_restart(small, 
     assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
     set_catalog(src, [SHAPE_A, SHAPE_B])  # an add-shape by another process
     go.touch()
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=900)
     got = json.loads(out.strip().splitlines()[-1])
     assert "the catalog on disk" in got[KEY_B] and "restart the process" in got[KEY_B], got
     assert "add-shape" not in got[KEY_B], got

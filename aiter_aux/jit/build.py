@@ -224,10 +224,13 @@ def _check_catalog_current(inputs: BuildInputs) -> None:
 
 
 def build_locked(
-    inputs: BuildInputs, lock: BuildLock, *, verbose=None, force=False, progress=None, t0=None
-) -> BuildResult:
+    inputs: BuildInputs, lock: BuildLock, *, verbose=None, force=False, progress=None, t0=None,
+    refused: Path | None = None,
+) -> BuildResult:  # fmt: skip
     """The build itself; the caller holds ``locked(inputs)``.  Re-checks the cache first.
-    ``t0``: when the caller started (``perf_counter``), for the result's wall time."""
+    ``t0``: when the caller started (``perf_counter``), for the result's wall time.
+    ``refused``: a published module the dynamic loader refused although its sha256 matches;
+    it counts as no module, and the module is relinked and republished."""
     t0 = time.perf_counter() if t0 is None else t0
     verbose = aux_env.get("AITER_AUX_VERBOSE") if verbose is None else verbose
     directory, tc = inputs.directory, inputs.tc
@@ -235,7 +238,7 @@ def build_locked(
     _cleanup_temps(directory)
     if not force:
         path = current_module(inputs)  # a concurrent builder may have published it
-        if path is not None:
+        if path is not None and path != refused:
             _remove_old_modules(directory, path)
             return _result(inputs, path, 0, False, t0, lock.waited_s)
     gen = codegen_module("gen_instances")
@@ -247,6 +250,8 @@ def build_locked(
     codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
     if force:
         shutil.rmtree(directory / "obj", ignore_errors=True)
+    elif refused is not None:
+        (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)  # relink it
     compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
     if not linked and _link_output_changed(directory):
         # ninja saw nothing to do, yet its output is not the module it last published:

@@ -45,7 +45,7 @@ class AuxModule:
     ``path`` is the module file; ``load_from`` (default ``path``) is the name handed to the
     dynamic loader: :mod:`.spec` passes ``/proc/self/fd/N`` of a descriptor whose bytes it
     verified, so the file loaded is the file checked.  Raises ``OSError`` when the loader
-    refuses the file, ``RuntimeError`` when its ABI differs."""
+    refuses the file, ``RuntimeError`` when its ABI differs (both name ``path``)."""
 
     def __init__(self, path: Path, load_from: Path | str | None = None):
         import torch  # its libraries first: the binding links against them
@@ -54,7 +54,12 @@ class AuxModule:
         # What torch.ops.load_library does (dlopen: the binding's static initialisers register
         # the kernels; then the bookkeeping), minus its realpath(): that would turn
         # /proc/self/fd/N back into a path a concurrent republish may have removed.
-        self.lib = C.CDLL(str(load_from or self.path), mode=C.RTLD_LOCAL)
+        load_from = str(load_from or self.path)
+        try:
+            self.lib = C.CDLL(load_from, mode=C.RTLD_LOCAL)
+        except OSError as e:  # name the module, not the /proc/self/fd/N it was loaded by
+            reason = str(e).replace(load_from, str(self.path))
+            raise OSError(f"the dynamic loader refused {self.path}: {reason}") from None
         torch.ops.loaded_libraries.add(str(self.path))
         _declare(self.lib)
         version = self.lib.aiter_aux_abi_version()

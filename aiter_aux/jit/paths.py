@@ -106,6 +106,20 @@ def sha256_fd(fd: int) -> str:
     return h.hexdigest()
 
 
+def open_regular(path: Path) -> int | None:
+    """A read-only descriptor of ``path`` when it is a regular file; None when it is missing
+    or is something else (a directory, a FIFO: opened without blocking, then refused)."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 def sha256_file(path: Path) -> str:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -304,22 +318,27 @@ def published(inputs: BuildInputs) -> tuple[Path, str] | None:
     manifest = read_manifest(directory)
     if not manifest or manifest.get("inputs_digest") != inputs.digest:
         return None
-    name = manifest.get("module", "")
-    if not name or "/" in name or not isinstance(manifest.get("module_sha256"), str):
-        return None
+    name = manifest.get("module")
+    ours = isinstance(name, str) and name.startswith(f"{MODULE_NAME}-") and name.endswith(".so")
+    if not ours or "/" in name or not isinstance(manifest.get("module_sha256"), str):
+        return None  # only a module file the builder names counts (not "..", "src", ...)
     check_safe(directory.parent)
     check_safe(directory)
     return directory / name, manifest["module_sha256"]
 
 
 def current_module(inputs: BuildInputs) -> Path | None:
-    """The published module of ``inputs`` if it is current and intact (sha256), else None."""
+    """The published module of ``inputs`` if it is current and intact (a regular file with
+    the manifest's sha256), else None."""
     hit = published(inputs)
     if hit is None:
         return None
     path, sha = hit
-    try:
-        check_safe(path)
-        return path if sha256_file(path) == sha else None
-    except FileNotFoundError:
+    fd = open_regular(path)
+    if fd is None:
         return None
+    try:
+        check_safe(path, os.fstat(fd))
+        return path if sha256_fd(fd) == sha else None
+    finally:
+        os.close(fd)

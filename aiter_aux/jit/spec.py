@@ -77,11 +77,11 @@ def _jit_disabled() -> bool:
 
 
 def _open_verified(path: Path, sha256: str, safe: bool) -> int | None:
-    """A read-only descriptor of ``path`` if its bytes have ``sha256``; None if the file is
-    missing or differs.  ``safe``: refuse (``CacheSafetyError``) a file others can write."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    """A read-only descriptor of ``path`` if it is a regular file whose bytes have
+    ``sha256``; None if it is missing, no regular file or differs.  ``safe``: refuse
+    (``CacheSafetyError``) a file others can write."""
+    fd = paths.open_regular(path)
+    if fd is None:
         return None
     try:
         if safe:
@@ -95,20 +95,28 @@ def _open_verified(path: Path, sha256: str, safe: bool) -> int | None:
     return None
 
 
-def _load(path: Path, sha256: str, *, safe: bool, strict: bool = False) -> AuxModule | None:
-    """Open, verify and load ``path``.  None when it is missing, differs from ``sha256``
-    or (unless ``strict``) the loader refuses it."""
+class _Refused(Exception):
+    """The loader refused a module whose bytes match its manifest (``path``, ``reason``)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def _load(path: Path, sha256: str, *, safe: bool) -> AuxModule | None:
+    """Open, verify and load ``path``.  None when it is missing, no regular file or differs
+    from ``sha256``; :class:`_Refused` when the loader refuses it (its message names
+    ``path``)."""
     fd = _open_verified(path, sha256, safe)
     if fd is None:
         return None
     proc = Path(f"/proc/self/fd/{fd}")
     try:
         module = AuxModule(path, load_from=proc if proc.exists() else path)
-    except (OSError, RuntimeError, AttributeError):  # not a loadable module of this ABI
+    except (OSError, RuntimeError, AttributeError) as e:  # not a loadable module of this ABI
         os.close(fd)
-        if strict:
-            raise
-        return None
+        reason = str(e) if str(path) in str(e) else f"{path}: {e}"
+        raise _Refused(path, reason) from e
     _PINNED.append(fd)
     return module
 
@@ -119,6 +127,7 @@ class ModuleSpec:
     def __init__(self, backend: str):
         self.backend = backend
         self.shapes = list(codegen_module("catalog").SHAPES)
+        self.refused: _Refused | None = None  # the cached module the loader refused last
 
     @cached_property
     def keys(self) -> frozenset[str]:
@@ -154,7 +163,10 @@ class ModuleSpec:
         pb, _ = self.prebuilt()
         if pb is None:
             return None
-        return _load(pb.module_path, pb.manifest.get("module_sha256", ""), safe=False)
+        try:
+            return _load(pb.module_path, pb.manifest.get("module_sha256", ""), safe=False)
+        except _Refused:
+            return None
 
     def _from_cache(self, strict: bool = False) -> AuxModule | None:
         try:
@@ -163,11 +175,18 @@ class ModuleSpec:
             if strict:
                 raise
             return None
+        self.refused = None
         for _attempt in range(3):  # a republish between manifest and open: read it again
             hit = paths.published(inputs)
             if hit is None:
                 return None
-            module = _load(*hit, safe=True, strict=strict)
+            try:
+                module = _load(*hit, safe=True)
+            except _Refused as e:  # counts as no module; the build under the lock relinks it
+                self.refused = e
+                if strict:
+                    raise OSError(e.reason) from None
+                return None
             if module is not None:
                 return module
         return None
@@ -201,18 +220,22 @@ class ModuleSpec:
         from .progress import Reporter
 
         if _jit_disabled():
+            why = self.plan()[1]
+            if self.refused is not None:
+                why = f"the cached module does not load ({self.refused.reason})"
             raise JitDisabledError(
                 f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this catalog on "
-                f"{self.backend}: {self.plan()[1]}; unset AITER_AUX_DISABLE_JIT or run "
+                f"{self.backend}: {why}; unset AITER_AUX_DISABLE_JIT or run "
                 "`aiter-aux build` first"
             )
-        self._announce()
         inputs = self.inputs
         with build_mod.locked(inputs) as lock:
             module = self._from_cache()  # re-check: a concurrent builder may have built it
             if module is None:
+                self._announce()
                 reporter = Reporter()
-                result = build_mod.build_locked(inputs, lock, progress=reporter)
+                refused = self.refused.path if self.refused is not None else None
+                result = build_mod.build_locked(inputs, lock, progress=reporter, refused=refused)
                 reporter.finish(result)
                 module = self._from_cache(strict=True)
         if module is None:
@@ -244,16 +267,19 @@ class ModuleSpec:
         return "jit", f"{why}no current module in {self.inputs.directory}"
 
     def _announce(self) -> None:
-        """One warning line per process and backend when a shipped prebuilt module exists
-        but the JIT builds instead; silent for installs that ship none."""
+        """One warning line per process and backend before an op call compiles: what, about
+        how long, how to avoid it (and why a shipped prebuilt module is not used)."""
+        from .progress import first_build_note
+
+        if self.backend in _ANNOUNCED:
+            return
+        _ANNOUNCED.add(self.backend)
         _pb, why = self.prebuilt()
-        if why and self.backend not in _ANNOUNCED:
-            _ANNOUNCED.add(self.backend)
-            log.warning(
-                "aiter_aux: prebuilt %s module not used (%s); JIT-compiling the whole catalog",
-                self.backend,
-                why,
-            )
+        why = f"prebuilt {self.backend} module not used ({why}); " if why else ""
+        note = first_build_note(
+            self.backend, self.inputs.directory, self.keys, aux_env.get("MAX_JOBS")
+        )
+        log.warning("aiter_aux: %s%s", why, note)
 
 
 def why_missing(module: AuxModule, key: str) -> str:
