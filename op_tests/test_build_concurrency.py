@@ -82,7 +82,7 @@ out = {"compiled": r.compiled, "linked": r.linked, "waited": r.waited_s, "keys":
        "sha": hashlib.sha256(Path(r.module_path).read_bytes()).hexdigest()}
 if xfile:
     import torch
-    import aiter_aux.ops.torch_ops  # defines torch.ops.aiter_aux (a module registers kernels)
+    import aiter_aux.ops  # defines torch.ops.aiter_aux (a module registers kernels)
     x = torch.frombuffer(bytearray(Path(xfile).read_bytes()), dtype=torch.bfloat16).view(-1, @D@)
     aq = torch.empty(x.shape[0], @D@ // 2, dtype=torch.uint8)
     sc = torch.empty(x.shape[0], @D@ // 32, dtype=torch.uint8)

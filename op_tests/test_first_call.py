@@ -73,7 +73,7 @@ print(json.dumps({"files": short, "reentries": reentries,
 
 FIRST = """
 import torch
-from aiter_aux.ops import aux_ops
+from aiter_aux import ops as aux_ops
 aux_ops.mxfp4_quant(torch.randn(2, 3072).bfloat16())
 print("{}")
 """
