@@ -544,3 +544,34 @@ def test_try_load_never_raises_and_build_is_idempotent(tmp_path):
     set_catalog(src, [SHAPE_A])
     assert try_load() == str(module)
     assert try_load(AITER_AUX_CACHE_DIR=str(tmp_path / "nothing")) is None
+
+
+OP_RUNNING = """
+import os, sys, time
+import torch
+import aiter_aux
+aiter_aux.mxfp4_quant(torch.zeros(1, 3072, dtype=torch.bfloat16))  # loads the module
+print("READY", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+try:
+    aiter_aux.moe_sort(torch.zeros(1, 4, dtype=torch.int32), torch.ones(1, 4), 128, 32)
+except aiter_aux.UnsupportedShapeError as e:
+    print("ERROR", e)
+"""
+
+
+def test_op_call_for_a_key_added_since_is_told_to_restart(small, tmp_path):
+    """N2 on the op path: the op's missing-instance error says restart, not add-shape, when
+    the catalog on disk has the key."""
+    src, _cache, env, _first = small
+    go = tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-c", OP_RUNNING, str(go)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+    set_catalog(src, [SHAPE_A, SHAPE_B])
+    go.touch()
+    out, err = proc.communicate(timeout=900)
+    line = next((ln for ln in out.splitlines() if ln.startswith("ERROR")), err[-2000:])
+    assert "the catalog on disk" in line and "restart the process" in line, line
+    assert "add-shape" not in line, line

@@ -14,8 +14,8 @@ op table (``codegen/ops.py``) there are two torch ops and two Python functions:
 Same API and same bytes as :mod:`aiter_aux.reference` (the spec; docs/ops.md).  Errors:
 ``TypeError`` / ``ValueError`` (bad input, raised before any kernel runs, with the
 reference's message), :class:`UnsupportedShapeError` (a ``ValueError``: the catalog has no
-instance for these parameters), ``aiter_aux.jit.BuildError`` (the module failed to
-compile), ``RuntimeError`` (the module reported an error, or an ``out=`` buffer requires
+instance for these parameters), ``aiter_aux.jit.build.BuildError`` (the module failed
+to compile), ``RuntimeError`` (the module reported an error, or an ``out=`` buffer requires
 grad under grad mode).  The ops are not differentiable: outputs never require grad.
 Tensors on the ``meta`` device (all of them) run the fake implementation: shapes only.
 ``torch.compile(fullgraph=True, dynamic=True)`` traces them without graph breaks.

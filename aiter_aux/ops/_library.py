@@ -122,9 +122,29 @@ def translate(error: Exception, check: Callable[[], object]) -> Exception:
     check()
     kind, sep, text = str(error).partition(": ")
     cls = _ERRORS.get(kind) if sep else None
+    if cls is UnsupportedShapeError:
+        text = _restart_hint(text)
     if cls is not None and isinstance(error, RuntimeError):
         return cls(text)
     return error
+
+
+def _restart_hint(text: str) -> str:
+    """The binding's missing-instance message, or, when the catalog on disk has the key
+    (its shape was added after this process read the catalog), why and what to do: restart
+    (``aiter_aux.jit.spec.why_missing``)."""
+    import re
+
+    m = re.search(r"no instance '([a-z0-9_]+)'", text)
+    if m is None:
+        return text
+    from ..jit import spec
+
+    for backend in spec.loaded_modules():
+        why = spec.explain_missing(backend, m.group(1))
+        if why and "restart the process" in why and "catalog on disk" in why and "has it" in why:
+            return why
+    return text
 
 
 def grad_error(name: str) -> RuntimeError:

@@ -57,7 +57,7 @@ const OpInfo& op_info(int32_t op);  // defined by the generated binding TU
        cat("no instance '", key, "': the shape catalog has no shape with ", with,
            ". Supported (", names, "): ", supported,
            ". To add a model shape: `aiter-aux add-shape E,MODEL_DIM,INTER,TOPK` (or add the "
-           "tuple to SHAPES in codegen/gen_instances.py and MXFP4_MOE_SUPPORTED_SHAPES in "
+           "tuple to SHAPES in codegen/catalog.py and MXFP4_MOE_SUPPORTED_SHAPES in "
            "aiter_aux/ops/moe_mxfp4_aux.py), then `aiter-aux build`."));
 }
 
