@@ -220,6 +220,7 @@ def _kill_build(shapes, env, phase: str, delay: float) -> str | None:
 S1, S2 = [SHAPE_A], [SHAPE_A, SHAPE_B]
 
 
+@pytest.mark.robust
 def test_sigkill_at_random_moments_then_build_recovers(eight, quant_case):
     xfile, want = quant_case
     env = eight[0]
@@ -269,6 +270,7 @@ def test_sigkill_at_random_moments_then_build_recovers(eight, quant_case):
     assert len(landed) >= 20 and set(landed) == set(PHASES), (landed, seed)
 
 
+@pytest.mark.robust
 def test_orphaned_compiler_holds_workers_lock(eight):
     """A process that inherited the workers lock (as a killed builder's compilers do) makes
     the next build wait for it, with a report naming the lock file."""
@@ -297,6 +299,7 @@ def test_orphaned_compiler_holds_workers_lock(eight):
     )
 
 
+@pytest.mark.robust
 def test_lock_wait_is_bounded_and_names_lock(eight):
     from aiter_aux.jit.lock import BuildLock
 
@@ -309,6 +312,7 @@ def test_lock_wait_is_bounded_and_names_lock(eight):
     assert "LockTimeoutError" in err and str(directory / ".lock") in err
 
 
+@pytest.mark.robust
 def test_truncated_link_output_is_relinked_not_published(eight):
     """ninja trusts mtimes: a link output truncated behind its back looks up to date.  The
     builder compares it with the published sha256 and relinks instead of publishing it."""

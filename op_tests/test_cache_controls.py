@@ -96,6 +96,7 @@ def test_disable_jit_serves_a_complete_cached_module(built):
     assert out["compiled"] == 0 and not out["linked"] and out["module"] == first["module"]
 
 
+@pytest.mark.robust
 def test_module_writable_by_others_is_refused(built):
     env, first = built
     module = Path(first["module"])
@@ -110,6 +111,7 @@ def test_module_writable_by_others_is_refused(built):
     assert out["published"] == first["module"]
 
 
+@pytest.mark.robust
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs chown")
 def test_build_dir_owned_by_another_user_is_refused(built):
     env, first = built

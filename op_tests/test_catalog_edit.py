@@ -141,6 +141,7 @@ def test_sort_shared_memory_bound_is_a_static_assert(tmp_path, warp):
     )
 
 
+@pytest.mark.robust
 @pytest.mark.parametrize("fail_on", [1, 2])
 def test_crash_mid_edit_leaves_both_files_intact(tree, monkeypatch, fail_on):
     before = snapshot(tree)
@@ -162,6 +163,7 @@ def test_crash_mid_edit_leaves_both_files_intact(tree, monkeypatch, fail_on):
     assert not leftovers
 
 
+@pytest.mark.robust
 def test_half_applied_edit_is_completed_by_rerunning(tree):
     """A process killed between the two moves leaves the shape in one list; the same command
     run again adds it to the other list only."""
@@ -188,6 +190,7 @@ def test_cli_add_and_remove_shape_no_build(tree):
     assert snapshot(tree) == before
 
 
+@pytest.mark.robust
 def test_cli_add_shape_rebuilds_only_new_instances(tree):
     """On a copy shrunk to one shape: add-shape compiles only the new instances and relinks,
     remove-shape compiles nothing and relinks; the module then holds exactly the catalog."""
@@ -256,6 +259,7 @@ def test_catalog_edit_publishes_the_module_a_fresh_process_loads(tree):
     _agrees(tree, 8)
 
 
+@pytest.mark.robust
 def test_concurrent_edits_publish_the_last_catalog(tree):
     """Three add-shapes with rebuild at once: each rebuild runs under the catalog lock, so
     the module published last is the catalog on disk."""
@@ -285,6 +289,7 @@ ce.add_shape((e, 5120, 1536, 8), f"concurrent {e}", catalog_file=gen, ops_file=o
 """
 
 
+@pytest.mark.robust
 def test_concurrent_add_shape_loses_no_shape(tree):
     """D5: eight processes add eight different shapes at the same moment; the lock held
     across read, edit and replace keeps all of them (without it most runs lost some)."""

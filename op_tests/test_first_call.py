@@ -177,6 +177,7 @@ print(json.dumps({"calls": len(calls), "failures": failures[:3], "failed": len(f
 """
 
 
+@pytest.mark.robust
 def test_concurrent_first_calls_all_run(built):
     """N1: every thread waits for the one load, then runs (10 fresh processes)."""
     for _round in range(10):

@@ -96,6 +96,7 @@ def doctor(env: dict, prefix=()) -> subprocess.CompletedProcess:
 
 
 # ------------------------------------------------------------------------------------ D1
+@pytest.mark.robust
 def test_template_edit_rebuilds_on_the_op_path_and_doctor_agrees(small):
     src, _cache, env, first = small
     template = src / "templates" / "instance.j2"
@@ -136,6 +137,7 @@ except build.BuildError as e:
 """
 
 
+@pytest.mark.robust
 def test_build_never_republishes_an_older_catalog(small, tmp_path):
     src, _cache, env, first = small
     go = tmp_path / "go"
@@ -203,6 +205,7 @@ def _manifest(first) -> tuple[Path, dict]:
     return path, json.loads(path.read_text())
 
 
+@pytest.mark.robust
 @pytest.mark.parametrize("name", ["..", ".", "src", "fifo"])
 def test_manifest_naming_no_regular_file_counts_as_no_module(small, name):
     """N3: the op call, ``build`` and ``doctor`` rebuild or report; none dies."""
@@ -237,6 +240,7 @@ def _forge(first) -> Path:
     return module
 
 
+@pytest.mark.robust
 def test_module_the_loader_refuses_counts_as_no_module(small):
     """N4: messages name the module, never /proc/self/fd/N; doctor checks that it loads; the
     op path relinks and republishes it under the lock."""
@@ -295,6 +299,7 @@ except OSError as e:
 """
 
 
+@pytest.mark.robust
 def test_publish_on_a_full_disk_names_the_file(small):
     """N12: a write that fails while publishing (here: a file-size limit, as a full disk
     would) raises an OSError naming the file."""
@@ -306,6 +311,7 @@ def test_publish_on_a_full_disk_names_the_file(small):
 
 
 # ----------------------------------------------------------------------------------- D11
+@pytest.mark.robust
 def test_cache_dir_that_is_a_file(tmp_path):
     src = make_sources(tmp_path / "src")
     cache = tmp_path / "cache"
@@ -374,6 +380,7 @@ print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
 """
 
 
+@pytest.mark.robust
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_loading_while_another_process_republishes(small, when):
     _src, _cache, env, first = small
@@ -401,6 +408,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.robust
 def test_prebuilt_only_when_it_covers_the_catalog(small, tmp_path):
     from aiter_aux.jit import prebuilt
     from aiter_aux.jit.build import _sha256

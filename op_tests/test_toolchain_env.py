@@ -112,6 +112,7 @@ def _clang_cxx_driver() -> str | None:
     return None
 
 
+@pytest.mark.robust
 def test_cxx_symlink_to_c_driver_builds_a_loadable_module(tmp_path):
     name = _clang_cxx_driver()
     if not name:
@@ -147,6 +148,7 @@ def test_c_and_cxx_driver_of_one_binary_have_different_keys(no_env, tmp_path):
 # ---- D3: compiler launchers --------------------------------------------------------------
 
 
+@pytest.mark.robust
 def test_launcher_prefixes_compiles_not_the_key(tmp_path):
     log = tmp_path / "launched.log"
     launcher = tmp_path / "my launcher"
@@ -160,6 +162,7 @@ def test_launcher_prefixes_compiles_not_the_key(tmp_path):
     assert len(lines) == N_OPS + 3 and all(" -c " in ln for ln in lines)
 
 
+@pytest.mark.robust
 def test_ccache_masquerade_first_on_path(tmp_path):
     ccache = shutil.which("ccache")
     if not ccache:
@@ -178,6 +181,7 @@ def test_ccache_masquerade_first_on_path(tmp_path):
 # ---- D12: '$', ':' and spaces in the source and cache paths ------------------------------
 
 
+@pytest.mark.robust
 def test_dollar_colon_space_in_source_and_cache_paths(tmp_path):
     weird = tmp_path / "a $b:c d"
     for sub in ("codegen", "templates", "csrc"):
