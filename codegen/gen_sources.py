@@ -24,6 +24,8 @@ if __name__ == "__main__" and not __package__:  # run as a script: load our pack
 
 from .gen_python import render_checks, render_ops  # noqa: E402
 from .limits import render_header  # noqa: E402
+from .ops import OPS  # noqa: E402
+from .validate import validate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
@@ -44,6 +46,7 @@ def _black(text: str, rel: str) -> str:
 
 
 def rendered() -> dict[str, str]:
+    validate(OPS)
     out = {}
     for rel, render in TARGETS.items():
         text = render()

@@ -107,12 +107,19 @@ class Group:
 
 @dataclass(frozen=True)
 class OpSpec:
-    name: str
-    op_id: int  # stored in the lookup next to each key (AiterAuxInstance.op)
-    params: tuple[str, ...]  # compile-time parameters, template order
+    name: str  # the kernels are aiter_aux::cpu::<name> and aiter_aux::gpu::<name>
+    op_id: int  # unique, > 0; stored in the lookup next to each key (AiterAuxInstance.op)
+    params: tuple[str, ...]  # compile-time parameters: the kernels' template arguments, in order
     key_parts: tuple[str, ...]  # instance key letters, one per param
-    struct: str  # the C args struct of mxfp4_moe_aux_abi.h
-    fill: tuple  # its aggregate initialiser: expressions, nested tuples for nested structs
+    struct: str  # the C args struct of mxfp4_moe_aux_abi.h (a new one only adds to the ABI;
+    #              changing an existing struct bumps AITER_AUX_ABI_VERSION there)
+    # The struct's aggregate initialiser, field by field in declaration order (nested tuples
+    # for nested structs; every field, or the binding does not compile): a tensor's name
+    # gives its data pointer (NULL when empty or an absent option; const when read), an
+    # expression of ints gives the value converted to the field's integer type, a Float
+    # argument a float, "0" / "nullptr" a constant, and expert_map_ptr(expert_map) the map
+    # (an empty map points at a -1: "every pair non-local").
+    fill: tuple
     inputs: tuple = ()  # positional: Tensor / Int / Float
     options: tuple = ()  # keyword-only: optional Tensor / Float
     outputs: tuple[Tensor, ...] = ()

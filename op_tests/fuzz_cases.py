@@ -113,6 +113,8 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         a["sorted_weights"] = values(g, (rows + d.draw(st.integers(0, 3)),), torch.float32, kind)
         a["topk"] = k
         outs["out"] = ((m, dim), torch.bfloat16)
+    if not a:
+        raise KeyError(f"no input builder for op {op!r}: add its case to make_case")
     return a, outs
 
 

@@ -155,16 +155,6 @@ def test_gpu_binding_compiles_against_installed_torch(backend, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
 
 
-def test_api_md_is_current():
-    """docs/api.md is generated from the public signatures and docstrings."""
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gen_api_md.py"
-    p = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-
-
 def test_module_shares_no_symbol_with_another_module(cpu_module):
     """A process may load a CPU and a CUDA module: no object of one binding may be unified with
     the other's (STB_GNU_UNIQUE: static locals of inline functions).  Seen on the H200: the

@@ -1,0 +1,126 @@
+"""Checks of the op table itself (:mod:`codegen.ops`), run by every generation: a mistake in
+a table entry is an :class:`OpTableError` naming the op, the field and what to write, not a
+``KeyError`` in the generator or an error in the generated C++.
+"""
+
+from __future__ import annotations
+
+from . import exprs
+from .checks import CPP_DTYPE, CallPlan
+from .limits import LIMITS
+from .ops import Float, Int, Limit, OpSpec, Rule, Size, Tensor
+
+HELPERS = ("numel", "shape", "sort_capacity", "sort_scales_rows", "max", "rows_in_range",
+           "expert_map_ptr")  # fmt: skip
+
+
+class OpTableError(ValueError):
+    """An op table entry that cannot be generated."""
+
+
+_SCOPE = exprs.Scope()
+
+
+def _names(expr: str, where: str) -> set[str]:
+    try:
+        exprs.to_cpp(expr, _SCOPE)  # parses and checks the syntax it supports
+    except exprs.ExprError as e:
+        raise OpTableError(f"{where}: {e}") from None
+    return exprs.names(expr)
+
+
+def validate(ops: dict[str, OpSpec]) -> None:
+    """Raise :class:`OpTableError` for the first problem of ``ops``."""
+    ids: dict[int, str] = {}
+    for name, spec in ops.items():
+        where = f"codegen/ops.py, op {name!r}"
+        if spec.name != name:
+            raise OpTableError(f"{where}: listed under another name ({spec.name!r})")
+        if spec.op_id <= 0 or spec.op_id in ids:
+            other = ids.get(spec.op_id)
+            raise OpTableError(
+                f"{where}: op_id {spec.op_id} must be a positive int no other op uses"
+                + (f" (also {other!r})" if other else "")
+            )
+        ids[spec.op_id] = name
+        if len(spec.key_parts) != len(spec.params):
+            raise OpTableError(
+                f"{where}: key_parts {spec.key_parts} needs one letter per compile-time "
+                f"parameter {spec.params}"
+            )
+        _validate_args(spec, where)
+        plan, bound = CallPlan(spec, True), set()
+        tensors = {t.name for t in spec.tensors()} | {o.name for o in spec.outputs}
+        global _SCOPE
+        _SCOPE = exprs.Scope(frozenset(tensors))
+        bound |= {a.name for a in spec.args() if isinstance(a, Int | Float)}
+        for kind, data in plan.steps():
+            if kind == "tensor":
+                t, binds, _shape = data
+                bound |= {d for d, _ in binds}
+                for d in t.dims or ():
+                    _use(_names(d, f"{where}, dims of {t.name}"), bound, tensors, where)
+            elif kind in ("rule", "size"):
+                expr = data.cond if kind == "rule" else data.expr
+                _use(_names(expr, f"{where}, {expr!r}"), bound, tensors, where)
+                if kind == "rule":
+                    _use(_message_names(data, where), bound, tensors, where)
+                else:
+                    bound.add(data.name)
+            elif kind == "buffer":
+                for d in data.dims:
+                    _use(_names(d, f"{where}, dims of {data.name}"), bound, tensors, where)
+        for p in spec.params:
+            if p not in bound:
+                raise OpTableError(
+                    f"{where}: compile-time parameter {p!r} is neither an int argument nor a "
+                    "size the checks bind"
+                )
+        for f in _flat(spec.fill):
+            if f == "nullptr":  # an unused pointer field
+                continue
+            _use(_names(f, f"{where}, fill {f!r}"), bound, tensors, where)
+
+
+def _validate_args(spec: OpSpec, where: str) -> None:
+    seen: set[str] = set()
+    for a in spec.args() + spec.outputs:
+        if a.name in seen:
+            raise OpTableError(f"{where}: argument {a.name!r} listed twice")
+        seen.add(a.name)
+        if isinstance(a, Tensor) and a.dtype not in CPP_DTYPE:
+            raise OpTableError(
+                f"{where}: {a.name} has dtype {a.dtype!r}; the table knows {sorted(CPP_DTYPE)} "
+                "(add a new one to CPP_DTYPE / PY_DTYPE of codegen/checks.py and to "
+                "binding/checks.h)"
+            )
+    for c in spec.checks:
+        if isinstance(c, Limit) and c.limit not in LIMITS:
+            raise OpTableError(f"{where}: Limit {c.limit!r} is not one of {sorted(LIMITS)}")
+        if not isinstance(c, Limit | Rule | Size):
+            raise OpTableError(f"{where}: checks take Limit, Rule or Size, got {c!r}")
+    if spec.python_select and not spec.python_name:
+        raise OpTableError(f"{where}: python_select needs python_name (the shared function)")
+    if not [t for t in spec.tensors() if not t.optional]:
+        raise OpTableError(f"{where}: an op needs a required tensor input (it gives the device)")
+
+
+def _message_names(rule: Rule, where: str) -> set[str]:
+    names: set[str] = set()
+    for _literal, field in exprs._fields(rule.message):
+        if field is not None:
+            names |= _names(field, f"{where}, message {rule.message!r}")
+    return names
+
+
+def _use(names: set[str], bound: set[str], tensors: set[str], where: str) -> None:
+    unknown = sorted(n for n in names if n not in bound and n not in tensors and n != "None")
+    if unknown:
+        raise OpTableError(
+            f"{where}: {', '.join(unknown)} is not bound at that point (bind it by a tensor's "
+            "dims or a Size before its first use; tensors are used through numel() / shape())"
+        )
+
+
+def _flat(fill) -> list[str]:
+    return [x for f in fill for x in (_flat(f) if isinstance(f, tuple) else [f])]

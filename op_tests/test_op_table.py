@@ -1,0 +1,64 @@
+"""The op table (codegen/ops.py) and what is generated from it: the checked-in generated
+files are current, a mistake in a table entry is a clear error naming the op, and the limits
+are defined once (codegen/limits.py) and agree everywhere they appear."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiter_aux.jit.paths import codegen_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_generated_sources_are_current():
+    """aiter_aux/validation/_checks.py, aiter_aux/ops/_ops.py, the limits header and
+    docs/api.md are what `python codegen/gen_sources.py` writes from the table."""
+    p = subprocess.run([sys.executable, str(ROOT / "codegen" / "gen_sources.py"), "--check"],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_table_validates():
+    codegen_module("validate").validate(codegen_module("ops").OPS)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(op_id=2), "op_id 2 must be a positive int no other op uses (also 'moe_sort')"),
+        (dict(key_parts=("e",)), "key_parts ('e',) needs one letter per compile-time"),
+        (dict(params=("num_experts", "block_mm")), "'block_mm' is neither an int argument"),
+        (dict(fill=("topk_idz",)), "topk_idz is not bound at that point"),
+        (dict(checks=(codegen_module("ops").Limit("M", "num_token"),)),
+         "Limit 'num_token' is not one of"),
+    ],
+)  # fmt: skip
+def test_a_wrong_entry_names_the_op_and_the_fix(change, message):
+    ops = codegen_module("ops")
+    spec = ops.OPS["moe_sort"]
+    if "params" in change:
+        change["key_parts"] = ("e", "b")
+    bad = dict(ops.OPS, moe_sort=dataclasses.replace(spec, **change))
+    with pytest.raises(codegen_module("validate").OpTableError) as e:
+        codegen_module("validate").validate(bad)
+    assert "op 'moe_sort'" in str(e.value) or "op 'mxfp4_quant'" in str(e.value)
+    assert message in str(e.value)
+
+
+def test_limits_are_defined_once():
+    """The catalog's expert and topk bounds, the Python validators' constants and the
+    kernels' header are codegen/limits.py's."""
+    limits, catalog = codegen_module("limits"), codegen_module("catalog")
+    assert catalog.MAX_EXPERTS == limits.NUM_EXPERTS.hi
+    assert catalog.MAX_TOPK == limits.TOPK.hi
+    from aiter_aux import validation as V
+
+    assert V.BLOCK_M_VALUES == limits.BLOCK_M.values
+    assert V.MAX_NUM_EXPERTS == limits.NUM_EXPERTS.hi and V.MAX_TOPK == limits.TOPK.hi
+    assert V.MAX_NUM_TOKENS == limits.NUM_TOKENS.hi and V.MAX_ROWS_LIMIT == limits.MAX_ROWS
