@@ -15,9 +15,13 @@ one TU per op (each instance TU #included once), and compiled:
   from ``-Rpass-analysis=kernel-resource-usage``).  sm_90 (ptxas ``-warn-spills``): spills
   are printed as notes, not failures: the H200-tuned occupancy bounds spill a few bytes in
   mxfp4_quant and moe_sort_quant's wide mid-path kernel (D = 4096, 8192: 4 bytes at 6
-  and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only).
+  and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only);
+  moe_sort_scales' decode kernel at D = 7168 (8-byte slots) spills 4 bytes with its PDL
+  trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
-  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
+  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so are
+  the ops of ``PDL_OPS``, every kernel of which must wait on its grid dependency
+  (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
   The device-side tools ``gpu/tests/sort_sweep.cu`` and ``decode_sweep.cu`` are compiled
   too (they call the sort's per-path launch functions and the decode kernel's parts).
 
@@ -49,6 +53,10 @@ QUANTISING_OPS = ("mxfp4_quant", "moe_sort_quant")
 FP8_OPS = ("mxfp8_quant", "moe_sort_quant_fp8")
 AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v_cvt_sr_fp8")
 PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
+# ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
+PDL_OPS = ("mxfp4_quant", "mxfp8_quant", "moe_sort_scales", "moe_scatter_reduce",
+           "moe_scatter_reduce_q")  # fmt: skip
+PTX_PDL_WAIT = "griddepcontrol.wait"
 
 
 def amd_command(arch: str, src: Path, out: Path) -> list[str]:
@@ -132,7 +140,7 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
                 f"a hardware fp4/fp8 conversion in the {target} assembly of {op} "
                 "(its software E4M3 path is the one proven equal to the spec)"
             )
-    elif op in FP8_OPS:
+    elif op in FP8_OPS or op in PDL_OPS:
         ptx = workdir / f"{op}.{target}.ptx"
         cmd = [c for c in cuda_command(target, src, ptx) if c not in ("-Xcompiler", "-fPIC")]
         cmd[cmd.index("-c")] = "-ptx"
@@ -140,8 +148,14 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
         secs = time.perf_counter() - t0
         if p2.returncode:
             problems.append(f"PTX compile failed:\n{' '.join(cmd)}\n{p2.stderr[-3000:]}")
-        elif PTX_FP8 not in ptx.read_text():
-            problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
+        else:
+            text = ptx.read_text()
+            if op in FP8_OPS and PTX_FP8 not in text:
+                problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
+            entries = text.split(".entry ")[1:]
+            no_wait = sum(PTX_PDL_WAIT not in e for e in entries)
+            if op in PDL_OPS and (not entries or no_wait):
+                problems.append(f"{no_wait} of {len(entries)} kernels of {op} lack {PTX_PDL_WAIT}")
     if spilled and not amd:  # known on sm_90 (see the docstring): reported, not failed
         print(f"note: {target} {op}: " + "; ".join(sorted(set(spilled))), file=sys.stderr)
     warnings = p.stderr.count("warning:")

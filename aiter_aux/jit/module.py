@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from .. import env as aux_env
 from . import abi
 
 
@@ -42,8 +43,9 @@ class AuxModule:
         # /proc/self/fd/N back into a path a concurrent republish may have removed.
         self.lib = ctypes.CDLL(str(load_from or self.path), mode=ctypes.RTLD_LOCAL)
         torch.ops.loaded_libraries.add(str(self.path))
+        abi.check(self.lib, self.path)  # first: an older module lacks later functions
         abi.declare(self.lib)
-        abi.check(self.lib, self.path)
+        abi.set_pdl(self.lib, aux_env.get("AITER_AUX_PDL"))
         self.backend = self.lib.aiter_aux_backend().decode()
         self._keys = frozenset(abi.keys(self.lib))
 

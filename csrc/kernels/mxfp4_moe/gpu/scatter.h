@@ -69,6 +69,7 @@ template <int D, int K>
 __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatterArgs a,
                                                                   int num_blocks, bool in_al,
                                                                   bool out_al16) {
+  const PdlScope pdl;
   constexpr int V = vec_width<D>();
   constexpr int kUnitsPerRow = D / V;
   const int64_t units = a.num_tokens * kUnitsPerRow;
@@ -239,6 +240,7 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 template <int D, int K, typename Idx>
 __global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_reduce_q_kernel(
     AiterAuxScatterArgs a, int num_blocks, bool in_al16, bool out_al16) {
+  const PdlScope pdl;
   constexpr int kBlocksPerRow = D / 32;
   // pairs whose loads are issued together: K split into ceil(K / 4) equal batches
   constexpr int kKB = q_batch_pairs<K>();
@@ -402,6 +404,7 @@ template <int D, int K, bool kQ>
 __global__ __launch_bounds__(kThreadsSmall) void scatter_reduce_small_kernel(AiterAuxScatterArgs a,
                                                                              int num_blocks,
                                                                              bool in_al, bool out_al) {
+  const PdlScope pdl;
   constexpr int V = small_vec_width<D, kQ>();
   constexpr int kUnitsPerRow = D / V;
   constexpr int kWords = (V + 1) / 2;  // bf16 words per pair (MXFP4: 1 word of 8 codes)

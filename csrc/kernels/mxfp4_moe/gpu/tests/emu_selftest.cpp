@@ -38,6 +38,15 @@ void check(bool ok, const std::string& what) {
   }
 }
 
+// Every thread of the launches since the last aiter_aux_emu::reset_pdl() reached both PDL
+// points of target_ops.h PdlScope on its path: the wait once, then the trigger once.
+void check_pdl(const std::string& tag) {
+  const aiter_aux_emu::PdlCounts& c = aiter_aux_emu::emu().pdl;
+  check(c.waited == c.threads && c.triggered == c.threads,
+        tag + ": PDL wait and trigger in every thread (" + std::to_string(c.waited) + ", " +
+            std::to_string(c.triggered) + " of " + std::to_string(c.threads) + ")");
+}
+
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b, std::string* where = nullptr) {
   if (a.size() != b.size()) return false;
@@ -572,6 +581,7 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   a.a_q = q;
   a.a_scale = sbuf.data();
   int rc = AITER_AUX_OK;
+  aiter_aux_emu::reset_pdl();
   if (grid > 0) {
     AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
@@ -587,6 +597,7 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
                           (mis_x ? " x misaligned" : "") + (mis_q ? " a_q misaligned" : "") +
                           (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint8_t> gq(q, q + m * D / 2), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
   std::string w;
   check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
@@ -679,12 +690,14 @@ void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_val
   a.num_valid_ids = nv.data();
   a.max_rows = max_rows;
   a.sorted_scales = got;
+  aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_scales<D>(a, nullptr);
   ref_sorted_scales(as, m, D, bm, sb.sti, nv[0], max_rows, want);
   const std::string tag = "moe_sort_scales<" + std::to_string(D) + "> M=" + std::to_string(m) +
                           " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "") +
                           " offs=" + std::to_string(in_off) + "," + std::to_string(out_off);
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint8_t> g(got, got + want.size());
   for (int i = 0; i < out_off; ++i) check(got_buf[i] == 0xEE, tag + ": no write before the start");
   std::string where;
@@ -747,6 +760,7 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   const float scale = (m % 3 == 2) ? (extreme ? -0.75f : 2.5f) : 1.0f;
   a.routed_scaling_factor = scale;
   int rc;
+  aiter_aux_emu::reset_pdl();
   if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
   else rc = moe_scatter_reduce<D, K>(a, nullptr);
   for (int t = 0; t < m; ++t) {
@@ -777,6 +791,7 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
                           std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m) +
                           (extreme ? " (extreme w, s)" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint16_t> g(got.begin(), got.begin() + want.size());
   std::string where;
   check(same_bytes(g, want, &where), tag + ": out " + where);
