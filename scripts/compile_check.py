@@ -22,8 +22,9 @@ one TU per op (each instance TU #included once), and compiled:
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so are
   the ops of ``PDL_OPS``, every kernel of which must wait on its grid dependency
   (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
-  The device-side tools ``gpu/tests/sort_sweep.cu`` and ``decode_sweep.cu`` are compiled
-  too (they call the sort's per-path launch functions and the decode kernel's parts).
+  The device-side tools ``gpu/tests/sort_sweep.cu``, ``decode_sweep.cu`` and
+  ``scatter_sweep.cu`` are compiled too (they call the sort's per-path launch functions, the
+  decode kernel's parts and the reduce's small-M launch shapes).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -163,15 +164,24 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
 
 
 # Device-side development tools built by hand on the GPU machine: compiled here so that they
-# keep up with the kernels' internal API.
-TOOLS = tuple(kernels_dir() / "gpu" / "tests" / t for t in ("sort_sweep.cu", "decode_sweep.cu"))
+# keep up with the kernels' internal API (with their extra flags: scatter_sweep.cu for one
+# model_dim, as scripts/scatter_sweep.sh builds it).
+TOOLS = tuple(
+    (kernels_dir() / "gpu" / "tests" / t, flags)
+    for t, flags in (
+        ("sort_sweep.cu", ()),
+        ("decode_sweep.cu", ()),
+        ("scatter_sweep.cu", ("-DSWEEP_DIM=7168",)),
+    )
+)
 
 
-def compile_tool(src: Path, work: Path) -> tuple:
+def compile_tool(src: Path, flags: tuple[str, ...], work: Path) -> tuple:
     """nvcc -c of a tool TU: (target, name, 1, seconds, warnings, problems)."""
     t0 = time.perf_counter()
     out = work / (src.stem + ".o")
-    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", "-I", str(kernels_dir()), "-c", str(src)]
+    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", *flags, "-I", str(kernels_dir()), "-c",
+           str(src)]  # fmt: skip
     proc = subprocess.run(cmd + ["-o", str(out)], capture_output=True, text=True)
     problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
     return ("sm_90", src.name, 1, time.perf_counter() - t0, 0, problems)
@@ -200,7 +210,7 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda j: run_one(*j), jobs))
         if "sm_90" in targets:
-            results += [compile_tool(tool, work) for tool in TOOLS]
+            results += [compile_tool(tool, flags, work) for tool, flags in TOOLS]
     print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
     failed = 0
     for target, op, count, secs, warnings, problems in sorted(results):

@@ -714,8 +714,10 @@ float rand_weight(std::mt19937& rng) {
   return u2f((rng() & 0x807FFFFFu) | ((120u + rng() % 10) << 23));
 }
 
-template <int D, int K, bool kQ>
-void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
+// kV, kT > 0: the small-M kernel with that launch shape (scatter_small.h), whatever M is;
+// 0: the op's own choice.
+template <int D, int K, bool kQ, int kV = 0, int kT = 0>
+void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool misalign = false) {
   std::mt19937 rng(seed);
   std::vector<int32_t> rev(static_cast<size_t>(m) * K);
   for (auto& p : rev) {
@@ -744,10 +746,17 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
     v = r == 0 ? 255 : (r == 1 ? 0 : (r == 2 ? 254 : static_cast<uint8_t>(100 + rng() % 40)));
     if (extreme) v = static_cast<uint8_t>(rng());  // every scale, incl. 0..2 and 252..255
   }
-  std::vector<uint16_t> got(static_cast<size_t>(m) * D + 1, 0x5555), want(static_cast<size_t>(m) * D);
+  std::vector<uint16_t> got_buf(static_cast<size_t>(m) * D + 2, 0x5555), want(static_cast<size_t>(m) * D);
+  // misalign: expert_out and out 2 bytes, expert_out_q 1 byte past an aligned address
+  const int off = misalign ? 1 : 0;
+  std::vector<uint16_t> eo_buf(eo.size() + 1);
+  std::vector<uint8_t> eq_buf(eq.size() + 1);
+  memcpy(eo_buf.data() + off, eo.data(), eo.size() * 2);
+  memcpy(eq_buf.data() + off, eq.data(), eq.size());
+  uint16_t* got = got_buf.data() + off;
   AiterAuxScatterArgs a = {};
-  a.expert_out = eo.data();
-  a.expert_out_q = eq.data();
+  a.expert_out = eo_buf.data() + off;
+  a.expert_out_q = eq_buf.data() + off;
   a.expert_out_scale = es.data();
   a.num_rows = rows;
   a.reverse_sorted = rev.data();
@@ -755,13 +764,14 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   a.num_tokens = m;
   a.model_dim = D;
   a.topk = K;
-  a.out = got.data();
+  a.out = got;
   // every third case scales the routed sum (2.5, or -0.75 in the extreme cases)
   const float scale = (m % 3 == 2) ? (extreme ? -0.75f : 2.5f) : 1.0f;
   a.routed_scaling_factor = scale;
   int rc;
   aiter_aux_emu::reset_pdl();
-  if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
+  if constexpr (kV > 0) rc = scatter_detail::launch_scatter_small<D, K, kQ, kV, kT>(a, nullptr, "shape");
+  else if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
   else rc = moe_scatter_reduce<D, K>(a, nullptr);
   for (int t = 0; t < m; ++t) {
     for (int c = 0; c < D; ++c) {
@@ -789,13 +799,16 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   }
   const std::string tag = std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") +
                           std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m) +
-                          (extreme ? " (extreme w, s)" : "");
+                          (extreme ? " (extreme w, s)" : "") +
+                          (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
+                          (misalign ? " misaligned" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   check_pdl(tag);
-  std::vector<uint16_t> g(got.begin(), got.begin() + want.size());
+  std::vector<uint16_t> g(got, got + want.size());
   std::string where;
   check(same_bytes(g, want, &where), tag + ": out " + where);
-  check(got.back() == 0x5555, tag + ": no write past the end");
+  check(got[want.size()] == 0x5555 && (off == 0 || got_buf[0] == 0x5555),
+        tag + ": no write outside out");
 }
 
 // ------------------------------------------------------- argument checks ----
@@ -1026,6 +1039,29 @@ int main() {
   run_scatter_case<100, 2, false>(1030, 20, 91);
   run_scatter_case<256, 9, true>(300, 300, 92, true);
   run_scatter_case<2560, 11, true>(260, 40, 93);
+  // every small-M launch shape (V columns per thread x threads per block) the decode rule can
+  // pick: bf16 V = 8 (16-byte loads; V = 4 where D % 8 != 0), MXFP4 V = 16, 32; M = 1..4,
+  // partial blocks, the grid-stride loop (M = 70 at 64 threads), unaligned rows, extremes
+  run_scatter_case<7168, 9, false, 8, 64>(1, 30, 94);
+  run_scatter_case<7168, 16, false, 8, 128>(2, 60, 95);
+  run_scatter_case<2560, 11, false, 8, 256>(4, 50, 96);
+  run_scatter_case<3072, 8, false, 4, 128>(3, 40, 97);
+  run_scatter_case<100, 2, false, 8, 64>(9, 20, 98);  // D % 8 != 0: V = 4
+  run_scatter_case<4096, 17, false, 8, 256>(3, 60, 99);  // 16 + 1 pairs
+  run_scatter_case<7168, 9, true, 16, 64>(1, 30, 100);
+  run_scatter_case<7168, 9, true, 32, 64>(2, 30, 101);
+  run_scatter_case<2560, 16, true, 32, 128>(4, 60, 102);
+  run_scatter_case<3072, 11, true, 16, 256>(3, 40, 103);
+  run_scatter_case<256, 9, true, 32, 64>(40, 300, 104, true);  // fast and general decode mixed
+  run_scatter_case<256, 17, true, 16, 128>(5, 40, 105, true);
+  run_scatter_case<64, 3, true, 8, 128>(70, 40, 106);
+  run_scatter_case<7168, 9, false, 8, 64>(2, 30, 107, false, true);
+  run_scatter_case<3072, 8, false, 4, 64>(2, 30, 108, false, true);
+  run_scatter_case<2560, 9, true, 32, 64>(2, 30, 109, false, true);
+  run_scatter_case<2560, 9, true, 16, 128>(2, 30, 110, false, true);
+  run_scatter_case<2560, 9, true, 8, 64>(2, 30, 111, false, true);
+  run_scatter_case<7168, 9, false>(3, 30, 112, false, true);  // the op's choice, misaligned
+  run_scatter_case<256, 9, true>(300, 300, 113, false, true);
 
   test_fp8();
   test_sort_quant_scales();
