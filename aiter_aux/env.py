@@ -77,6 +77,9 @@ class Var:
 
 
 _FLAG = "1/0 (also true/false, yes/no, on/off)"
+
+# Whether the kernels launch with programmatic dependent launch when AITER_AUX_PDL is unset.
+PDL_DEFAULT = False
 VARS: dict[str, Var] = {
     v.name: v
     for v in (
@@ -118,6 +121,11 @@ VARS: dict[str, Var] = {
             "`1`: `pip wheel .` also compiles the module into the wheel"),
         Var("AITER_AUX_PREBUILD_SHAPES", _str, "E,D,I,K;E,D,I,K", None, "the whole catalog",
             "the shapes a prebuild compiles, e.g. `\"256,3072,256,8;128,3072,512,4\"`"),
+        Var("AITER_AUX_PDL", _flag, _FLAG, PDL_DEFAULT, "1" if PDL_DEFAULT else "0",
+            "`1`: cuda, every target sm_90 or newer: launch every kernel with programmatic "
+            "dependent launch (PDL: a kernel's launch overlaps the end of the one before it, "
+            "in CUDA graphs too); `0`: plain launches. Read when the module loads; "
+            "`aiter_aux.jit.abi.set_pdl` switches a loaded module. No effect on cpu and rocm"),
         Var("HIP_CLANG", _str, "a compiler", "clang++-22", "`clang++-22`",
             "scripts/compile_check.py: the clang that compiles the AMD targets"),
     )

@@ -18,11 +18,16 @@ catalog.
   from ``-Rpass-analysis=kernel-resource-usage``).  sm_90 (ptxas ``-warn-spills``): spills
   are printed as notes, not failures: the H200-tuned occupancy bounds spill a few bytes in
   mxfp4_quant and moe_sort_quant's wide mid-path kernel (D = 4096, 8192: 4 bytes at 6
-  and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only).
+  and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only);
+  moe_sort_scales' decode kernel at D = 7168 (8-byte slots) spills 4 bytes with its PDL
+  trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
-  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h).
-  The device-side tools ``gpu/tests/sort_sweep.cu`` and ``decode_sweep.cu`` are compiled
-  too (they call the sort's per-path launch functions and the decode kernel's parts).
+  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so are
+  the ops of ``PDL_OPS``, every kernel of which must wait on its grid dependency
+  (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
+  The device-side tools ``gpu/tests/sort_sweep.cu``, ``decode_sweep.cu`` and
+  ``scatter_sweep.cu`` are compiled too (they call the sort's per-path launch functions, the
+  decode kernel's parts and the reduce's small-M launch shapes).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -52,6 +57,10 @@ QUANTISING_OPS = ("mxfp4_quant", "moe_sort_quant")
 FP8_OPS = ("mxfp8_quant", "moe_sort_quant_fp8")
 AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v_cvt_sr_fp8")
 PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
+# ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
+PDL_OPS = ("mxfp4_quant", "mxfp8_quant", "moe_sort_scales", "moe_scatter_reduce",
+           "moe_scatter_reduce_q")  # fmt: skip
+PTX_PDL_WAIT = "griddepcontrol.wait"
 
 
 def amd_command(arch: str, src: Path, out: Path) -> list[str]:
@@ -176,7 +185,7 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
                 f"a hardware fp4/fp8 conversion in the {target} assembly of {op} "
                 "(its software E4M3 path is the one proven equal to the spec)"
             )
-    elif op in FP8_OPS:
+    elif op in FP8_OPS or op in PDL_OPS:
         ptx = workdir / f"{op}.{target}.ptx"
         cmd = [c for c in cuda_command(target, src, ptx) if c not in ("-Xcompiler", "-fPIC")]
         cmd[cmd.index("-c")] = "-ptx"
@@ -184,8 +193,14 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
         secs = time.perf_counter() - t0
         if p2.returncode:
             problems.append(f"PTX compile failed:\n{' '.join(cmd)}\n{p2.stderr[-3000:]}")
-        elif PTX_FP8 not in ptx.read_text():
-            problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
+        else:
+            text = ptx.read_text()
+            if op in FP8_OPS and PTX_FP8 not in text:
+                problems.append(f"{PTX_FP8} missing from the {target} PTX of {op}")
+            entries = text.split(".entry ")[1:]
+            no_wait = sum(PTX_PDL_WAIT not in e for e in entries)
+            if op in PDL_OPS and (not entries or no_wait):
+                problems.append(f"{no_wait} of {len(entries)} kernels of {op} lack {PTX_PDL_WAIT}")
     if spilled and not amd:  # known on sm_90 (see the docstring): reported, not failed
         print(f"note: {target} {op}: " + "; ".join(sorted(set(spilled))), file=sys.stderr)
     warnings = p.stderr.count("warning:")
@@ -193,15 +208,24 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
 
 
 # Device-side development tools built by hand on the GPU machine: compiled here so that they
-# keep up with the kernels' internal API.
-TOOLS = tuple(kernels_dir() / "gpu" / "tests" / t for t in ("sort_sweep.cu", "decode_sweep.cu"))
+# keep up with the kernels' internal API (with their extra flags: scatter_sweep.cu for one
+# model_dim, as scripts/scatter_sweep.sh builds it).
+TOOLS = tuple(
+    (kernels_dir() / "gpu" / "tests" / t, flags)
+    for t, flags in (
+        ("sort_sweep.cu", ()),
+        ("decode_sweep.cu", ()),
+        ("scatter_sweep.cu", ("-DSWEEP_DIM=7168",)),
+    )
+)
 
 
-def compile_tool(src: Path, work: Path) -> tuple:
+def compile_tool(src: Path, flags: tuple[str, ...], work: Path) -> tuple:
     """nvcc -c of a tool TU: (target, name, 1, seconds, warnings, problems)."""
     t0 = time.perf_counter()
     out = work / (src.stem + ".o")
-    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", "-I", str(kernels_dir()), "-c", str(src)]
+    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", *flags, "-I", str(kernels_dir()), "-c",
+           str(src)]  # fmt: skip
     proc = subprocess.run(cmd + ["-o", str(out)], capture_output=True, text=True)
     problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
     return ("sm_90", src.name, 1, time.perf_counter() - t0, 0, problems)
@@ -232,7 +256,7 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(lambda j: run_one(*j), jobs))
         if "sm_90" in targets:
-            results += [compile_tool(tool, work) for tool in TOOLS]
+            results += [compile_tool(tool, flags, work) for tool, flags in TOOLS]
     print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
     failed = 0
     for target, op, count, secs, warnings, problems in sorted(results):

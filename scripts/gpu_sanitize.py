@@ -2,8 +2,9 @@
 
     compute-sanitizer --tool memcheck python3 scripts/gpu_sanitize.py
 
-Small and medium sizes, every sort path, every op; each
-output is also compared with the reference so a sanitizer-clean but wrong run still fails.
+Small and medium sizes, every sort path, every op, with programmatic dependent launch off,
+then on (AuxModule.set_pdl); each output is also compared with the reference so a
+sanitizer-clean but wrong run still fails.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from aiter_aux import ops
 from aiter_aux import reference as ref
+from aiter_aux.jit.spec import loaded_modules
 from aiter_aux.pipeline import draw_routing
 
 
@@ -25,6 +27,18 @@ def same(a, b) -> bool:
 
 def main() -> int:
     dev = torch.device("cuda")
+    ops.mxfp4_quant(torch.zeros(1, 256, dtype=torch.bfloat16, device=dev))  # loads the module
+    module = loaded_modules()["cuda"]
+    bad = 0
+    for pdl in (False, True):
+        module.set_pdl(pdl)
+        print(f"PDL {'on' if pdl else 'off'}", flush=True)
+        bad += run_all(dev)
+    return 1 if bad else 0
+
+
+def run_all(dev) -> int:
+    """Every shape's checks; the number of shapes with a mismatch."""
     g = torch.Generator().manual_seed(1234)
     bad = 0
     # every sort path (gpu/sort.h launch_sort): micro (M = 1), tiny (3, 40), mid (300, 5000; the
@@ -126,7 +140,7 @@ def main() -> int:
         torch.cuda.synchronize()
         print(f"shape {shape} M={m}: {'ok' if ok else 'MISMATCH'}", flush=True)
         bad += not ok
-    return 1 if bad else 0
+    return bad
 
 
 if __name__ == "__main__":

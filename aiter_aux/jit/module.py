@@ -1,13 +1,15 @@
 """The loaded ``module_moe_mxfp4_aux``: :class:`AuxModule`, the one place that loads a
 module file into the process, and the few plain C functions Python calls on it directly
-(through ``ctypes``): its ABI version, backend, instance keys and kernel-call counter.  The
+(through ``ctypes``): its ABI version, backend, instance keys and kernel-call counter, and
+its one run-time switch, programmatic dependent launch (:meth:`AuxModule.set_pdl`).  The
 ops themselves go through the torch binding compiled into the module; no args struct is
 mirrored here.
 
 ``ABI_VERSION`` must equal ``AITER_AUX_ABI_VERSION`` of ``mxfp4_moe_aux_abi.h`` (a test
 checks the header; every loaded module is checked).  Which file is loaded, and when, is
 decided by :mod:`.spec` (prebuilt, cache or JIT source; at most one module per backend per
-process).  Imports nothing of the project: the load path and the builder import this.
+process).  Imports only :mod:`aiter_aux.env` of the project: the load path and the builder
+import this.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import ctypes as C
 from pathlib import Path
 
-ABI_VERSION = 5
+from .. import env as aux_env
+
+ABI_VERSION = 6
 
 
 class InstanceMissingError(KeyError):
@@ -33,6 +37,9 @@ def _declare(lib: C.CDLL) -> None:
     lib.aiter_aux_instance_key.restype = C.c_char_p
     lib.aiter_aux_instance_key.argtypes = [C.c_int]
     lib.aiter_aux_kernel_calls.restype = C.c_int64
+    lib.aiter_aux_set_pdl.restype = None
+    lib.aiter_aux_set_pdl.argtypes = [C.c_int]
+    lib.aiter_aux_pdl.restype = C.c_int
 
 
 class AuxModule:
@@ -61,12 +68,14 @@ class AuxModule:
             reason = str(e).replace(load_from, str(self.path))
             raise OSError(f"the dynamic loader refused {self.path}: {reason}") from None
         torch.ops.loaded_libraries.add(str(self.path))
-        _declare(self.lib)
-        version = self.lib.aiter_aux_abi_version()
+        self.lib.aiter_aux_abi_version.restype = C.c_int
+        version = self.lib.aiter_aux_abi_version()  # first: an older module lacks later names
         if version != ABI_VERSION:
             raise RuntimeError(
                 f"{self.path}: ABI version {version}, expected {ABI_VERSION}; rebuild it"
             )
+        _declare(self.lib)
+        self.set_pdl(aux_env.get("AITER_AUX_PDL"))
         self.backend = self.lib.aiter_aux_backend().decode()
         n = self.lib.aiter_aux_num_instances()
         self._keys = frozenset(self.lib.aiter_aux_instance_key(i).decode() for i in range(n))
@@ -76,6 +85,16 @@ class AuxModule:
 
     def has(self, key: str) -> bool:
         return key in self._keys
+
+    def set_pdl(self, on: bool) -> None:
+        """Switch programmatic dependent launch for the module's later kernel launches (the
+        ``AITER_AUX_PDL`` variable sets it when the module loads).  It takes effect in CUDA
+        builds whose every target is sm_90 or newer; elsewhere kernels launch as before."""
+        self.lib.aiter_aux_set_pdl(1 if on else 0)
+
+    def pdl(self) -> bool:
+        """The module's PDL switch."""
+        return bool(self.lib.aiter_aux_pdl())
 
     def kernel_calls(self) -> int:
         """Instance calls made through this module so far (tests: "no kernel ran")."""

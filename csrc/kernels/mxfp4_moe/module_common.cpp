@@ -1,11 +1,12 @@
 // The backend-independent part of module_moe_mxfp4_aux: ABI version, the per-thread
-// error message and the kernel-call counter.  Compiled once per build directory (no torch header).
+// error message, the kernel-call counter and the PDL switch.  Compiled once per build directory (no torch header).
 #include <stdio.h>
 #include <string.h>
 
 #include <atomic>
 
 #include "mxfp4_moe_aux_abi.h"
+#include "pdl_switch.h"
 
 namespace {
 thread_local char g_last_error[512] = "";
@@ -30,3 +31,7 @@ extern "C" void aiter_aux_count_kernel_call(void) {
 extern "C" int64_t aiter_aux_kernel_calls(void) {
   return g_kernel_calls.load(std::memory_order_relaxed);
 }
+
+extern "C" void aiter_aux_set_pdl(int on) { aiter_aux::set_pdl_enabled(on != 0); }
+
+extern "C" int aiter_aux_pdl(void) { return aiter_aux::pdl_enabled() ? 1 : 0; }

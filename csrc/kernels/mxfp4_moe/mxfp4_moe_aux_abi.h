@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 5
+#define AITER_AUX_ABI_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -154,6 +154,12 @@ const AiterAuxInstance* aiter_aux_find(const char* key);  // NULL if absent
 const char* aiter_aux_last_error(void);          // message of the last failing call
 int64_t aiter_aux_kernel_calls(void);            // instance calls so far (tests: "no kernel ran")
 void aiter_aux_count_kernel_call(void);
+// Programmatic dependent launch (PDL): 1 launches every later kernel with the
+// programmatic-stream-serialization attribute, 0 (the initial value) plain launches.  The
+// switch is read at each launch; it takes effect only in CUDA builds whose every target is
+// sm_90 or newer (gpu/hip_compat.h); on HIP and the CPU it changes nothing.
+void aiter_aux_set_pdl(int on);
+int aiter_aux_pdl(void);                          // the switch's value (0 or 1)
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -86,6 +86,74 @@ typedef cudaError_t hipError_t;
 
 // Kernel launch on a stream, no dynamic shared memory:
 //   AITER_AUX_LAUNCH(kernel_ptr, grid, block, stream)(args...);
+// CUDA: with programmatic dependent launch (PDL) when the run-time switch is on
+// (../pdl_switch.h) and every target of the build is sm_90 or newer (launch_detail below);
+// else, and on HIP, a plain launch.
+#if defined(AITER_AUX_GPU_CUDA)
+#include <utility>
+
+#include "../pdl_switch.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace launch_detail {
+
+// Whether every kernel of this translation unit is compiled with its PDL points
+// (target_ops.h PdlScope: griddepcontrol, sm_90+ only): nvcc lists the
+// targets it compiles in __CUDA_ARCH_LIST__ (host and device passes alike).  A kernel
+// compiled without them must not be launched with the attribute: it could read its
+// inputs before the upstream grid's writes are visible.
+#if defined(__CUDA_ARCH_LIST__)
+constexpr int kArchList[] = {__CUDA_ARCH_LIST__};
+constexpr bool every_arch_has_pdl() {
+  for (int a : kArchList)
+    if (a < 900) return false;
+  return true;
+}
+constexpr bool kPdlBuild = every_arch_has_pdl();
+#else
+constexpr bool kPdlBuild = false;
+#endif
+
+template <class... P>
+struct Launch {
+  void (*kern)(P...);
+  dim3 grid, block;
+  cudaStream_t stream;
+  // Errors are left for check_launch (cudaGetLastError), as a <<<>>> launch leaves them.
+  template <class... A>
+  void operator()(A&&... args) const {
+    if (kPdlBuild && ::aiter_aux::pdl_enabled()) {
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = block;
+      cfg.dynamicSmemBytes = 0;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      (void)cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
+    } else {
+      kern<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
+    }
+  }
+};
+
+template <class... P>
+Launch<P...> make_launch(void (*kern)(P...), dim3 grid, dim3 block, cudaStream_t stream) {
+  return Launch<P...>{kern, grid, block, stream};
+}
+
+}  // namespace launch_detail
+}  // namespace gpu
+}  // namespace aiter_aux
+
+#define AITER_AUX_LAUNCH(kern, grid, block, stream) \
+  ::aiter_aux::gpu::launch_detail::make_launch((kern), (grid), (block), (stream))
+#endif
+
 #ifndef AITER_AUX_LAUNCH
 #define AITER_AUX_LAUNCH(kern, grid, block, stream) kern<<<(grid), (block), 0, (stream)>>>
 #endif

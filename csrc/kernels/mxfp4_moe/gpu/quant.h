@@ -169,6 +169,7 @@ constexpr int kQuantThreads = 256;
 template <int D, int kTiles>
 __global__ AITER_AUX_QUANT_BOUNDS void mxfp4_quant_kernel(AiterAuxQuantArgs a, int num_blocks,
                                                           bool x_al16, bool q_al4) {
+  const PdlScope pdl;
   constexpr int kWarps = kQuantThreads / kWarpSize;
   const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
   quant_tensor_tiles<D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16,

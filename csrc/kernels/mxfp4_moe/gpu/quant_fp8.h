@@ -180,6 +180,7 @@ __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t
 template <int D, int kTiles>
 __global__ AITER_AUX_QUANT_BOUNDS void mxfp8_quant_kernel(AiterAuxQuantArgs a, int num_blocks,
                                                           bool x_al16, bool q_al4) {
+  const PdlScope pdl;
   constexpr int kWarps = kQuantThreads / kWarpSize;
   const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
   quant_fp8_tiles<D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16, q_al4);

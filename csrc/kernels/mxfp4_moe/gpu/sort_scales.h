@@ -139,6 +139,7 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
                                                                int64_t total_tiles, int num_blocks,
                                                                bool in_al8, bool in_al4,
                                                                bool out_al4) {
+  const PdlScope pdl;
   using L = Layout<D, V, KuMax>;
   using Slot = typename SlotVec<V>::T;
   __shared__ Slot smem[kSubWarps][32 * L::kPitch];

@@ -5,7 +5,8 @@
 // branches (CUDA sm_90, AMD gfx950 / other CDNA, the CPU emulation, the
 // generic fallback).
 //
-// Two kinds:
+// Three kinds:
+//   * the programmatic-dependent-launch points of every kernel (PdlScope);
 //   * operations with a portable definition (byte_perm, bit_select,
 //     pair_other, pk_max_u16, pk_addmax_s16, pk_fma_bf16, f16_half_to_f32):
 //     the instruction where the target has it, the same function written out
@@ -21,6 +22,59 @@
 
 namespace aiter_aux {
 namespace gpu {
+
+// ------------------------------------- programmatic dependent launch ----
+// The PDL points of a kernel (sm_90+: griddepcontrol; no-ops on other targets; the
+// emulation records them for its self-test).  The launch side is AITER_AUX_LAUNCH
+// (hip_compat.h).  Every kernel's first statement is
+//     const PdlScope pdl;
+// Its constructor waits (pdl_wait) until the upstream grids have completed and their
+// writes are visible: nothing before it may touch global memory (reads of inputs, and
+// writes to buffers an upstream kernel may still read).  Every thread waits, so this grid
+// completes only after its upstream grids, and the next kernel's wait covers them too.
+// Its destructor, when the thread returns (on every path, after its last global write),
+// lets the dependent grid launch (pdl_launch_dependents): the dependent's blocks may then be
+// scheduled while this grid finishes, and they wait in their own PdlScope.  Where the
+// trigger sits changes only timing, never results (the dependent waits for this whole
+// grid).  -DAITER_AUX_PDL_EARLY_TRIGGER=1 moves it to right after the wait, so that the
+// dependents launch once every block of this grid has started (for measuring with the
+// device tools of tests/).
+#ifndef AITER_AUX_PDL_EARLY_TRIGGER
+#define AITER_AUX_PDL_EARLY_TRIGGER 0
+#endif
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define AITER_AUX_PDL_HW 1
+#else
+#define AITER_AUX_PDL_HW 0
+#endif
+
+__device__ __forceinline__ void pdl_wait() {
+#if AITER_AUX_PDL_HW
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#elif defined(AITER_AUX_GPU_EMU)
+  ::aiter_aux_emu::pdl_wait();
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if AITER_AUX_PDL_HW
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#elif defined(AITER_AUX_GPU_EMU)
+  ::aiter_aux_emu::pdl_launch_dependents();
+#endif
+}
+
+struct PdlScope {
+  __device__ __forceinline__ PdlScope() {
+    pdl_wait();
+    if constexpr (AITER_AUX_PDL_EARLY_TRIGGER != 0) pdl_launch_dependents();
+  }
+  __device__ __forceinline__ ~PdlScope() {
+    if constexpr (AITER_AUX_PDL_EARLY_TRIGGER == 0) pdl_launch_dependents();
+  }
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+};
 
 // ------------------------------------------------------ bit operations ----
 // PTX prmt.b32 (default mode): byte n of the result is byte (sel_n & 7) of

@@ -11,6 +11,11 @@
 // warp at different kinds of primitive) and deadlocks (a thread that exits
 // while others wait at a barrier) abort with a message.
 //
+// The PDL points of target_ops.h (pdl_wait, pdl_launch_dependents) are recorded per
+// thread: Emu::pdl counts, over the launches since the last reset_pdl(), the threads that
+// ran, waited once, and triggered once after waiting, so the self-test can check that a
+// kernel reaches both on every path (emu_selftest.cpp check_pdl).
+//
 // The warp size is AITER_AUX_EMU_WARP (32 or 64; default 32), so one test
 // source covers both the NVIDIA and the CDNA shapes of every kernel.
 // Device pointers are plain host pointers.  fp32 arithmetic is the host's
@@ -87,6 +92,16 @@ struct WarpState {
 struct Fiber {
   ucontext_t ctx;
   bool done = false;
+  int waits = 0;     // pdl_wait calls
+  int triggers = 0;  // pdl_launch_dependents calls
+  bool trigger_before_wait = false;
+};
+
+// Threads of the launches since the last reset_pdl(): all of them, those that called
+// pdl_wait exactly once, and those that called pdl_launch_dependents exactly once, after
+// their wait.
+struct PdlCounts {
+  uint64_t threads = 0, waited = 0, triggered = 0;
 };
 
 struct Emu {
@@ -102,6 +117,7 @@ struct Emu {
   uint64_t bar_gen = 0;
   uint64_t progress = 0;
   uint64_t launches = 0;
+  PdlCounts pdl;
   std::mt19937 rng{20240601u};
 };
 
@@ -187,10 +203,24 @@ inline float add_rn(float a, float b) {
   return s;
 }
 
+inline void pdl_wait() { emu().fibers[emu().cur].waits++; }
+
+inline void pdl_launch_dependents() {
+  Fiber& f = emu().fibers[emu().cur];
+  if (f.waits == 0) f.trigger_before_wait = true;
+  f.triggers++;
+}
+
+inline void reset_pdl() { emu().pdl = PdlCounts(); }
+
 inline void fiber_entry() {
   Emu& e = emu();
   e.body();
-  e.fibers[e.cur].done = true;
+  Fiber& f = e.fibers[e.cur];
+  f.done = true;
+  e.pdl.threads++;
+  e.pdl.waited += f.waits == 1;
+  e.pdl.triggered += f.triggers == 1 && !f.trigger_before_wait;
   e.progress++;
 }  // returns to uc_link (the scheduler)
 

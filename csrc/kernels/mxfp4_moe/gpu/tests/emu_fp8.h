@@ -89,6 +89,7 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int gri
   a.a_q = q;
   a.a_scale = sbuf.data();
   int rc = AITER_AUX_OK;
+  aiter_aux_emu::reset_pdl();
   if (grid > 0) {
     AITER_AUX_LAUNCH((quant_detail::mxfp8_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
@@ -101,6 +102,7 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int gri
                           (mis_x ? " x misaligned" : "") + " a_q +" + std::to_string(q_off) +
                           (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint8_t> gq(q, q + m * D), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
   std::string w;
   check(same_bytes(gq, wq, &w), tag + ": a_q " + w);

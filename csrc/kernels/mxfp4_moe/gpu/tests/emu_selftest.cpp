@@ -38,6 +38,15 @@ void check(bool ok, const std::string& what) {
   }
 }
 
+// Every thread of the launches since the last aiter_aux_emu::reset_pdl() reached both PDL
+// points of target_ops.h PdlScope on its path: the wait once, then the trigger once.
+void check_pdl(const std::string& tag) {
+  const aiter_aux_emu::PdlCounts& c = aiter_aux_emu::emu().pdl;
+  check(c.waited == c.threads && c.triggered == c.threads,
+        tag + ": PDL wait and trigger in every thread (" + std::to_string(c.waited) + ", " +
+            std::to_string(c.triggered) + " of " + std::to_string(c.threads) + ")");
+}
+
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b, std::string* where = nullptr) {
   if (a.size() != b.size()) return false;
@@ -572,6 +581,7 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   a.a_q = q;
   a.a_scale = sbuf.data();
   int rc = AITER_AUX_OK;
+  aiter_aux_emu::reset_pdl();
   if (grid > 0) {
     AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
@@ -587,6 +597,7 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
                           (mis_x ? " x misaligned" : "") + (mis_q ? " a_q misaligned" : "") +
                           (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint8_t> gq(q, q + m * D / 2), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
   std::string w;
   check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
@@ -679,12 +690,14 @@ void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_val
   a.num_valid_ids = nv.data();
   a.max_rows = max_rows;
   a.sorted_scales = got;
+  aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_scales<D>(a, nullptr);
   ref_sorted_scales(as, m, D, bm, sb.sti, nv[0], max_rows, want);
   const std::string tag = "moe_sort_scales<" + std::to_string(D) + "> M=" + std::to_string(m) +
                           " bm=" + std::to_string(bm) + (shrink_valid ? " shrunk" : "") +
                           " offs=" + std::to_string(in_off) + "," + std::to_string(out_off);
   check(rc == AITER_AUX_OK, tag + ": status");
+  check_pdl(tag);
   std::vector<uint8_t> g(got, got + want.size());
   for (int i = 0; i < out_off; ++i) check(got_buf[i] == 0xEE, tag + ": no write before the start");
   std::string where;
@@ -701,8 +714,10 @@ float rand_weight(std::mt19937& rng) {
   return u2f((rng() & 0x807FFFFFu) | ((120u + rng() % 10) << 23));
 }
 
-template <int D, int K, bool kQ>
-void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
+// kV, kT > 0: the small-M kernel with that launch shape (scatter_small.h), whatever M is;
+// 0: the op's own choice.
+template <int D, int K, bool kQ, int kV = 0, int kT = 0>
+void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool misalign = false) {
   std::mt19937 rng(seed);
   std::vector<int32_t> rev(static_cast<size_t>(m) * K);
   for (auto& p : rev) {
@@ -731,10 +746,17 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
     v = r == 0 ? 255 : (r == 1 ? 0 : (r == 2 ? 254 : static_cast<uint8_t>(100 + rng() % 40)));
     if (extreme) v = static_cast<uint8_t>(rng());  // every scale, incl. 0..2 and 252..255
   }
-  std::vector<uint16_t> got(static_cast<size_t>(m) * D + 1, 0x5555), want(static_cast<size_t>(m) * D);
+  std::vector<uint16_t> got_buf(static_cast<size_t>(m) * D + 2, 0x5555), want(static_cast<size_t>(m) * D);
+  // misalign: expert_out and out 2 bytes, expert_out_q 1 byte past an aligned address
+  const int off = misalign ? 1 : 0;
+  std::vector<uint16_t> eo_buf(eo.size() + 1);
+  std::vector<uint8_t> eq_buf(eq.size() + 1);
+  memcpy(eo_buf.data() + off, eo.data(), eo.size() * 2);
+  memcpy(eq_buf.data() + off, eq.data(), eq.size());
+  uint16_t* got = got_buf.data() + off;
   AiterAuxScatterArgs a = {};
-  a.expert_out = eo.data();
-  a.expert_out_q = eq.data();
+  a.expert_out = eo_buf.data() + off;
+  a.expert_out_q = eq_buf.data() + off;
   a.expert_out_scale = es.data();
   a.num_rows = rows;
   a.reverse_sorted = rev.data();
@@ -742,12 +764,14 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   a.num_tokens = m;
   a.model_dim = D;
   a.topk = K;
-  a.out = got.data();
+  a.out = got;
   // every third case scales the routed sum (2.5, or -0.75 in the extreme cases)
   const float scale = (m % 3 == 2) ? (extreme ? -0.75f : 2.5f) : 1.0f;
   a.routed_scaling_factor = scale;
   int rc;
-  if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
+  aiter_aux_emu::reset_pdl();
+  if constexpr (kV > 0) rc = scatter_detail::launch_scatter_small<D, K, kQ, kV, kT>(a, nullptr, "shape");
+  else if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
   else rc = moe_scatter_reduce<D, K>(a, nullptr);
   for (int t = 0; t < m; ++t) {
     for (int c = 0; c < D; ++c) {
@@ -775,12 +799,16 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false) {
   }
   const std::string tag = std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") +
                           std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m) +
-                          (extreme ? " (extreme w, s)" : "");
+                          (extreme ? " (extreme w, s)" : "") +
+                          (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
+                          (misalign ? " misaligned" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
-  std::vector<uint16_t> g(got.begin(), got.begin() + want.size());
+  check_pdl(tag);
+  std::vector<uint16_t> g(got, got + want.size());
   std::string where;
   check(same_bytes(g, want, &where), tag + ": out " + where);
-  check(got.back() == 0x5555, tag + ": no write past the end");
+  check(got[want.size()] == 0x5555 && (off == 0 || got_buf[0] == 0x5555),
+        tag + ": no write outside out");
 }
 
 // ------------------------------------------------------- argument checks ----
@@ -1011,6 +1039,29 @@ int main() {
   run_scatter_case<100, 2, false>(1030, 20, 91);
   run_scatter_case<256, 9, true>(300, 300, 92, true);
   run_scatter_case<2560, 11, true>(260, 40, 93);
+  // every small-M launch shape (V columns per thread x threads per block) the decode rule can
+  // pick: bf16 V = 8 (16-byte loads; V = 4 where D % 8 != 0), MXFP4 V = 16, 32; M = 1..4,
+  // partial blocks, the grid-stride loop (M = 70 at 64 threads), unaligned rows, extremes
+  run_scatter_case<7168, 9, false, 8, 64>(1, 30, 94);
+  run_scatter_case<7168, 16, false, 8, 128>(2, 60, 95);
+  run_scatter_case<2560, 11, false, 8, 256>(4, 50, 96);
+  run_scatter_case<3072, 8, false, 4, 128>(3, 40, 97);
+  run_scatter_case<100, 2, false, 8, 64>(9, 20, 98);  // D % 8 != 0: V = 4
+  run_scatter_case<4096, 17, false, 8, 256>(3, 60, 99);  // 16 + 1 pairs
+  run_scatter_case<7168, 9, true, 16, 64>(1, 30, 100);
+  run_scatter_case<7168, 9, true, 32, 64>(2, 30, 101);
+  run_scatter_case<2560, 16, true, 32, 128>(4, 60, 102);
+  run_scatter_case<3072, 11, true, 16, 256>(3, 40, 103);
+  run_scatter_case<256, 9, true, 32, 64>(40, 300, 104, true);  // fast and general decode mixed
+  run_scatter_case<256, 17, true, 16, 128>(5, 40, 105, true);
+  run_scatter_case<64, 3, true, 8, 128>(70, 40, 106);
+  run_scatter_case<7168, 9, false, 8, 64>(2, 30, 107, false, true);
+  run_scatter_case<3072, 8, false, 4, 64>(2, 30, 108, false, true);
+  run_scatter_case<2560, 9, true, 32, 64>(2, 30, 109, false, true);
+  run_scatter_case<2560, 9, true, 16, 128>(2, 30, 110, false, true);
+  run_scatter_case<2560, 9, true, 8, 64>(2, 30, 111, false, true);
+  run_scatter_case<7168, 9, false>(3, 30, 112, false, true);  // the op's choice, misaligned
+  run_scatter_case<256, 9, true>(300, 300, 113, false, true);
 
   test_fp8();
   test_sort_quant_scales();
