@@ -20,8 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from aiter_aux import env  # noqa: E402
+from aiter_aux import ops as T  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.ops import torch_ops as T  # noqa: E402
 from aiter_aux.pipeline import draw_routing  # noqa: E402
 
 E, D, K = 256, 3072, 8  # catalog shape (256, 3072, 256, 8)
