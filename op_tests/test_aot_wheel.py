@@ -31,11 +31,15 @@ import pytest
 
 pytest.importorskip("torch")
 
+from instance_counts import N_OPS, keys_of  # noqa: E402 (op_tests/instance_counts.py)
+
 pytestmark = pytest.mark.wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 1800  # per command: a guard against a hang, not a budget
 SHAPES = "256,3072,256,8;128,3072,512,4"
+PREBUILT_KEYS = keys_of(*(map(int, s.split(",")) for s in SHAPES.split(";")))
+JIT_SHAPE = (257, 7168, 256, 9)
 PACKAGE_FILES = ("aiter_aux", "codegen", "templates", "csrc", "setup.py", "pyproject.toml",
                  "README.md", "MANIFEST.in")  # fmt: skip
 
@@ -74,13 +78,13 @@ print(json.dumps(out))
 
 # JIT from the shipped sources: what an op call would load, then a one-shape build
 JIT = r"""
-import json
+import json, sys
 from aiter_aux.jit.build import build_module
 from aiter_aux.jit.module import AuxModule
 from aiter_aux.jit.paths import source_root
 from aiter_aux.jit.spec import ModuleSpec
 plan = ModuleSpec("cpu").plan()
-r = build_module(shapes=[(257, 7168, 256, 9)], backend="cpu")
+r = build_module(shapes=[tuple(json.loads(sys.argv[1]))], backend="cpu")
 print(json.dumps({"source_root": str(source_root()), "compiled": r.compiled, "plan": plan,
                   "module": str(r.module_path), "keys": AuxModule(r.module_path).keys()}))
 """
@@ -131,8 +135,7 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     assert (site / "aiter_aux" / "_src" / "codegen" / "catalog.py").is_file()
     manifest = json.loads(next((site / "aiter_aux" / "_prebuilt").glob("*/manifest.json"))
                           .read_text())  # fmt: skip
-    # 8 keys of the first shape, 5 more of the second (it shares the three per-model_dim keys)
-    assert manifest["backend"] == "cpu" and len(manifest["keys"]) == 13
+    assert manifest["backend"] == "cpu" and sorted(manifest["keys"]) == sorted(PREBUILT_KEYS)
     t_install = time.monotonic() - t0 - t_wheel
 
     cache, jit_cache = tmp_path / "empty_cache", tmp_path / "jit_cache"
@@ -151,13 +154,15 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     assert got["cache_files"] == [], "something was compiled or written into the cache"
     assert list(cache.rglob("*")) == []
     env = clean_env(AITER_AUX_CACHE_DIR=str(jit_cache))
-    jit = json.loads(run([py, "-W", "ignore", "-c", JIT], cwd=work, env=env).stdout
-                     .strip().splitlines()[-1])  # fmt: skip
+    jit = json.loads(run([py, "-W", "ignore", "-c", JIT, json.dumps(JIT_SHAPE)], cwd=work,
+                         env=env).stdout.strip().splitlines()[-1])  # fmt: skip
     assert jit["source_root"] == str(site / "aiter_aux" / "_src"), jit
-    assert jit["plan"][0] == "jit" and "holds 13 of the catalog's" in jit["plan"][1], jit
-    n_ops = 8  # one instance per op of the op table for the one shape built
-    assert jit["compiled"] == n_ops and jit["module"].startswith(str(jit_cache)), jit
-    assert "mxfp4_quant_d7168" in jit["keys"] and len(jit["keys"]) == n_ops, jit
+    held = f"holds {len(PREBUILT_KEYS)} of the catalog's"
+    assert jit["plan"][0] == "jit" and held in jit["plan"][1], jit
+    # one instance per op of the op table for the one shape built
+    assert jit["compiled"] == N_OPS and jit["module"].startswith(str(jit_cache)), jit
+    assert "mxfp4_quant_d7168" in jit["keys"], jit
+    assert sorted(jit["keys"]) == sorted(keys_of(JIT_SHAPE)), jit
 
     total = time.monotonic() - t0
     print(f"\n[aot wheel] {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, built in "

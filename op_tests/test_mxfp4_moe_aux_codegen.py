@@ -2,16 +2,20 @@
 
 Reads the two shape lists with ``ast`` (imports neither torch, aiter_aux nor the
 generator's module state) and runs the generator as a subprocess into a temporary
-directory.  Passes in an environment without torch.
+directory.  The keys a shape needs are spelt here from the op table's ``params`` and
+``key_parts`` (read by a subprocess), not by the generator's own key function.  Passes in an
+environment without torch.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -99,18 +103,31 @@ def test_shapes_have_source_comments():
     assert not missing, f"shapes without a comment naming their source: {missing}"
 
 
-def _expected_keys(shape):
+@cache
+def op_table() -> dict[str, tuple[list[str], list[str]]]:
+    """``{op: (params, key_parts)}`` of ``OPS`` in codegen/ops.py, read by a subprocess."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from codegen.ops import OPS; "
+            "print(json.dumps({n: [s.params, s.key_parts] for n, s in OPS.items()}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return {op: (params, parts) for op, (params, parts) in json.loads(out.stdout).items()}
+
+
+def _expected_keys(shape) -> set[str]:
+    """One key per op: its name, then ``_<letter><value>`` for each of its compile-time
+    parameters, which a shape ``(expert, model_dim, inter, topk)`` sets (inter sets none)."""
     e, d, _inter, k = shape
+    values = {"num_experts": e, "model_dim": d, "topk": k}
     return {
-        f"moe_sort_e{e}_k{k}",
-        f"mxfp4_quant_d{d}",
-        f"moe_sort_quant_e{e}_k{k}_d{d}",
-        f"moe_sort_scales_d{d}",
-        f"moe_scatter_reduce_d{d}_k{k}",
-        f"moe_scatter_reduce_q_d{d}_k{k}",
-        f"mxfp8_quant_d{d}",
-        f"moe_sort_quant_fp8_e{e}_k{k}_d{d}",
+        op + "".join(f"_{letter}{values[p]}" for p, letter in zip(params, parts, strict=True))
+        for op, (params, parts) in op_table().items()
     }
+
+
+def test_expected_keys_spell_every_parameter():
+    """The derivation above on a known shape: one key per op, each naming its parameters."""
+    keys = _expected_keys((256, 3072, 256, 8))
+    assert len(keys) == len(op_table())
+    assert {"moe_sort_e256_k8", "mxfp4_quant_d3072", "moe_scatter_reduce_d3072_k8"} <= keys
 
 
 def _generate(workdir: Path, backend: str = "cpu") -> str:
@@ -150,7 +167,7 @@ def test_shapes_differing_only_in_inter_share_instances(tmp_path):
     assert shared, "the catalog should contain shapes that differ only in inter"
     keys = set(_lookup_keys(_generate(tmp_path)))
     n_expected = len(set().union(*(_expected_keys(s) for s in shapes)))
-    assert len(keys) == n_expected < 8 * len(shapes)
+    assert len(keys) == n_expected < len(op_table()) * len(shapes)
 
 
 def test_gpu_backend_renders_same_instance_list(tmp_path):
@@ -177,7 +194,8 @@ def test_only_the_catalog_independent_binding_includes_torch(tmp_path):
             "from codegen.gen_instances import generate; "
             f"generate({str(one)!r}, 'cpu', [(256, 3072, 256, 8)])")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    assert len(list(one.glob("inst_*"))) == 8
+    tus = sorted(p.name for p in one.glob("inst_*"))
+    assert tus == sorted(f"inst_{k}.cpp" for k in _expected_keys((256, 3072, 256, 8)))
     assert (one / "binding.cpp").read_text() == binding
 
 
