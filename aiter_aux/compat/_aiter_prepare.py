@@ -49,12 +49,12 @@ def _backend() -> str:
 
 
 def _how_to_add(shapes: list[tuple[int, int, int, int]]) -> str:
-    instances = _codegen("instances")
+    catalog = _codegen("catalog")
     lines = []
     for s in shapes:
         e, d, inter, k = s
-        rounded = (e, d, instances.round_inter(inter), k)
-        errors = instances.validate_shape(rounded)
+        rounded = (e, d, catalog.round_inter(inter), k)
+        errors = catalog.validate_shape(rounded)
         if errors:
             lines.append(f"{s} cannot be added: {'; '.join(errors)}")
         else:

@@ -88,6 +88,11 @@ def define(schemas: dict[str, str], fakes: dict[str, Callable]) -> torch.library
                 if set(schemas) != set(fakes):
                     raise RuntimeError(f"schemas and fakes disagree: {sorted(schemas)}")
                 lib = torch.library.Library("aiter_aux", "DEF")
+                # This process's catalog and its instance keys are the ones of the ops'
+                # definition: import them now (the load path of the first call reads them).
+                from ..jit.paths import codegen_module
+
+                codegen_module("instances")
                 for name, schema in schemas.items():
                     lib.define(schema)
                     lib.impl(name, _loader(name, fakes[name]), "CompositeExplicitAutograd")
