@@ -29,11 +29,6 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
-constexpr int kScaleZeroBlocksMax = 128;
-constexpr int kScaleZeroStores = 4;  // 16-byte stores per thread of a z block (grid size)
-constexpr int kScaleTilePairs = 128;  // scale blocks of a column group: one per this many pairs,
-constexpr int kScaleMaxParts = 4;     // at most this many, and all blocks in one wave
-
 struct ScalesPlan {
   uint8_t* out;  // sorted_scales, 16-byte aligned
   int out_rows;  // ceil(max_rows / BM) * BM
@@ -49,10 +44,10 @@ struct TinyScalesSmem {
   alignas(8) uint8_t sc[kTinyThreads / K * 8];  // scale bytes [token][8] of the column group
 };
 
-// The quantiser's scale byte of a block (D tagged with kFp8Dim for MXFP8).
-template <int D>
+// The quantiser's scale byte of a block in format F.
+template <QuantFormat F>
 __device__ __forceinline__ uint32_t block_scale_byte(uint32_t amax16) {
-  if constexpr ((D & quant_detail::kFp8Dim) != 0) {
+  if constexpr (F == QuantFormat::Mxfp8) {
     return quant_detail::fp8_scale_byte(amax16);
   } else {
     return quant_detail::mx_scale_byte(amax16);
@@ -60,13 +55,13 @@ __device__ __forceinline__ uint32_t block_scale_byte(uint32_t amax16) {
 }
 
 // The scale byte of the 32-element block of x at p (16 words of bf16 pairs loaded).
-template <int D>
+template <QuantFormat F>
 __device__ __forceinline__ uint8_t scale_of(const uint32_t w[16]) {
   uint32_t mx = w[0] & 0x7FFF7FFFu;
 #pragma unroll
   for (int i = 1; i < 16; ++i) mx = pk_max_u16(mx, w[i] & 0x7FFF7FFFu);
   const uint32_t amax16 = (mx & 0xFFFFu) > (mx >> 16) ? (mx & 0xFFFFu) : (mx >> 16);
-  return static_cast<uint8_t>(block_scale_byte<D>(amax16));
+  return static_cast<uint8_t>(block_scale_byte<F>(amax16));
 }
 
 __device__ __forceinline__ void load_block32(const uint16_t* p, bool al16, uint32_t w[16]) {
@@ -74,27 +69,26 @@ __device__ __forceinline__ void load_block32(const uint16_t* p, bool al16, uint3
   for (int u = 0; u < 4; ++u) load_bf16x8(p + 8 * u, al16, &w[4 * u]);
 }
 
-template <int E, int K, int D>
+template <int E, int K, QuantFormat F, int D>
 __device__ __forceinline__ void scale_group_block(const AiterAuxSortArgs& a,
                                                   const AiterAuxQuantArgs& q, const ScalesPlan& sp,
                                                   TinyScalesSmem<E, K>& sm, int ku, int part,
                                                   bool x_al16) {
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  constexpr int kCK1 = kDim / 256;
+  constexpr int kCK1 = D / 256;
   const int tid = thread_idx();
   const int m = static_cast<int>(a.num_tokens);
   // 1. item i = (token i / 8, block i % 8 of the group): one per thread before the ranking
   auto item_ptr = [&](int i) {
-    return q.x + static_cast<int64_t>(i >> 3) * kDim + ku * 256 + (i & 7) * 32;
+    return q.x + static_cast<int64_t>(i >> 3) * D + ku * 256 + (i & 7) * 32;
   };
   uint32_t w[16];
   const bool first = tid < m * 8;
   if (first) load_block32(item_ptr(tid), x_al16, w);
   const TinyPair p = tiny_rank<E, K>(a, sm.t, -1, sm.cstart);
-  if (first) sm.sc[tid] = scale_of<D>(w);
+  if (first) sm.sc[tid] = scale_of<F>(w);
   for (int i = tid + kTinyThreads; i < m * 8; i += kTinyThreads) {  // topk < 8 only
     load_block32(item_ptr(i), x_al16, w);
-    sm.sc[i] = scale_of<D>(w);
+    sm.sc[i] = scale_of<F>(w);
   }
   // 2. the tokens of the real rows in row order
   if (p.key < E)
@@ -168,11 +162,10 @@ __device__ __forceinline__ void scales_zero_block(const AiterAuxSortArgs& a, con
     o[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
-template <int E, int K, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, D) void sort_tiny_scales_kernel(
+template <int E, int K, QuantFormat F, int D>
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_scales_kernel(
     AiterAuxSortArgs a, AiterAuxQuantArgs q, ScalesPlan sp, int num_g, int quant_blocks,
     int zero_blocks, bool x_al16, bool q_al4) {
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
   __shared__ TinyScalesSmem<E, K> sm;
   int b = block_idx();
   if (b < num_g) {
@@ -180,45 +173,58 @@ __global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, D) void sort_tiny_scales_kernel(
     return;
   }
   b -= num_g;
-  if (b < kDim / 256 * sp.parts) {
-    scale_group_block<E, K, D>(a, q, sp, sm, b % (kDim / 256), b / (kDim / 256), x_al16);
+  if (b < D / 256 * sp.parts) {
+    scale_group_block<E, K, F, D>(a, q, sp, sm, b % (D / 256), b / (D / 256), x_al16);
     return;
   }
-  b -= kDim / 256 * sp.parts;
+  b -= D / 256 * sp.parts;
   if (b < sp.z_blocks) {
-    scales_zero_block<E, K, kDim>(a, sp, sm.t, b);
+    scales_zero_block<E, K, D>(a, sp, sm.t, b);
     return;
   }
-  aux_block<D, kTinyThreads>(b - sp.z_blocks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+  aux_block<F, D, kTinyThreads>(b - sp.z_blocks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
-// The one-launch plan when it applies (n <= kTinyFullPathPairs, sorted_scales 16-byte
-// aligned); else false.  *num_g: the tiny path's sort blocks; other_blocks: the quant /
-// zero_buf blocks.  One block of kTinyThreads per SM is resident (registers), so the scale
-// blocks' parts are capped to keep the grid within `sms` blocks: a second wave would hold
-// back the scale blocks, the longest part.
-template <int E, int K, int D>
-inline bool plan_tiny_scales(const AiterAuxSortArgs& a, uint8_t* out, int other_blocks, int sms,
-                             ScalesPlan* sp, int* num_g) {
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  constexpr int kGroups = kDim / 256;
-  const int64_t n = a.num_tokens * K;
-  if (n > kTinyFullPathPairs || !is_aligned(out, 16)) return false;
-  const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
+// The one launch's layout for num_g sort blocks and other_blocks quant / zero_buf blocks
+// (sorted_scales `out` 16-byte aligned: the chooser's fused_scales).  One block of
+// kTinyThreads per SM is resident (registers), so the scale blocks' parts are capped to keep
+// the grid within `sms` blocks: a second wave would hold back the scale blocks, the longest
+// part.
+template <int D>
+inline ScalesPlan plan_tiny_scales(const SortPolicy& p, const AiterAuxSortArgs& a, uint8_t* out,
+                                   int num_g, int other_blocks, int sms) {
+  constexpr int kGroups = D / 256;
+  const int64_t n = a.num_tokens * a.topk;
   const int64_t bm = a.block_m;
   const int64_t tile_m = bm > 32 ? bm : 32;
   const int64_t out_rows = ceil_div_i64(a.max_rows, tile_m) * tile_m;
   // the z blocks: sized for the whole output (at decode most of it lies past the valid rows)
-  const int64_t z16 = out_rows / 32 * (kDim / 16);
-  sp->out = out;
-  sp->out_rows = static_cast<int>(out_rows);
-  sp->z_blocks = static_cast<int>(
-      clamp_i64(ceil_div_i64(z16, int64_t(kTinyThreads) * kScaleZeroStores), 1, kScaleZeroBlocksMax));
-  *num_g = static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
-  const int64_t room = (sms - *num_g - sp->z_blocks - other_blocks) / kGroups;
-  const int64_t want = clamp_i64(ceil_div_i64(n, kScaleTilePairs), 1, kScaleMaxParts);
-  sp->parts = static_cast<int>(clamp_i64(want < room ? want : room, 1, kScaleMaxParts));
-  return true;
+  const int64_t z16 = out_rows / 32 * (D / 16);
+  ScalesPlan sp;
+  sp.out = out;
+  sp.out_rows = static_cast<int>(out_rows);
+  sp.z_blocks = static_cast<int>(clamp_i64(
+      ceil_div_i64(z16, int64_t(kTinyThreads) * p.scale_zero_stores), 1, p.scale_zero_blocks_max));
+  const int64_t room = (sms - num_g - sp.z_blocks - other_blocks) / kGroups;
+  const int64_t want = clamp_i64(ceil_div_i64(n, p.scale_tile_pairs), 1, p.scale_max_parts);
+  sp.parts = static_cast<int>(clamp_i64(want < room ? want : room, 1, p.scale_max_parts));
+  return sp;
+}
+
+// moe_sort_quant[_fp8] with sorted_scales in one launch (the chooser's fused_scales) of
+// num_g tiny sort blocks, the scale and z blocks and the quant / zero_buf blocks.
+template <int E, int K, QuantFormat F, int D>
+inline int launch_tiny_scales(const SortPolicy& p, const AiterAuxSortQuantArgs& a, int num_g,
+                              hipStream_t st, const char* op) {
+  // the quant blocks take kQuantUnroll units per lane: fewer blocks, one wave
+  const AuxGrid x = aux_grid<F, D>(p, a.sort, a.quant, kTinyThreads, quant_detail::kQuantUnroll);
+  const ScalesPlan sp = plan_tiny_scales<D>(p, a.sort, a.sorted_scales, num_g,
+                                            x.quant_blocks + x.zero_blocks, device_sm_count());
+  AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, F, D>),
+                   dim3(num_g + D / 256 * sp.parts + sp.z_blocks + x.quant_blocks + x.zero_blocks),
+                   dim3(kTinyThreads), st)(a.sort, a.quant, sp, num_g, x.quant_blocks,
+                                           x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
 }
 
 }  // namespace sort_detail

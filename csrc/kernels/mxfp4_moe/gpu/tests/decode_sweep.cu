@@ -17,7 +17,8 @@ __global__ __launch_bounds__(sd::kTinyThreads) void only_scales(AiterAuxSortArgs
                                                                 AiterAuxQuantArgs q,
                                                                 sd::ScalesPlan sp) {
   __shared__ sd::TinyScalesSmem<E, K> sm;
-  sd::scale_group_block<E, K, D>(a, q, sp, sm, block_idx() % (D / 256), block_idx() / (D / 256), true);
+  sd::scale_group_block<E, K, QuantFormat::Mxfp4, D>(a, q, sp, sm, block_idx() % (D / 256),
+                                                      block_idx() / (D / 256), true);
 }
 
 // Its z blocks alone.
@@ -64,10 +65,12 @@ void decode_case(int m) {
   s.num_valid_ids = b.nv;
   s.max_rows = cap;
   s.sorted_scales = ss2;
-  sd::ScalesPlan sp;
-  int ng = 0;
   a.sorted_scales = ss;
-  const bool one = sd::plan_tiny_scales<E, K, D>(a.sort, ss, 0, device_sm_count(), &sp, &ng);
+  const sd::SortPolicy pol = sd::host_sort_policy();
+  const sd::SortChoice choice = sd::choose_sort_path(
+      pol, sd::sort_problem<E, K, QuantFormat::Mxfp4, D>(a.sort, true), device_sm_count);
+  const bool one = choice.fused_scales;
+  const sd::ScalesPlan sp = sd::plan_tiny_scales<D>(pol, a.sort, ss, choice.blocks, 0, device_sm_count());
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   auto time = [&](const char* name, auto launch) {

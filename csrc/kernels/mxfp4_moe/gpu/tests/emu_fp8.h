@@ -90,7 +90,7 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int gri
   a.a_scale = sbuf.data();
   int rc = AITER_AUX_OK;
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp8_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp8, D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
   } else {
     rc = mxfp8_quant<D>(a, nullptr);

@@ -496,7 +496,7 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     for (size_t i = 1; i + 1 < zb.size(); ++i) ok = ok && zb[i] == 0;
     check(ok, tag + ": zero_buf");
   }
-  // Every other path that can take this n, launched directly (launch_sort picks one).
+  // Every other path that can take this n, launched directly (choose_sort_path picks one).
   namespace sd = aiter_aux::gpu::sort_detail;
   const int64_t n = static_cast<int64_t>(m) * K;
   const AiterAuxQuantArgs none = {};
@@ -507,18 +507,24 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     check(frc == AITER_AUX_OK, tag + " " + path + ": status " + g_last_error);
     compare_sort(f, want, tag + " " + path);
   };
+  constexpr QuantFormat kNone = QuantFormat::None;
+  const sd::SortPolicy pol = sd::host_sort_policy();
   if (n <= kWarpSize)
-    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, 0>(fa, none, nullptr, "t"); });
-  if (n <= sd::kTinyThreads)
-    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, 0>(fa, none, nullptr, "t"); });
-  for (int g : {1, sd::mid_chunks(n, 8, false)}) {
+    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, kNone, 0>(fa, none, nullptr, "t"); });
+  if (n <= sd::kTinyThreads) {
+    const int ng = sd::tiny_blocks(pol, sd::sort_problem<E, K, kNone, 0>(a, false));
+    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+  }
+  for (int g : {1, sd::mid_chunks(pol, n, 8, false)}) {
     if (g > 1 && n < g) continue;
     if ((n + g - 1) / g > 65535) continue;
     forced("mid/" + std::to_string(g),
-           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, 0>(fa, none, nullptr, g, "t"); });
+           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, kNone, 0>(fa, none, nullptr, g, false, "t"); });
   }
-  if (n >= sd::large_unit<E>())
-    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, 0>(fa, none, nullptr, aiter_aux::gpu::device_sm_count(), "t"); });
+  if (n >= sd::large_unit(pol, E)) {
+    const int nc = sd::large_chunks(pol, n, E, aiter_aux::gpu::device_sm_count());
+    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t"); });
+  }
 }
 
 // ----------------------------------------------------------- quant tests ----
@@ -573,10 +579,10 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   a.a_scale = sbuf.data();
   int rc = AITER_AUX_OK;
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
   } else if (grid < 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, 1>), dim3(-grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, 1>), dim3(-grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, !mis_q);
   } else {
     rc = mxfp4_quant<D>(a, nullptr);

@@ -6,7 +6,7 @@
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep
 // `sort_sweep fused M...` times moe_sort_quant's paths only (its a_q / a_scale must equal
 // mxfp4_quant's or mxfp8_quant's; SWEEP_FP8=1 adds moe_sort_quant_fp8, SWEEP_E=E one shape,
-// SWEEP_AUTO_ONLY=1 the launch_sort choice only, SWEEP_NO_TIME=1 no timing).
+// SWEEP_AUTO_ONLY=1 the chooser's path only, SWEEP_NO_TIME=1 no timing).
 // Prints CSV: E,topk,M,pairs,path,chunks,us
 #include <cuda_runtime.h>
 
@@ -151,11 +151,11 @@ static void free_bufs(Bufs& b) {
 static const char* g_only_path = nullptr;
 static int g_only_chunks = 0;
 
-// F8: moe_sort_quant_fp8 (D tagged with kFp8Dim for the kernels, a_q of D bytes a row).
+// F8: moe_sort_quant_fp8 (a_q of D bytes a row).
 template <int E, int K, int D = 0, bool F8 = false>
 static void sweep(int m) {
   constexpr size_t kQB = F8 ? D : D / 2;
-  constexpr int DT = F8 ? (D | aiter_aux::gpu::quant_detail::kFp8Dim) : D;
+  constexpr QuantFormat F = D == 0 ? QuantFormat::None : (F8 ? QuantFormat::Mxfp8 : QuantFormat::Mxfp4);
   const int bm = 32;
   std::vector<int32_t> ids;
   std::vector<float> w;
@@ -181,6 +181,13 @@ static void sweep(int m) {
   }
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  // the chooser's values for this call (the forced variants below take the same tiny blocks,
+  // wide flag and large chunks as the automatic choice would)
+  const sd::SortPolicy pol = sd::host_sort_policy();
+  const sd::SortProblem prob = sd::sort_problem<E, K, F, D>(a, false);
+  const int tiny_g = sd::tiny_blocks(pol, prob);
+  const bool wide = F == QuantFormat::Mxfp4 && int64_t(m) * D >= pol.wide_quant_elems;
+  const int large_g = n >= sd::large_unit(pol, E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
 
   std::vector<char> first;
   auto snapshot = [&]() {
@@ -255,9 +262,9 @@ static void sweep(int m) {
   if constexpr (D > 0) {
     run("quant", 0, [&]() { return F8 ? mxfp8_quant<D>(none, st) : mxfp4_quant<D>(none, st); });
     first.clear();
-    run("auto", 0, [&]() { return sd::launch_sort<E, K, DT>(a, none, st, "x"); });
+    run("auto", 0, [&]() { return sd::launch_sort<E, K, F, D>(a, none, st, "x"); });
     const bool all = getenv("SWEEP_AUTO_ONLY") == nullptr;  // else quant and auto only
-    if (all && n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, DT>(a, none, st, "x"); });
+    if (all && n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, F, D>(a, none, st, tiny_g, "x"); });
     std::vector<int> gf;
     for (int c : {4, 8, 16, 32, 64}) {
       const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), 132));
@@ -265,24 +272,24 @@ static void sweep(int m) {
     }
     for (int g : gf) {
       if (!all || (n + g - 1) / g > 65535) continue;
-      run("mid", g, [&]() { return sd::launch_mid<E, K, DT>(a, none, st, g, "x"); });
+      run("mid", g, [&]() { return sd::launch_mid<E, K, F, D>(a, none, st, g, wide, "x"); });
     }
-    if (all && n >= sd::large_unit<E>()) {
-      run("large", 0, [&]() { return sd::launch_large<E, K, DT>(a, none, st, device_sm_count(), "x"); });
+    if (all && large_g > 0) {
+      run("large", large_g, [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, "x"); });
     }
   } else {
   if (g_only_path != nullptr) {
       const std::string p = g_only_path;
       const int g = g_only_chunks;
-      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
-      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
-      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-      if (p == "large") run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
+      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
+      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+      if (p == "large") run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
       return;
     }
     run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
-    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
-    if (n <= sd::kTinyThreads) run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
+    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+    if (n <= sd::kTinyThreads) run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
     std::vector<int> gs;
     for (int c : {8, 16, 32, 64}) {
       for (int cap : {66, 132}) {
@@ -290,8 +297,8 @@ static void sweep(int m) {
         if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535) gs.push_back(g);
       }
     }
-    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
+    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+    if (large_g > 0) run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
   }
   fflush(stdout);
   free_bufs(b);
