@@ -14,13 +14,14 @@
 // atomics, hence deterministic.
 //
 // Paths by n = M*topk (the choice: choose_sort_path and the SortPolicy of sort_policy.h):
+//   pairs  (sort_pairs.h): n <= 64: one warp ranks the pairs by ballots, no O(E) work;
 //   micro  (sort_mid.h): one warp ranks everything, no barrier;
 //   tiny   (sort_tiny.h): G redundant ranking blocks that each write a slice of the rows;
 //   mid    (sort_mid.h): chunk blocks that each count all pairs and rank their own chunk;
 //   large  the rest (below).
-// All are one launch except large.  moe_sort_quant with sorted_scales: one launch of the tiny
-// path with scale blocks (sort_tiny_scales.h) where the chooser says so, else the path's
-// launches and then moe_sort_scales'.
+// All are one launch except large.  moe_sort_quant with sorted_scales: one launch of the pair
+// or tiny path with scale blocks (sort_tiny_scales.h) where the chooser says so, else the
+// path's launches and then moe_sort_scales'.
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
@@ -63,10 +64,16 @@ constexpr int kScanThreads = 256;  // large-path scan: one warp per expert
 constexpr int kScanWarps = kScanThreads / kWarpSize;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
 constexpr int kTinyThreads = 1024;  // tiny path: one pair per thread
+constexpr int kPairMax = 64;        // pair path: pairs at most (its tables' size)
+constexpr int kPairThreads = 256;   // pair path: threads of a block, which writes
+constexpr int kPairRowIters = 4;    // this many rows per thread:
+constexpr int kPairRowsPerBlock = kPairThreads * kPairRowIters;
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
 constexpr int64_t kMidMaxChunkPairs = 65535;  // mid path: uint16 per-warp counters
 // The catalog admits E <= kMaxSortExperts (codegen/instances.py MAX_EXPERTS).
 constexpr int kMaxSortExperts = 1024;
+// Static shared memory of one block is at most 48 KiB on every target (below).
+constexpr size_t kStaticSmemBytes = 48 * 1024;
 
 }  // namespace sort_detail
 }  // namespace gpu
@@ -75,6 +82,7 @@ constexpr int kMaxSortExperts = 1024;
 #include "sort_policy.h"
 #include "sort_rank.h"
 #include "sort_tiny.h"
+#include "sort_pairs.h"
 #include "sort_tiny_scales.h"
 #include "sort_large.h"
 #include "sort_mid.h"
@@ -90,7 +98,6 @@ namespace sort_detail {
 // (codegen/instances.py MAX_EXPERTS), so the largest E is checked here, in every TU that
 // includes this header, and each instance's own E in launch_sort.  add-shape relies on
 // this bound instead of computing the sizes in Python.
-constexpr size_t kStaticSmemBytes = 48 * 1024;
 
 template <int E>
 constexpr size_t sort_smem_bytes() {
@@ -132,13 +139,28 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   return AITER_AUX_OK;
 }
 
-// The chooser's input for a call of the instance <E, K, F, D>.
+// The chooser's input for a call of the instance <E, K, F, D>; fused_scales: sorted_scales
+// asked for and 16-byte aligned.
 template <int E, int K, QuantFormat F, int D>
 inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
-  return {a.num_tokens, K, E, a.block_m, a.expert_map != nullptr, F, D, fused_scales};
+  // the tiny one-launch kernel's shared memory fits every E of the catalog with topk >= 2
+  constexpr bool kTinyFits = sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes;
+  return {a.num_tokens, K,  E, a.block_m, a.expert_map != nullptr, F, D, fused_scales,
+          kTinyFits};
 }
 
 // One launch per path; each returns check_launch's status.
+// n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
+template <int E, int K, QuantFormat F, int D>
+inline int launch_pairs(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                        int num_g, const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
+  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D>), dim3(num_g + x.quant_blocks + x.zero_blocks),
+                   dim3(kPairThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
+                                           x.q_al4);
+  return check_launch(op);
+}
+
 template <int E, int K, QuantFormat F, int D>
 inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
                         const char* op) {
@@ -221,6 +243,8 @@ template <int E, int K, QuantFormat F, int D>
 inline int launch_choice(const SortChoice& c, const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q,
                          hipStream_t st, const char* op) {
   switch (c.path) {
+    case SortPath::Pairs:
+      return launch_pairs<E, K, F, D>(a, q, st, c.blocks, op);
     case SortPath::Micro:
       return launch_micro<E, K, F, D>(a, q, st, op);
     case SortPath::Tiny:
@@ -276,15 +300,10 @@ inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const
                         D);
   } else {
     const SortPolicy p = host_sort_policy();
-    // one launch where its shared memory fits (every E of the catalog with topk >= 2)
-    constexpr bool kFits = sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes;
-    const bool one = kFits && is_aligned(a.sorted_scales, 16);
-    const SortChoice c =
-        choose_sort_path(p, sort_problem<E, K, F, D>(a.sort, one), device_sm_count);
+    const SortChoice c = choose_sort_path(
+        p, sort_problem<E, K, F, D>(a.sort, is_aligned(a.sorted_scales, 16)), device_sm_count);
     hipStream_t st = static_cast<hipStream_t>(stream);
-    if constexpr (kFits) {
-      if (c.fused_scales) return launch_tiny_scales<E, K, F, D>(p, a, c.blocks, st, op);
-    }
+    if (c.fused_scales) return launch_fused_scales<E, K, F, D>(p, c, a, st, op);
     rc = launch_choice<E, K, F, D>(c, a.sort, a.quant, st, op);
     if (rc != AITER_AUX_OK) return rc;
     return moe_sort_scales<D>(aiter_aux_sort_scales_args(&a), stream);

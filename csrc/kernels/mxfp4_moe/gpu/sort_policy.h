@@ -20,7 +20,8 @@ namespace sort_detail {
 
 struct SortPolicy {
   // Paths by n = M * topk pairs.
-  int micro_pairs;          // micro path up to here (one warp ranks all pairs)
+  int micro_pairs;          // micro path up to here (one warp ranks all pairs; 0: none), then
+  int pairs_max;            // the pair path up to here (<= kPairMax), then
   int tiny_pairs;           // tiny path up to here, the mid path above ...
   int tiny_map_pairs;       // ... up to here with an expert map (each mid block would map every
                             // id), and the one-launch sorted scales
@@ -52,7 +53,8 @@ struct SortPolicy {
 // sm_90 (H200, 132 SMs): measured (docs/perf.md).
 constexpr SortPolicy sm90_sort_policy() {
   SortPolicy p{};
-  p.micro_pairs = 16;
+  p.micro_pairs = 0;  // none: the pair path takes every n <= pairs_max
+  p.pairs_max = kPairMax;
   p.tiny_pairs = 512;
   p.tiny_map_pairs = 1024;
   p.tiny_rows_per_block = 2048;
@@ -92,8 +94,9 @@ constexpr SortPolicy emulation_sort_policy() {
 
 // The limits the kernels rely on, for every policy of every build.
 constexpr bool sort_policy_fits(const SortPolicy& p) {
-  return p.micro_pairs <= kWarpSize && p.tiny_pairs <= p.tiny_map_pairs &&
-         p.tiny_map_pairs <= kTinyThreads && p.tiny_rows_per_block > 0 && p.tiny_max_blocks > 0 &&
+  return p.micro_pairs <= kWarpSize && p.pairs_max <= kPairMax &&
+         p.tiny_pairs <= p.tiny_map_pairs && p.tiny_map_pairs <= kTinyThreads &&
+         p.tiny_rows_per_block > 0 && p.tiny_max_blocks > 0 &&
          p.mid_chunk_pairs > 0 && p.mid_large_chunk_pairs > 0 && p.mid_max_chunks >= 0 &&
          p.large_min_chunk > 0 &&
          (2 * kMaxSortExperts + p.large_min_chunk - 1) / p.large_min_chunk * p.large_min_chunk <=
@@ -140,7 +143,7 @@ inline SortPolicy host_sort_policy() {
 }
 
 // ---------------------------------------------------------------- chooser ----
-enum class SortPath { Micro, Tiny, Mid, Large };
+enum class SortPath { Micro, Pairs, Tiny, Mid, Large };
 
 // What the choice depends on.
 struct SortProblem {
@@ -151,15 +154,17 @@ struct SortProblem {
   bool expert_map;     // ids mapped through expert_map
   QuantFormat quant;   // the fused quant (None: moe_sort)
   int model_dim;       // of the fused quant (0 without)
-  bool fused_scales;   // sorted_scales asked for, and the one-launch kernel can write them
-                       // (16-byte aligned, model_dim % 256 == 0, its shared memory fits)
+  bool fused_scales;   // sorted_scales asked for, and a one-launch kernel can write them
+                       // (16-byte aligned, model_dim % 256 == 0)
+  bool tiny_scales_fit;  // the tiny one-launch kernel's shared memory fits (the pair one's
+                         // always does)
 };
 
 struct SortChoice {
   SortPath path;
-  int blocks;         // sort blocks: 1 (micro), G (tiny), the chunks (mid, large)
+  int blocks;         // sort blocks: 1 (micro), G (pairs, tiny), the chunks (mid, large)
   bool wide_quant;    // mid path: the MXFP4 quant blocks take two tiles a step
-  bool fused_scales;  // the tiny launch also writes sorted_scales (sort_tiny_scales.h)
+  bool fused_scales;  // the pair or tiny launch also writes sorted_scales (sort_tiny_scales.h)
 };
 
 // The large path's chunk granule: a multiple of large_min_chunk >= 2E pairs (a chunk's count
@@ -202,14 +207,25 @@ inline int tiny_blocks(const SortPolicy& p, const SortProblem& s) {
       clamp_i64(ceil_div_i64(cap, p.tiny_rows_per_block), 1, p.tiny_max_blocks));
 }
 
+// The pair path's blocks: one per kPairRowsPerBlock rows of a bound on the rows (every block
+// of rows holds a real pair: at most n blocks).
+inline int pair_blocks(const SortProblem& s) {
+  const int64_t n = s.num_tokens * s.topk;
+  const int64_t cap = sort_capacity(s.num_tokens, s.topk, s.num_experts, s.block_m);
+  const int64_t bound = n * s.block_m < cap ? n * s.block_m : cap;
+  return static_cast<int>(clamp_i64(ceil_div_i64(bound, kPairRowsPerBlock), 1, kPairMax));
+}
+
 // The path of a call.  sms(): the SM count, asked only where the choice needs it (mid and
 // large).
 template <class SmCount>
 inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, SmCount sms) {
   const int64_t n = s.num_tokens * s.topk;
-  if (s.fused_scales && n <= p.tiny_map_pairs)
+  if (s.fused_scales && n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, true};
+  if (s.fused_scales && s.tiny_scales_fit && n <= p.tiny_map_pairs)
     return {SortPath::Tiny, tiny_blocks(p, s), false, true};
-  if (n <= p.micro_pairs) return {SortPath::Micro, 1, false, false};
+  if (p.micro_pairs > 0 && n <= p.micro_pairs) return {SortPath::Micro, 1, false, false};
+  if (n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, false};
   if (n <= (s.expert_map ? p.tiny_map_pairs : p.tiny_pairs))
     return {SortPath::Tiny, tiny_blocks(p, s), false, false};
   const int sm = sms();

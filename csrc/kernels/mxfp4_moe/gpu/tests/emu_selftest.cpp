@@ -509,6 +509,10 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
   };
   constexpr QuantFormat kNone = QuantFormat::None;
   const sd::SortPolicy pol = sd::host_sort_policy();
+  if (n <= sd::kPairMax) {
+    const int ng = sd::pair_blocks(sd::sort_problem<E, K, kNone, 0>(a, false));
+    forced("pairs", [&](const AiterAuxSortArgs& fa) { return sd::launch_pairs<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+  }
   if (n <= kWarpSize)
     forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, kNone, 0>(fa, none, nullptr, "t"); });
   if (n <= sd::kTinyThreads) {
@@ -845,6 +849,7 @@ void test_arg_checks() {
 
 #include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
+#include "emu_pairs.h"   // the pair path (uses all of the above)
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
@@ -1020,6 +1025,7 @@ int main() {
 
   test_fp8();
   test_sort_quant_scales();
+  test_pairs();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
