@@ -250,8 +250,17 @@ __device__ __forceinline__ void pair_scale_block(const AiterAuxSortArgs& a,
   });
 }
 
+// CUDA: min 1 block per SM, as AITER_AUX_SORT_BOUNDS gives the MXFP8 kernels: without it
+// ptxas holds the MXFP4 kernel to 64 registers and spills (the scale blocks keep two x
+// blocks in flight across the ranking).
+#if defined(AITER_AUX_GPU_CUDA)
+#define AITER_AUX_PAIR_SCALES_BOUNDS __launch_bounds__(kPairThreads, 1)
+#else
+#define AITER_AUX_PAIR_SCALES_BOUNDS __launch_bounds__(kPairThreads)
+#endif
+
 template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_scales_kernel(
+__global__ AITER_AUX_PAIR_SCALES_BOUNDS void sort_pairs_scales_kernel(
     AiterAuxSortArgs a, AiterAuxQuantArgs q, ScalesPlan sp, int num_g, int quant_blocks,
     int zero_blocks, bool x_al16, bool q_al4) {
   __shared__ PairScalesSmem sm;
