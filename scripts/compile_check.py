@@ -58,8 +58,8 @@ FP8_OPS = ("mxfp8_quant", "moe_sort_quant_fp8")
 AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v_cvt_sr_fp8")
 PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
 # ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
-PDL_OPS = ("mxfp4_quant", "mxfp8_quant", "moe_sort_scales", "moe_scatter_reduce",
-           "moe_scatter_reduce_q")  # fmt: skip
+PDL_OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "mxfp8_quant", "moe_sort_quant_fp8",
+           "moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q")  # fmt: skip
 PTX_PDL_WAIT = "griddepcontrol.wait"
 
 

@@ -41,8 +41,8 @@ def run_all(dev) -> int:
     """Every shape's checks; the number of shapes with a mismatch."""
     g = torch.Generator().manual_seed(1234)
     bad = 0
-    # every sort path (gpu/sort.h launch_sort): micro (M = 1), tiny (3, 40), mid (300, 5000; the
-    # fused op at 6000 too), large (moe_sort at 6000: 54000 pairs)
+    # every sort path (gpu/sort_policy.h choose_sort_path): pairs (M = 1, 3), tiny (40), mid
+    # (300, 5000; the fused op at 6000 too), large (moe_sort at 6000: 54000 pairs)
     for shape, m in (
         ((257, 7168, 256, 9), 1),
         ((257, 7168, 256, 9), 3),

@@ -1,5 +1,5 @@
-// Shared pieces of the aux GPU kernels: status helpers (host), bf16 bit
-// helpers, vector loads/stores that fall back to scalar accesses when a
+// Shared pieces of the aux GPU kernels: status helpers (host), the QuantFormat tag, bf16
+// rounding, vector loads/stores that fall back to scalar accesses when a
 // pointer is not aligned, a zero-fill used by the sort launches, and a
 // block-wide exclusive scan.
 #pragma once
@@ -57,9 +57,11 @@ inline int64_t sort_capacity(int64_t m, int64_t topk, int64_t e, int64_t bm) {
   return aiter_aux_sort_capacity(m, topk, e, bm);
 }
 
-// ---------------------------------------------------------- device side ----
-__host__ __device__ __forceinline__ uint32_t bf16_bits_to_f32_bits(uint32_t h) { return h << 16; }
+// The activation format of a fused quant (moe_sort_quant: Mxfp4, moe_sort_quant_fp8: Mxfp8;
+// moe_sort: None).  A template parameter of the sort kernels, beside the model_dim D.
+enum class QuantFormat { None, Mxfp4, Mxfp8 };
 
+// ---------------------------------------------------------- device side ----
 // fp32 -> bf16, round to nearest even; NaN -> 0x7FC0 (torch's conversion).
 __host__ __device__ __forceinline__ uint32_t f32_bits_to_bf16_rne(uint32_t u) {
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;

@@ -22,12 +22,17 @@
 //                         kernels) as on the H200
 // -DAITER_AUX_DEFAULT_SM_COUNT=N overrides it.
 //
+// device_target() names the tuning target of the current device (sm_90, gfx942, gfx950, the
+// emulation), by which sort_policy.h picks the sort's SortPolicy.
+//
 // Occupancy targets (__launch_bounds__ second argument) are register-budget
 // choices, so they are per target too.  CUDA reads the argument as the
 // minimum resident blocks per SM; HIP (clang) reads it as the minimum waves
 // per EU (SIMD), which is a different quantity: the CUDA figures must not be
 // passed through.  The values are below.
 #pragma once
+
+#include <string.h>
 
 #include <atomic>
 
@@ -96,6 +101,14 @@ inline int query_sm_count(int dev) {
 }
 #endif
 
+#if defined(AITER_AUX_GPU_HIP)
+// One slot per device id: 0 = not queried yet, else 1 + the GpuTarget.
+inline std::atomic<int>* target_cache() {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  return cache;
+}
+#endif
+
 }  // namespace traits_detail
 
 // SM (CUDA) / CU (HIP) count of the current device; kDefaultSmCount where it
@@ -114,6 +127,37 @@ inline int device_sm_count() {
     slot.store(n, std::memory_order_relaxed);
   }
   return n;
+#endif
+}
+
+// The tuning target of the current device (sort_policy.h picks its SortPolicy by it): sm_90
+// for every CUDA build; on HIP gfx950, or gfx942 for every other CDNA device (gfx942,
+// gfx90a), from the device's gcnArchName, queried once per device and cached; the emulation
+// is a target of its own.
+enum class GpuTarget { Sm90, Gfx942, Gfx950, Emulation };
+
+inline GpuTarget device_target() {
+#if defined(AITER_AUX_GPU_EMU)
+  return GpuTarget::Emulation;
+#elif defined(AITER_AUX_GPU_CUDA)
+  return GpuTarget::Sm90;
+#else
+  const int dev = traits_detail::current_device();
+  if (dev < 0 || dev >= traits_detail::kMaxDevices) return GpuTarget::Gfx942;
+  std::atomic<int>& slot = traits_detail::target_cache()[dev];
+  int t = slot.load(std::memory_order_relaxed);
+  if (t <= 0) {
+    hipDeviceProp_t prop;
+    GpuTarget g = GpuTarget::Gfx942;
+    if (hipGetDeviceProperties(&prop, dev) != hipSuccess) {
+      (void)hipGetLastError();
+    } else if (strncmp(prop.gcnArchName, "gfx950", 6) == 0) {
+      g = GpuTarget::Gfx950;
+    }
+    t = 1 + static_cast<int>(g);
+    slot.store(t, std::memory_order_relaxed);
+  }
+  return static_cast<GpuTarget>(t - 1);
 #endif
 }
 

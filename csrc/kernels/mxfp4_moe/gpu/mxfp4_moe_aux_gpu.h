@@ -11,7 +11,7 @@
 //   template <int ModelDim> int mxfp4_quant(const AiterAuxQuantArgs&, void*);
 //   template <int NumExperts, int TopK, int ModelDim>
 //       int moe_sort_quant(const AiterAuxSortQuantArgs&, void*);
-//   template <int ModelDim> int mxfp8_quant(const AiterAuxQuantArgs&, void*);      (quant_fp8.h)
+//   template <int ModelDim> int mxfp8_quant(const AiterAuxQuantArgs&, void*);
 //   template <int NumExperts, int TopK, int ModelDim>
 //       int moe_sort_quant_fp8(const AiterAuxSortQuantArgs&, void*);
 //   template <int ModelDim> int moe_sort_scales(const AiterAuxSortScalesArgs&, void*);

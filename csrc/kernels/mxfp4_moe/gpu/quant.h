@@ -1,4 +1,6 @@
-// mxfp4_quant (per_1x32) on the GPU; docs/ops.md is the spec.
+// mxfp4_quant and mxfp8_quant (per_1x32) on the GPU, and the quant work of the fused
+// moe_sort_quant[_fp8] blocks (quant_tensor); docs/ops.md is the spec.  The MXFP8 steps are
+// in quant_fp8.h; the launch is one template for both formats (launch_quant).
 //
 // Layout of the work: the tensor is a flat array of 32-element blocks
 // (model_dim % 32 == 0, so a block never straddles a row), each of 4 16-byte
@@ -148,13 +150,6 @@ __device__ __forceinline__ void quant_tensor_tiles(const AiterAuxQuantArgs& a, i
   }
 }
 
-// The quant blocks of moe_sort_quant[_fp8] (warps gwarp of nwarps): quant_tensor<D, kTiles>
-// in quant_fp8.h.  One tile per step keeps the sort kernels' register counts where they
-// were; the mid path on wide MXFP4 tensors and the large path's place launch take
-// kStepTiles as mxfp4_quant does (sort_mid.h, sort_large.h).
-// kFp8Dim: the tag bit of the fused kernels' D for MXFP8 (model_dim | kFp8Dim).
-constexpr int kFp8Dim = 1 << 24;
-
 constexpr int kQuantThreads = 256;
 
 // CUDA: at least kQuantMinOccupancy = 6 blocks of 256 per SM (launch_traits.h).
@@ -164,17 +159,6 @@ constexpr int kQuantThreads = 256;
 #else
 #define AITER_AUX_QUANT_BOUNDS __launch_bounds__(kQuantThreads)
 #endif
-
-// kTiles: tiles per step (kStepTiles, or 1 for small tensors).
-template <int D, int kTiles>
-__global__ AITER_AUX_QUANT_BOUNDS void mxfp4_quant_kernel(AiterAuxQuantArgs a, int num_blocks,
-                                                          bool x_al16, bool q_al4) {
-  const PdlScope pdl;
-  constexpr int kWarps = kQuantThreads / kWarpSize;
-  const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
-  quant_tensor_tiles<D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16,
-                                q_al4);
-}
 
 // Host-side argument check shared by mxfp4_quant and moe_sort_quant.
 template <int D>
@@ -204,28 +188,71 @@ inline QuantGrid quant_grid(int64_t units) {
 }
 
 }  // namespace quant_detail
+}  // namespace gpu
+}  // namespace aiter_aux
 
-template <int ModelDim>
-int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
-  using namespace quant_detail;
-  const int rc = check_quant_args<ModelDim>(a, "mxfp4_quant");
+#include "quant_fp8.h"  // the MXFP8 steps (quant_fp8_tiles)
+
+namespace aiter_aux {
+namespace gpu {
+namespace quant_detail {
+
+// The quant work of warps gwarp of nwarps in format F (the standalone kernels' and the quant
+// blocks of moe_sort_quant[_fp8]); kTiles tiles per step.  One tile per step keeps the sort
+// kernels' register counts where they were; the mid path on wide MXFP4 tensors and the large
+// path's place launch take kStepTiles as mxfp4_quant does (sort_mid.h, sort_large.h).
+template <QuantFormat F, int D, int kTiles = 1>
+__device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                             int64_t nwarps, bool x_al16, bool q_al4) {
+  static_assert(F != QuantFormat::None, "quant_tensor needs a format");
+  if constexpr (F == QuantFormat::Mxfp8) {
+    quant_fp8_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
+  } else {
+    quant_tensor_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
+  }
+}
+
+// mxfp4_quant / mxfp8_quant; kTiles: tiles per step (kStepTiles, or 1 for small tensors).
+template <QuantFormat F, int D, int kTiles>
+__global__ AITER_AUX_QUANT_BOUNDS void quant_kernel(AiterAuxQuantArgs a, int num_blocks,
+                                                    bool x_al16, bool q_al4) {
+  const PdlScope pdl;
+  constexpr int kWarps = kQuantThreads / kWarpSize;
+  const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
+  quant_tensor<F, D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16, q_al4);
+}
+
+// The host side of mxfp4_quant / mxfp8_quant: argument check, grid, launch.
+template <QuantFormat F, int D>
+inline int launch_quant(const AiterAuxQuantArgs& a, void* stream, const char* op) {
+  const int rc = check_quant_args<D>(a, op);
   if (rc != AITER_AUX_OK) return rc;
   if (a.num_tokens == 0) return AITER_AUX_OK;
-  const QuantGrid g = quant_grid(a.num_tokens * static_cast<int64_t>(ModelDim / 8));
+  const QuantGrid g = quant_grid(a.num_tokens * static_cast<int64_t>(D / 8));
   const bool x_al16 = is_aligned(a.x, 16);
   const bool q_al4 = is_aligned(a.a_q, 4);
   hipStream_t st = static_cast<hipStream_t>(stream);
   if (g.tiled) {
-    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, kStepTiles>), dim3(g.blocks),
-                     dim3(kQuantThreads), st)(a, g.blocks, x_al16, q_al4);
+    AITER_AUX_LAUNCH((quant_kernel<F, D, kStepTiles>), dim3(g.blocks), dim3(kQuantThreads), st)(
+        a, g.blocks, x_al16, q_al4);
   } else {
-    AITER_AUX_LAUNCH((mxfp4_quant_kernel<ModelDim, 1>), dim3(g.blocks), dim3(kQuantThreads), st)(
+    AITER_AUX_LAUNCH((quant_kernel<F, D, 1>), dim3(g.blocks), dim3(kQuantThreads), st)(
         a, g.blocks, x_al16, q_al4);
   }
-  return check_launch("mxfp4_quant");
+  return check_launch(op);
+}
+
+}  // namespace quant_detail
+
+template <int ModelDim>
+int mxfp4_quant(const AiterAuxQuantArgs& a, void* stream) {
+  return quant_detail::launch_quant<QuantFormat::Mxfp4, ModelDim>(a, stream, "mxfp4_quant");
+}
+
+template <int ModelDim>
+int mxfp8_quant(const AiterAuxQuantArgs& a, void* stream) {
+  return quant_detail::launch_quant<QuantFormat::Mxfp8, ModelDim>(a, stream, "mxfp8_quant");
 }
 
 }  // namespace gpu
 }  // namespace aiter_aux
-
-#include "quant_fp8.h"  // mxfp8_quant, quant_tensor<D> (both formats' fused quant blocks)

@@ -1,9 +1,10 @@
-// mxfp8_quant (E4M3 elements + e8m0 per 1x32) on the GPU, and the quant blocks of the fused
-// moe_sort_quant_fp8; docs/ops.md "mxfp8_quant" is the spec.  Included at the end of
-// quant.h: the work layout is mxfp4_quant's (lanes 2p, 2p+1 hold block p of a warp tile,
-// lane 2p + o its 16-byte units o and o + 2), only the output differs: each lane writes the
-// 8 E4M3 bytes of each of its units; on the aligned path the pair exchanges two units so
-// that lane 2p + o stores a_q bytes 16o..16o+15 of the block in one 16-byte store.
+// The MXFP8 steps (E4M3 elements + e8m0 per 1x32) of mxfp8_quant and of the quant blocks of
+// moe_sort_quant_fp8; docs/ops.md "mxfp8_quant" is the spec.  Included near the end of
+// quant.h, whose quant_tensor / launch_quant pick the format.  The work layout is
+// mxfp4_quant's (lanes 2p, 2p+1 hold block p of a warp tile, lane 2p + o its 16-byte units o
+// and o + 2), only the output differs: each lane writes the 8 E4M3 bytes of each of its
+// units; on the aligned path the pair exchanges two units so that lane 2p + o stores a_q
+// bytes 16o..16o+15 of the block in one 16-byte store.
 //
 // Element conversion (quant8_fp8):
 // * sm_90: cvt.rn.satfinite.e4m3x2.f32 of q = fp32(x) * 2^(127-s).  The product is exact
@@ -164,49 +165,6 @@ __device__ __forceinline__ void quant_fp8_tiles(const AiterAuxQuantArgs& a, int6
   }
 }
 
-// The quant blocks of the fused launches: D is the model_dim, with kFp8Dim set for MXFP8
-// (sort.h passes the tagged value through its kernels' template parameter D); kTiles tiles
-// per step (quant.h).
-template <int D, int kTiles = 1>
-__device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                             int64_t nwarps, bool x_al16, bool q_al4) {
-  if constexpr ((D & kFp8Dim) != 0) {
-    quant_fp8_tiles<(D & ~kFp8Dim), kTiles>(a, gwarp, nwarps, x_al16, q_al4);
-  } else {
-    quant_tensor_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
-  }
-}
-
-template <int D, int kTiles>
-__global__ AITER_AUX_QUANT_BOUNDS void mxfp8_quant_kernel(AiterAuxQuantArgs a, int num_blocks,
-                                                          bool x_al16, bool q_al4) {
-  const PdlScope pdl;
-  constexpr int kWarps = kQuantThreads / kWarpSize;
-  const int64_t gwarp = static_cast<int64_t>(block_idx()) * kWarps + warp_id();
-  quant_fp8_tiles<D, kTiles>(a, gwarp, static_cast<int64_t>(num_blocks) * kWarps, x_al16, q_al4);
-}
-
 }  // namespace quant_detail
-
-template <int ModelDim>
-int mxfp8_quant(const AiterAuxQuantArgs& a, void* stream) {
-  using namespace quant_detail;
-  const int rc = check_quant_args<ModelDim>(a, "mxfp8_quant");
-  if (rc != AITER_AUX_OK) return rc;
-  if (a.num_tokens == 0) return AITER_AUX_OK;
-  const QuantGrid g = quant_grid(a.num_tokens * static_cast<int64_t>(ModelDim / 8));
-  const bool x_al16 = is_aligned(a.x, 16);
-  const bool q_al4 = is_aligned(a.a_q, 4);
-  hipStream_t st = static_cast<hipStream_t>(stream);
-  if (g.tiled) {
-    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, kStepTiles>), dim3(g.blocks),
-                     dim3(kQuantThreads), st)(a, g.blocks, x_al16, q_al4);
-  } else {
-    AITER_AUX_LAUNCH((mxfp8_quant_kernel<ModelDim, 1>), dim3(g.blocks), dim3(kQuantThreads), st)(
-        a, g.blocks, x_al16, q_al4);
-  }
-  return check_launch("mxfp8_quant");
-}
-
 }  // namespace gpu
 }  // namespace aiter_aux

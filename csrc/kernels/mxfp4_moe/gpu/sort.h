@@ -13,23 +13,19 @@
 // steps of this warp) + (lower lanes of its group) -- ascending j, with no
 // atomics, hence deterministic.
 //
-// Paths by n = M*topk (host: launch_sort):
-//   micro  n <= kMicroPathPairs (sort_mid.h): one warp ranks everything, no barrier;
-//   tiny   n <= kTinyPathPairs, kTinyFullPathPairs with an expert map
-//          (sort_tiny.h):
-//          G redundant ranking blocks that each write a slice of the rows;
-//   mid    n <= kMidPathBase + kMidPathPerExpert * E, or wherever a fused quant is the
-//          longer part (sort_mid.h): chunk blocks that each count all pairs and rank
-//          their own chunk;
+// Paths by n = M*topk (the choice: choose_sort_path and the SortPolicy of sort_policy.h):
+//   pairs  (sort_pairs.h): n <= 64: one warp ranks the pairs by ballots, no O(E) work;
+//   micro  (sort_mid.h): one warp ranks everything, no barrier;
+//   tiny   (sort_tiny.h): G redundant ranking blocks that each write a slice of the rows;
+//   mid    (sort_mid.h): chunk blocks that each count all pairs and rank their own chunk;
 //   large  the rest (below).
-// All are one launch except large.  The thresholds are measured (docs/perf.md, section
-// "The GPU sort's paths").
-// moe_sort_quant with sorted_scales: one launch up to kTinyFullPathPairs
-// (sort_tiny_scales.h), else the path's launches and then moe_sort_scales'.
+// All are one launch except large.  moe_sort_quant with sorted_scales: one launch of the pair
+// or tiny path with scale blocks (sort_tiny_scales.h) where the chooser says so, else the
+// path's launches and then moe_sort_scales'.
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
-// (~1.2 per SM, see launch_large); chunk g's "home" is reverse_sorted[cb(g) ..
+// (~1.2 per SM, see large_chunks); chunk g's "home" is reverse_sorted[cb(g) ..
 // cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
 // in the last launch):
 //   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
@@ -47,7 +43,7 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 2-16 % faster than beside the count launch (docs/perf.md, "Gaps").
+//              measured 2-16 % faster than beside the count launch (docs/perf.md log 55).
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
@@ -60,59 +56,33 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
+// Kernel shapes (compile time; the tuning values are the SortPolicy's, sort_policy.h).
 constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
-constexpr int kMinChunk = 1024;  // pairs per block, large path (times ceil(2E / 1024))
-constexpr int kMaxChunk = 32768;                      // chunks of < 2 kMaxChunk pairs
-// Large path: ~1.2 chunks per SM for count and place (tuned on the H200: 160 for 132 SMs).
-inline int64_t large_target_chunks(int sms) { return int64_t(sms) * 40 / 33; }
+constexpr int kMaxChunk = 32768;  // large path: chunks of < 2 kMaxChunk pairs (uint16 counters)
 constexpr int kScanThreads = 256;  // large-path scan: one warp per expert
 constexpr int kScanWarps = kScanThreads / kWarpSize;
-// Chunks per lane per tile of the scan (256 chunks a tile); the emulator self-test also
-// builds with a smaller value to run the multi-tile loop (> 256 chunks: > 8M pairs).
-#ifndef AITER_AUX_SORT_SCAN_PER
-#define AITER_AUX_SORT_SCAN_PER (256 / kWarpSize)
-#endif
-constexpr int kScanPer = AITER_AUX_SORT_SCAN_PER;
-static_assert(kScanPer >= 1, "scan tile");
-constexpr int kZeroBlocksMax = 256;
-constexpr int kQuantBlocksMax = 1024;
 constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
-
-// Path thresholds in pairs n = M*topk, measured on the H200 (docs/perf.md, section
-// "The GPU sort's paths").
-constexpr int kMicroPathPairs = 16;  // micro path up to here (one warp ranks all)
-constexpr int kTinyThreads = 1024;   // tiny path: one pair per thread ...
+constexpr int kTinyThreads = 1024;  // tiny path: one pair per thread
+constexpr int kPairMax = 64;        // pair path: pairs at most (its tables' size)
+constexpr int kPairThreads = 256;   // pair path: threads of a block, which writes
+constexpr int kPairRowIters = 4;    // this many rows per thread:
+constexpr int kPairRowsPerBlock = kPairThreads * kPairRowIters;
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
-constexpr int kTinyPathPairs = 512;  // ... up to here (the mid path is faster above, with a
-                                     // fused quant too: docs/perf.md, "The GPU sort's paths"), and
-constexpr int kTinyFullPathPairs = kTinyThreads;  // up to here with an expert map (each mid
-                                                  // block would map every id)
-constexpr int kTinyRowsPerBlock = 2048;       // tiny path: G = ceil(capacity / this) ...
-constexpr int kTinyMaxBlocks = 32;            // ... blocks at most
-// Mid path up to kMidPathBase + kMidPathPerExpert * E pairs (the large path's 3 launches
-// cost more with E), large above; with a fused quant also wherever the quant is the longer
-// part (model_dim >= kMidFusedDimPerTopk * topk), up to kMidMaxChunkPairs per chunk.
-constexpr int64_t kMidPathBase = 40960;
-constexpr int64_t kMidPathPerExpert = 48;
-constexpr int kMidFusedDimPerTopk = 300;
-constexpr int kMidChunkPairs = 16;       // mid chunks: ~this many pairs, up to half the SMs,
-constexpr int kMidLargeChunkPairs = 128;  // then ~this many, up to one per SM
-constexpr int64_t kMidMaxChunkPairs = 65535;  // uint16 per-warp counters
-// Fused MXFP4 quant blocks of the mid path take two tiles per step under a register bound
-// (kFusedSortMinOccupancy) from this many elements of x on, one tile without it below
-// (measured: docs/perf.md, section "Gaps").
-constexpr int64_t kWideQuantElems = int64_t(1) << 24;
-#if defined(AITER_AUX_GPU_EMU)
-constexpr int kEmuSortChunksMax = 8;  // the self-test's CPU emulation: mid chunks at most
-#endif
+constexpr int64_t kMidMaxChunkPairs = 65535;  // mid path: uint16 per-warp counters
+// The catalog admits E <= kMaxSortExperts (codegen/instances.py MAX_EXPERTS).
+constexpr int kMaxSortExperts = 1024;
+// Static shared memory of one block is at most 48 KiB on every target (below).
+constexpr size_t kStaticSmemBytes = 48 * 1024;
 
 }  // namespace sort_detail
 }  // namespace gpu
 }  // namespace aiter_aux
 
+#include "sort_policy.h"
 #include "sort_rank.h"
 #include "sort_tiny.h"
+#include "sort_pairs.h"
 #include "sort_tiny_scales.h"
 #include "sort_large.h"
 #include "sort_mid.h"
@@ -128,8 +98,6 @@ namespace sort_detail {
 // (codegen/instances.py MAX_EXPERTS), so the largest E is checked here, in every TU that
 // includes this header, and each instance's own E in launch_sort.  add-shape relies on
 // this bound instead of computing the sizes in Python.
-constexpr int kMaxSortExperts = 1024;
-constexpr size_t kStaticSmemBytes = 48 * 1024;
 
 template <int E>
 constexpr size_t sort_smem_bytes() {
@@ -171,132 +139,89 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   return AITER_AUX_OK;
 }
 
-// The quant / zero blocks that ride in a sort launch (aux_block), for blocks of `threads`
-// threads that each take `units_per_thread` 8-element units of x.
-struct AuxGrid {
-  int quant_blocks = 0;
-  int zero_blocks = 0;
-  bool x_al16 = false;
-  bool q_al4 = false;
-};
-
-template <int D>
-inline AuxGrid aux_grid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, int threads,
-                        int units_per_thread) {
-  // D: model_dim of the fused quant (0: none), tagged with kFp8Dim for MXFP8
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  AuxGrid g;
-  if (a.zero_buf != nullptr && a.zero_numel > 0) {
-    g.zero_blocks = static_cast<int>(
-        clamp_i64(ceil_div_i64(a.zero_numel, int64_t(threads) * 8 * 2), 1, kZeroBlocksMax));
-  }
-  if (D > 0 && q.num_tokens > 0) {
-    const int64_t units = q.num_tokens * static_cast<int64_t>(kDim / 8);
-    g.quant_blocks = static_cast<int>(clamp_i64(
-        ceil_div_i64(units, int64_t(threads) * units_per_thread), 1, kQuantBlocksMax));
-    g.x_al16 = is_aligned(q.x, 16);
-    g.q_al4 = is_aligned(q.a_q, 4);
-  }
-  return g;
+// The chooser's input for a call of the instance <E, K, F, D>; fused_scales: sorted_scales
+// asked for and 16-byte aligned.
+template <int E, int K, QuantFormat F, int D>
+inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
+  // the tiny one-launch kernel's shared memory fits every E of the catalog with topk >= 2
+  constexpr bool kTinyFits = sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes;
+  return {a.num_tokens, K,  E, a.block_m, a.expert_map != nullptr, F, D, fused_scales,
+          kTinyFits};
 }
 
 // One launch per path; each returns check_launch's status.
-template <int E, int K, int D>
-inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        const char* op) {
-  const AuxGrid x = aux_grid<D>(a, q, kMicroThreads, 1);
-  AITER_AUX_LAUNCH((sort_micro_kernel<E, K, D>), dim3(1 + x.quant_blocks + x.zero_blocks),
-                   dim3(kMicroThreads), st)(a, q, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  return check_launch(op);
-}
-
-// n <= kTinyThreads pairs.
-template <int E, int K, int D>
-inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                       const char* op) {
-  const AuxGrid x = aux_grid<D>(a, q, kTinyThreads, 1);
-  const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
-  const int ng =
-      static_cast<int>(clamp_i64(ceil_div_i64(cap, kTinyRowsPerBlock), 1, kTinyMaxBlocks));
-  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, D>), dim3(ng + x.quant_blocks + x.zero_blocks),
-                   dim3(kTinyThreads), st)(a, q, ng, x.quant_blocks, x.zero_blocks, x.x_al16,
+// n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
+template <int E, int K, QuantFormat F, int D>
+inline int launch_pairs(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                        int num_g, const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
+  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D>), dim3(num_g + x.quant_blocks + x.zero_blocks),
+                   dim3(kPairThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
                                            x.q_al4);
   return check_launch(op);
 }
 
-// n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters).
-template <int E, int K, int D>
+template <int E, int K, QuantFormat F, int D>
+inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                        const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kMicroThreads, 1);
+  AITER_AUX_LAUNCH((sort_micro_kernel<E, K, F, D>), dim3(1 + x.quant_blocks + x.zero_blocks),
+                   dim3(kMicroThreads), st)(a, q, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
+}
+
+// n <= kTinyThreads pairs in num_g (>= 1) sort blocks.
+template <int E, int K, QuantFormat F, int D>
+inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
+                       int num_g, const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kTinyThreads, 1);
+  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D>), dim3(num_g + x.quant_blocks + x.zero_blocks),
+                   dim3(kTinyThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
+                                           x.q_al4);
+  return check_launch(op);
+}
+
+// n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters); wide:
+// the MXFP4 quant blocks take two tiles a step (SortChoice::wide_quant).
+template <int E, int K, QuantFormat F, int D>
 inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                      int num_chunks, const char* op) {
-  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
+                      int num_chunks, bool wide, const char* op) {
+  const AuxGrid x =
+      aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
   const int cq = static_cast<int>(n / num_chunks);
   const int cr = static_cast<int>(n % num_chunks);
   const dim3 grid(num_chunks + x.quant_blocks + x.zero_blocks);
-  if constexpr (D > 0 && (D & quant_detail::kFp8Dim) == 0) {
-    if (q.num_tokens * int64_t(D) >= kWideQuantElems) {
-      AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D, true>), grid, dim3(kSortThreads), st)(
+  if constexpr (F == QuantFormat::Mxfp4) {
+    if (wide) {
+      AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, true>), grid, dim3(kSortThreads), st)(
           a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
       return check_launch(op);
     }
   }
-  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, D, false>), grid, dim3(kSortThreads), st)(
+  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, false>), grid, dim3(kSortThreads), st)(
       a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
-// The large path's chunk granule: >= 2E pairs (a chunk's count row and the E totals).
-template <int E>
-constexpr int64_t large_unit() {
-  return ((2 * E + kMinChunk - 1) / kMinChunk) * kMinChunk;
-}
-
-// Chunks of the mid path for n pairs: ~kMidChunkPairs each up to half the SMs (`sms`), then
-// ~kMidLargeChunkPairs each up to one per SM (half of them beside a fused quant of n <=
-// kMidPathBase pairs, which leaves the quant blocks more room); more only where a chunk
-// would exceed kMidMaxChunkPairs.  Each block counts all n pairs, so past a few dozen
-// blocks more of them cost more than their smaller chunks save (docs/perf.md, section
-// "The GPU sort's paths").
-inline int mid_chunks(int64_t n, int sms, bool fused) {
-  const int64_t half = (sms + 1) / 2;
-  const int64_t cap = fused && n <= kMidPathBase ? half : sms;
-  const int64_t fine = ceil_div_i64(n, kMidChunkPairs);
-  const int64_t small = fine < half ? fine : half;
-  const int64_t large = ceil_div_i64(n, kMidLargeChunkPairs);
-  const int64_t g = clamp_i64(small > large ? small : large, 1, cap > 1 ? cap : 1);
-  const int64_t least = ceil_div_i64(n, kMidMaxChunkPairs);
-  return static_cast<int>(g > least ? g : least);
-}
-
-// Whether the mid path takes n pairs (else the large path, which needs n >= large_unit).
-template <int E, int K, int D>
-inline bool use_mid_path(int64_t n, int sms) {
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
-  if (n < large_unit<E>() || n <= kMidPathBase + kMidPathPerExpert * E) return true;
-  return kDim >= kMidFusedDimPerTopk * K && ceil_div_i64(n, sms) <= kMidMaxChunkPairs;
-}
-
-template <int E, int K, int D>
+// n pairs in num_chunks chunks (large_chunks): every chunk needs >= 2E pairs and at most 65535.
+template <int E, int K, QuantFormat F, int D>
 inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        int sms, const char* op) {
-  constexpr int64_t kUnit = large_unit<E>();
+                        int num_chunks, const char* op) {
   // zero_buf's blocks beside the count launch, the quant blocks beside the place launch
-  const AuxGrid x = aux_grid<D>(a, q, kSortThreads, quant_detail::kQuantUnroll);
+  const AuxGrid x =
+      aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
-  // num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= kUnit here):
-  // q >= min(chunk, n) >= kUnit >= 2E, so a chunk's count row and the E totals fit in its
-  // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= 32768) keeps the
-  // uint16 counters exact.
-  const int64_t target = large_target_chunks(sms);
-  const int64_t chunk =
-      clamp_i64(ceil_div_i64(ceil_div_i64(n, target), kUnit) * kUnit, kUnit, kMaxChunk);
-  const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
-  const int64_t cq = n / num_chunks;
-  const int64_t cr = n % num_chunks;
-  if (n < kUnit || cq < 2 * E || cq + (cr != 0) > 65535)  // the host never asks for this
-    return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %lld chunks)", op,
-                        (long long)n, (long long)num_chunks);
-  const int nc = static_cast<int>(num_chunks);
+  // large_chunks gives num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= the
+  // granule): q >= min(chunk, n) >= 2E, so a chunk's count row and the E totals fit in its
+  // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= kMaxChunk) keeps
+  // the uint16 counters exact.
+  const int64_t cq = num_chunks > 0 ? n / num_chunks : 0;
+  const int64_t cr = num_chunks > 0 ? n % num_chunks : 0;
+  if (num_chunks < 1 || cq < 2 * E || cq + (cr != 0) > 65535)  // the host never asks for this
+    return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %d chunks)", op,
+                        (long long)n, num_chunks);
+  const int nc = num_chunks;
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
@@ -308,35 +233,41 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
                    dim3(kScanThreads), st)(a, q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_place_kernel<E, K, D>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K, F, D>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
                    st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
-// D == 0: moe_sort; D > 0: moe_sort_quant (q quantised by the same launches).
-template <int E, int K, int D>
+// The launches of a choice without fused scales.
+template <int E, int K, QuantFormat F, int D>
+inline int launch_choice(const SortChoice& c, const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q,
+                         hipStream_t st, const char* op) {
+  switch (c.path) {
+    case SortPath::Pairs:
+      return launch_pairs<E, K, F, D>(a, q, st, c.blocks, op);
+    case SortPath::Micro:
+      return launch_micro<E, K, F, D>(a, q, st, op);
+    case SortPath::Tiny:
+      return launch_tiny<E, K, F, D>(a, q, st, c.blocks, op);
+    case SortPath::Mid:
+      return launch_mid<E, K, F, D>(a, q, st, c.blocks, c.wide_quant, op);
+    case SortPath::Large:
+      return launch_large<E, K, F, D>(a, q, st, c.blocks, op);
+  }
+  return fail_invalid("%s: internal: unknown sort path", op);
+}
+
+// moe_sort (F None) and moe_sort_quant[_fp8] without sorted_scales: q quantised by the same
+// launches.
+template <int E, int K, QuantFormat F, int D>
 inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, void* stream,
                        const char* op) {
-  static_assert(E >= 1 && E <= 1024, "num_experts must be in [1, 1024]");
+  static_assert(E >= 1 && E <= kMaxSortExperts, "num_experts must be in [1, 1024]");
   static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
-  hipStream_t st = static_cast<hipStream_t>(stream);
-  const int64_t n = a.num_tokens * K;
-  static_assert(kMicroPathPairs <= kWarpSize && kTinyPathPairs <= kTinyFullPathPairs &&
-                    kTinyFullPathPairs <= kTinyThreads,
-                "path limits");
-  if (n <= kMicroPathPairs) return launch_micro<E, K, D>(a, q, st, op);
-  const int tiny_max = a.expert_map != nullptr ? kTinyFullPathPairs : kTinyPathPairs;
-  if (n <= tiny_max) return launch_tiny<E, K, D>(a, q, st, op);
-  const int sms = device_sm_count();
-#if defined(AITER_AUX_GPU_EMU)
-  const int mid_sms = sms < kEmuSortChunksMax ? sms : kEmuSortChunksMax;
-#else
-  const int mid_sms = sms;
-#endif
-  if (use_mid_path<E, K, D>(n, mid_sms))
-    return launch_mid<E, K, D>(a, q, st, mid_chunks(n, mid_sms, D > 0), op);
-  return launch_large<E, K, D>(a, q, st, sms, op);
+  const SortChoice c = choose_sort_path(host_sort_policy(), sort_problem<E, K, F, D>(a, false),
+                                        device_sm_count);
+  return launch_choice<E, K, F, D>(c, a, q, static_cast<hipStream_t>(stream), op);
 }
 
 }  // namespace sort_detail
@@ -346,47 +277,36 @@ int moe_sort(const AiterAuxSortArgs& a, void* stream) {
   const int rc = sort_detail::check_sort_args<NumExperts, TopK>(a, "moe_sort");
   if (rc != AITER_AUX_OK) return rc;
   AiterAuxQuantArgs none = {};
-  return sort_detail::launch_sort<NumExperts, TopK, 0>(a, none, stream, "moe_sort");
+  return sort_detail::launch_sort<NumExperts, TopK, QuantFormat::None, 0>(a, none, stream,
+                                                                          "moe_sort");
 }
 
 namespace sort_detail {
 
-// moe_sort_quant[_fp8] after the argument checks; D tagged with kFp8Dim for MXFP8.  With
-// sorted_scales: one launch at decode (sort_tiny_scales.h), else the sort's launches and
-// then moe_sort_scales'.
-template <int E, int K, int D>
+// moe_sort_quant[_fp8] after the argument checks.  With sorted_scales: one launch where the
+// chooser says so (sort_tiny_scales.h), else the sort's launches and then moe_sort_scales'.
+template <int E, int K, QuantFormat F, int D>
 inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const char* op) {
-  constexpr int kDim = D & (quant_detail::kFp8Dim - 1);
   int rc = check_sort_args<E, K>(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
-  rc = quant_detail::check_quant_args<kDim>(a.quant, op);
+  rc = quant_detail::check_quant_args<D>(a.quant, op);
   if (rc != AITER_AUX_OK) return rc;
   if (a.quant.num_tokens != a.sort.num_tokens)
     return fail_invalid("%s: x has %lld rows, topk_ids %lld", op, (long long)a.quant.num_tokens,
                         (long long)a.sort.num_tokens);
-  if (a.sorted_scales == nullptr) return launch_sort<E, K, D>(a.sort, a.quant, stream, op);
-  if constexpr (kDim % 256 != 0) {
+  if (a.sorted_scales == nullptr) return launch_sort<E, K, F, D>(a.sort, a.quant, stream, op);
+  if constexpr (D % 256 != 0) {
     return fail_invalid("%s: sorted_scales needs model_dim %% 256 == 0 (the instance has %d)", op,
-                        kDim);
+                        D);
   } else {
-    // one launch where its shared memory fits (every E of the catalog with topk >= 2)
-    if constexpr (sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes) {
-      ScalesPlan sp;
-      int ng = 0;
-      // the quant blocks take kQuantUnroll units per lane: fewer blocks, one wave
-      const AuxGrid x = aux_grid<D>(a.sort, a.quant, kTinyThreads, quant_detail::kQuantUnroll);
-      if (plan_tiny_scales<E, K, D>(a.sort, a.sorted_scales, x.quant_blocks + x.zero_blocks,
-                                    device_sm_count(), &sp, &ng)) {
-        AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, D>),
-                         dim3(ng + kDim / 256 * sp.parts + sp.z_blocks + x.quant_blocks + x.zero_blocks),
-                         dim3(kTinyThreads), static_cast<hipStream_t>(stream))(
-            a.sort, a.quant, sp, ng, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-        return check_launch(op);
-      }
-    }
-    rc = launch_sort<E, K, D>(a.sort, a.quant, stream, op);
+    const SortPolicy p = host_sort_policy();
+    const SortChoice c = choose_sort_path(
+        p, sort_problem<E, K, F, D>(a.sort, is_aligned(a.sorted_scales, 16)), device_sm_count);
+    hipStream_t st = static_cast<hipStream_t>(stream);
+    if (c.fused_scales) return launch_fused_scales<E, K, F, D>(p, c, a, st, op);
+    rc = launch_choice<E, K, F, D>(c, a.sort, a.quant, st, op);
     if (rc != AITER_AUX_OK) return rc;
-    return moe_sort_scales<kDim>(aiter_aux_sort_scales_args(&a), stream);
+    return moe_sort_scales<D>(aiter_aux_sort_scales_args(&a), stream);
   }
 }
 
@@ -395,15 +315,15 @@ inline int launch_sort_quant(const AiterAuxSortQuantArgs& a, void* stream, const
 template <int NumExperts, int TopK, int ModelDim>
 int moe_sort_quant(const AiterAuxSortQuantArgs& a, void* stream) {
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim must be a positive multiple of 32");
-  return sort_detail::launch_sort_quant<NumExperts, TopK, ModelDim>(a, stream, "moe_sort_quant");
+  return sort_detail::launch_sort_quant<NumExperts, TopK, QuantFormat::Mxfp4, ModelDim>(
+      a, stream, "moe_sort_quant");
 }
 
 // The same with MXFP8 quant blocks (quant_fp8.h), in the same single launch.
 template <int NumExperts, int TopK, int ModelDim>
 int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a, void* stream) {
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0 && ModelDim < quant_detail::kFp8Dim,
-                "model_dim must be a positive multiple of 32 below 2^24");
-  return sort_detail::launch_sort_quant<NumExperts, TopK, ModelDim | quant_detail::kFp8Dim>(
+  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim must be a positive multiple of 32");
+  return sort_detail::launch_sort_quant<NumExperts, TopK, QuantFormat::Mxfp8, ModelDim>(
       a, stream, "moe_sort_quant_fp8");
 }
 

@@ -17,10 +17,12 @@ template <int E, int K>
 __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortArgs a, int cq,
                                                                   int cr, int num_chunks,
                                                                   int zero_blocks) {
+  const PdlScope pdl;
   __shared__ ChunkSmem<E> sm;
   const int b = block_idx();
   if (b >= num_chunks) {
-    aux_block<0>(b - num_chunks, a, AiterAuxQuantArgs{}, 0, zero_blocks, false, false);
+    aux_block<QuantFormat::None, 0>(b - num_chunks, a, AiterAuxQuantArgs{}, 0, zero_blocks, false,
+                                    false);
     return;
   }
   const int cb = chunk_begin(b, cq, cr);
@@ -52,6 +54,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortAr
 template <int E>
 __global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq,
                                                                  int cr, int num_chunks) {
+  const PdlScope pdl;
   const int e = block_idx() * kScanWarps + warp_id();
   if (e >= E) return;  // warp-uniform
   const int lane = lane_id();
@@ -95,24 +98,25 @@ struct PlaceSmem {
   int pad_end[E];  // off_e + T_e of the experts e = g + i*num_chunks (slot i)
 };
 
-// 3. Grid: num_chunks + quant_blocks (moe_sort_quant's, kFusedQuantTiles<D> tiles a step).
+// 3. Grid: num_chunks + quant_blocks (moe_sort_quant's, kFusedQuantTiles<F> tiles a step).
 // Block g < num_chunks loads pre[g][e] and T_e (reverse_sorted[cb .. cb + 2E)) into
 // registers (place_per experts per thread, e = tid*place_per + i) before pass 1 and hands
 // them to chunk_offsets after it.  After the scan's block_sync nothing reads the home
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
 // reverse entries (no other block touches that range).
-template <int E, int K, int D>
+template <int E, int K, QuantFormat F, int D>
 __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a,
                                                                   AiterAuxQuantArgs q, int cq,
                                                                   int cr, int num_chunks,
                                                                   int quant_blocks, bool x_al16,
                                                                   bool q_al4) {
+  const PdlScope pdl;
   constexpr int kPer = place_per<E>();
   __shared__ PlaceSmem<E> sm;
   const int b = block_idx();
   if (b >= num_chunks) {
-    aux_block<D, kSortThreads, kFusedQuantTiles<D>>(b - num_chunks, a, q, quant_blocks, 0,
-                                                     x_al16, q_al4);
+    aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
+                                                        x_al16, q_al4);
     return;
   }
   const int tid = thread_idx();

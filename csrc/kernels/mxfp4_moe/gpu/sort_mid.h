@@ -72,18 +72,19 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
 }
 
 // Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
-template <int E, int K, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, D) void sort_micro_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D>
+__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(AiterAuxSortArgs a,
                                                                    AiterAuxQuantArgs q,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,
                                                                    bool q_al4) {
+  const PdlScope pdl;
   const int b = block_idx();
   if (b == 0) {
     micro_sort_block<E, K>(a);
     return;
   }
-  aux_block<D, kMicroThreads>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+  aux_block<F, D, kMicroThreads>(b - 1, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 // -------------------------------------------------------------- mid path ----
@@ -96,7 +97,7 @@ __global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, D) void sort_micro_kernel(AiterA
 // distinct within a token, so an address repeats a few times at most).  T_e = pre[e] +
 // rest[e].  No inter-block dependency, no scratch in global memory; every block reads the
 // n ids once more than the large path's count block, which bounds the path to moderate n
-// (the host's choice, see launch_sort).
+// (the host's choice: choose_sort_path, sort_policy.h).
 template <int E>
 struct MidSmem {
   uint16_t wcnt[kSortWarps][E];  // the chunk's per-warp counts, then bases
@@ -190,23 +191,24 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
 }
 
 // Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).  kWide (MXFP4, x
-// of >= kWideQuantElems elements): the quant blocks take two tiles a step, under the
-// register bound of kFusedSortMinOccupancy; else one, unbounded.
-template <int E, int K, int D, bool kWide>
+// of >= SortPolicy::wide_quant_elems elements): the quant blocks take two tiles a step,
+// under the register bound of kFusedSortMinOccupancy; else one, unbounded.
+template <int E, int K, QuantFormat F, int D, bool kWide>
 __global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(AiterAuxSortArgs a,
                                                                 AiterAuxQuantArgs q, int cq,
                                                                 int cr, int num_chunks,
                                                                 int quant_blocks, int zero_blocks,
                                                                 bool x_al16, bool q_al4) {
+  const PdlScope pdl;
   __shared__ MidSmem<E> sm;
   const int b = block_idx();
   if (b < num_chunks) {
     mid_sort_block<E, K>(a, sm, b, num_chunks, cq, cr);
     return;
   }
-  aux_block<D, kSortThreads, kWide ? quant_detail::kStepTiles : 1>(b - num_chunks, a, q,
-                                                                    quant_blocks, zero_blocks,
-                                                                    x_al16, q_al4);
+  aux_block<F, D, kSortThreads, kWide ? quant_detail::kStepTiles : 1>(b - num_chunks, a, q,
+                                                                       quant_blocks, zero_blocks,
+                                                                       x_al16, q_al4);
 }
 
 }  // namespace sort_detail

@@ -10,17 +10,18 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
-// Blocks after the sort blocks: quantisation (D > 0; kTiles tiles per step) then zero_buf.
-template <int D, int kThreads = kSortThreads, int kTiles = 1>
+// Blocks after the sort blocks: quantisation of x in format F (model_dim D; kTiles tiles per
+// step), then zero_buf.
+template <QuantFormat F, int D, int kThreads = kSortThreads, int kTiles = 1>
 __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
                                           const AiterAuxQuantArgs& q, int quant_blocks,
                                           int zero_blocks, bool x_al16, bool q_al4) {
-  if constexpr (D > 0) {
+  if constexpr (F != QuantFormat::None) {
     if (b < quant_blocks) {
       constexpr int kWarps = kThreads / kWarpSize;
-      quant_detail::quant_tensor<D, kTiles>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
-                                            static_cast<int64_t>(quant_blocks) * kWarps,
-                                            x_al16, q_al4);
+      quant_detail::quant_tensor<F, D, kTiles>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
+                                               static_cast<int64_t>(quant_blocks) * kWarps,
+                                               x_al16, q_al4);
       return;
     }
   } else {
@@ -34,6 +35,33 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
                    static_cast<int64_t>(b) * kThreads + thread_idx(),
                    static_cast<int64_t>(zero_blocks) * kThreads);
   }
+}
+
+// Host: the quant / zero blocks that ride in a sort launch (aux_block), for blocks of `threads`
+// threads that each take `units_per_thread` 8-element units of x.
+struct AuxGrid {
+  int quant_blocks = 0;
+  int zero_blocks = 0;
+  bool x_al16 = false;
+  bool q_al4 = false;
+};
+
+template <QuantFormat F, int D>
+inline AuxGrid aux_grid(const SortPolicy& p, const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q,
+                        int threads, int units_per_thread) {
+  AuxGrid g;
+  if (a.zero_buf != nullptr && a.zero_numel > 0) {
+    g.zero_blocks = static_cast<int>(
+        clamp_i64(ceil_div_i64(a.zero_numel, int64_t(threads) * 8 * 2), 1, p.zero_blocks_max));
+  }
+  if (F != QuantFormat::None && q.num_tokens > 0) {
+    const int64_t units = q.num_tokens * static_cast<int64_t>(D / 8);
+    g.quant_blocks = static_cast<int>(clamp_i64(
+        ceil_div_i64(units, int64_t(threads) * units_per_thread), 1, p.quant_blocks_max));
+    g.x_al16 = is_aligned(q.x, 16);
+    g.q_al4 = is_aligned(q.a_q, 4);
+  }
+  return g;
 }
 
 // ------------------------------------------------------------- tiny path ----
@@ -120,7 +148,7 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
   }
   // With cstart, one scan of (padded << 11) | c: padded sums < 2^17 (<= 1024 + 1024 * 127
   // rows), count sums <= kTinyThreads < 2^11.  (Without, the padded counts alone: the
-  // packed scan measured +0.1 us on the tiny path.)
+  // packed scan measured +0.1 us on the tiny path, docs/perf.md log 53.)
   static_assert(kTinyThreads < (1 << 11), "packed scan");
   const int sh = cstart != nullptr ? 11 : 0;
   int tot = 0;
@@ -141,13 +169,6 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
   }
   block_sync();
   return p;
-}
-
-// Whether row r (< rows) holds a real pair (else it is a pad row of its segment).
-template <int E>
-__device__ __forceinline__ bool tiny_real_row(const TinySmem<E>& sm, int r, int lg) {
-  const int e = sm.blk2e[r >> lg];
-  return r - sm.off[e] < static_cast<int>(sm.cnt[e]);
 }
 
 // Block g of num_g writes the rows of its slice (kTinyThreads-row chunks g, g + num_g,
@@ -182,14 +203,14 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
   tiny_write_rows<E, K>(a, sm, p, g, num_g);
 }
 
-// CUDA: with MXFP8 quant blocks (D tagged kFp8Dim) ptxas otherwise picks 32 registers for
-// the tiny and micro sort kernels and spills; min 1 block keeps its choice free as for MXFP4 (0: no minimum,
-// the MXFP4 kernels' bounds unchanged).  (HIP reads a second argument as waves per EU.)
+// CUDA: with MXFP8 quant blocks (F) ptxas otherwise picks 32 registers for the tiny and
+// micro sort kernels and spills; min 1 block keeps its choice free as for MXFP4 (0: no
+// minimum, the other kernels' bounds unchanged).  (HIP reads a second argument as waves per
+// EU.)
 #if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_SORT_BOUNDS(T, D) \
-  __launch_bounds__(T, ((D) & quant_detail::kFp8Dim) != 0 ? 1 : 0)
+#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T, (F) == QuantFormat::Mxfp8 ? 1 : 0)
 #else
-#define AITER_AUX_SORT_BOUNDS(T, D) __launch_bounds__(T)
+#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T)
 #endif
 
 // The mid path's kernel with wide MXFP4 quant blocks (W): the register bound of
@@ -202,23 +223,24 @@ __device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinyS
 
 // Tiles per step of the large path's fused quant blocks (the place launch): two for MXFP4
 // (as mxfp4_quant), one for MXFP8, whose two-tile step measured slower there.
-template <int D>
-constexpr int kFusedQuantTiles = (D & quant_detail::kFp8Dim) != 0 ? 1 : quant_detail::kStepTiles;
+template <QuantFormat F>
+constexpr int kFusedQuantTiles = F == QuantFormat::Mxfp8 ? 1 : quant_detail::kStepTiles;
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
-template <int E, int K, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, D) void sort_tiny_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D>
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(AiterAuxSortArgs a,
                                                                    AiterAuxQuantArgs q, int num_g,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,
                                                                    bool q_al4) {
+  const PdlScope pdl;
   __shared__ TinySmem<E> sm;
   const int b = block_idx();
   if (b < num_g) {
     tiny_sort_block<E, K>(a, sm, b, num_g);
     return;
   }
-  aux_block<D, kTinyThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+  aux_block<F, D, kTinyThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 }  // namespace sort_detail

@@ -91,7 +91,7 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int gri
   int rc = AITER_AUX_OK;
   aiter_aux_emu::reset_pdl();
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp8_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp8, D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
   } else {
     rc = mxfp8_quant<D>(a, nullptr);
@@ -122,11 +122,13 @@ void run_sort_quant_fp8_case(int m, int bm, uint32_t seed) {
   std::vector<uint8_t> q(m * D + 8, 0xAB), s(m * D / 32 + 8, 0xCD), wq(m * D), ws(m * D / 32);
   std::vector<uint16_t> zb(static_cast<size_t>(m) * 64, 0x1234);
   const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
+  aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_quant_fp8<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   ref_quant_fp8(xs.data(), m, D, wq, ws);
   const std::string tag = "moe_sort_quant_fp8<" + std::to_string(E) + "," + std::to_string(K) +
                           "," + std::to_string(D) + "> M=" + std::to_string(m);
+  check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status");
   compare_sort(got, want, tag);
   check(same_bytes(std::vector<uint8_t>(q.begin(), q.begin() + m * D), wq), tag + ": a_q");

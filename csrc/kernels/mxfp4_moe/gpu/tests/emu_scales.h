@@ -31,6 +31,7 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
   uint8_t* ss = base + out_off;
   AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   a.sorted_scales = ss;
+  aiter_aux_emu::reset_pdl();
   const int rc = kFp8 ? moe_sort_quant_fp8<E, K, D>(a, nullptr) : moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   if (kFp8) {
@@ -44,6 +45,7 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
                           std::to_string(E) + "," + std::to_string(K) + "," + std::to_string(D) +
                           "> sorted_scales M=" + std::to_string(m) + " bm=" + std::to_string(bm) +
                           " mode=" + std::to_string(mode) + " +" + std::to_string(out_off);
+  check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status");
   compare_sort(got, want, tag);
   std::string where;

@@ -493,11 +493,13 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     a.zero_buf = zb.data() + 1;
     a.zero_numel = static_cast<int64_t>(zb.size()) - 2;
   }
+  aiter_aux_emu::reset_pdl();
   const int rc = moe_sort<E, K>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   const std::string tag = "moe_sort<" + std::to_string(E) + "," + std::to_string(K) + "> M=" +
                           std::to_string(m) + " bm=" + std::to_string(bm) + " mode=" +
                           std::to_string(mode);
+  check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status " + std::to_string(rc) + " " + g_last_error);
   compare_sort(got, want, tag);
   if (with_zero) {
@@ -505,7 +507,7 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     for (size_t i = 1; i + 1 < zb.size(); ++i) ok = ok && zb[i] == 0;
     check(ok, tag + ": zero_buf");
   }
-  // Every other path that can take this n, launched directly (launch_sort picks one).
+  // Every other path that can take this n, launched directly (choose_sort_path picks one).
   namespace sd = aiter_aux::gpu::sort_detail;
   const int64_t n = static_cast<int64_t>(m) * K;
   const AiterAuxQuantArgs none = {};
@@ -516,18 +518,28 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
     check(frc == AITER_AUX_OK, tag + " " + path + ": status " + g_last_error);
     compare_sort(f, want, tag + " " + path);
   };
+  constexpr QuantFormat kNone = QuantFormat::None;
+  const sd::SortPolicy pol = sd::host_sort_policy();
+  if (n <= sd::kPairMax) {
+    const int ng = sd::pair_blocks(sd::sort_problem<E, K, kNone, 0>(a, false));
+    forced("pairs", [&](const AiterAuxSortArgs& fa) { return sd::launch_pairs<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+  }
   if (n <= kWarpSize)
-    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, 0>(fa, none, nullptr, "t"); });
-  if (n <= sd::kTinyThreads)
-    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, 0>(fa, none, nullptr, "t"); });
-  for (int g : {1, sd::mid_chunks(n, 8, false)}) {
+    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, kNone, 0>(fa, none, nullptr, "t"); });
+  if (n <= sd::kTinyThreads) {
+    const int ng = sd::tiny_blocks(pol, sd::sort_problem<E, K, kNone, 0>(a, false));
+    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+  }
+  for (int g : {1, sd::mid_chunks(pol, n, 8, false)}) {
     if (g > 1 && n < g) continue;
     if ((n + g - 1) / g > 65535) continue;
     forced("mid/" + std::to_string(g),
-           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, 0>(fa, none, nullptr, g, "t"); });
+           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, kNone, 0>(fa, none, nullptr, g, false, "t"); });
   }
-  if (n >= sd::large_unit<E>())
-    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, 0>(fa, none, nullptr, aiter_aux::gpu::device_sm_count(), "t"); });
+  if (n >= sd::large_unit(pol, E)) {
+    const int nc = sd::large_chunks(pol, n, E, aiter_aux::gpu::device_sm_count());
+    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t"); });
+  }
 }
 
 // ----------------------------------------------------------- quant tests ----
@@ -583,10 +595,10 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   int rc = AITER_AUX_OK;
   aiter_aux_emu::reset_pdl();
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, quant_detail::kStepTiles>), dim3(grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, quant_detail::kStepTiles>), dim3(grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
   } else if (grid < 0) {
-    AITER_AUX_LAUNCH((quant_detail::mxfp4_quant_kernel<D, 1>), dim3(-grid),
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, 1>), dim3(-grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, !mis_q);
   } else {
     rc = mxfp4_quant<D>(a, nullptr);
@@ -622,11 +634,13 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
   std::vector<uint8_t> q(m * D / 2, 0xAB), s(m * D / 32, 0xCD), wq(q.size()), ws(s.size());
   std::vector<uint16_t> zb(static_cast<size_t>(m) * D, 0x1234);
   const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
+  aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   ref_quant(xs.data(), m, D, wq, ws);
   const std::string tag = "moe_sort_quant<" + std::to_string(E) + "," + std::to_string(K) + "," +
                           std::to_string(D) + "> M=" + std::to_string(m);
+  check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status");
   compare_sort(got, want, tag);
   check(same_bytes(q, wq), tag + ": a_q");
@@ -867,6 +881,7 @@ void test_arg_checks() {
 
 #include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
+#include "emu_pairs.h"   // the pair path (uses all of the above)
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
@@ -1065,6 +1080,7 @@ int main() {
 
   test_fp8();
   test_sort_quant_scales();
+  test_pairs();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;

@@ -6,8 +6,16 @@
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep
 // `sort_sweep fused M...` times moe_sort_quant's paths only (its a_q / a_scale must equal
 // mxfp4_quant's or mxfp8_quant's; SWEEP_FP8=1 adds moe_sort_quant_fp8, SWEEP_E=E one shape,
-// SWEEP_AUTO_ONLY=1 the launch_sort choice only, SWEEP_NO_TIME=1 no timing).
-// Prints CSV: E,topk,M,pairs,path,chunks,us
+// SWEEP_AUTO_ONLY=1 the chooser's path only, SWEEP_NO_TIME=1 no timing).
+// `sort_sweep pairs` times the decode paths at n = M*topk <= 64 in one run: the pair path
+// (at the chooser's block count and one more), micro (n <= 32), tiny and the chooser's
+// ("auto"), for (E, topk) = (257, 9), (385, 9), (513, 11), (896, 16), (256, 8) at M = 1 ..
+// 64 / topk, the same E at topk 1 (every n = 1..64), then moe_sort_quant (MXFP4, plus MXFP8
+// with SWEEP_FP8=1) of the five shapes at M = 1 .. 64 / topk; the decode pipeline's one
+// launch with sorted_scales, pair against tiny kernel, is in decode_sweep.cu:
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
+//     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep pairs
+// Prints CSV: E,topk,M,pairs,path,chunks,us (chunks: the sort blocks of pairs / mid / large)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -149,13 +157,15 @@ static void free_bufs(Bufs& b) {
 
 // argv mode: "E K M path chunks" runs that one variant twice (for ncu), no timing.
 static const char* g_only_path = nullptr;
+// `pairs` mode: the decode paths only (no mid / large variants)
+static bool g_decode_only = false;
 static int g_only_chunks = 0;
 
-// F8: moe_sort_quant_fp8 (D tagged with kFp8Dim for the kernels, a_q of D bytes a row).
+// F8: moe_sort_quant_fp8 (a_q of D bytes a row).
 template <int E, int K, int D = 0, bool F8 = false>
 static void sweep(int m) {
   constexpr size_t kQB = F8 ? D : D / 2;
-  constexpr int DT = F8 ? (D | aiter_aux::gpu::quant_detail::kFp8Dim) : D;
+  constexpr QuantFormat F = D == 0 ? QuantFormat::None : (F8 ? QuantFormat::Mxfp8 : QuantFormat::Mxfp4);
   const int bm = 32;
   std::vector<int32_t> ids;
   std::vector<float> w;
@@ -181,6 +191,14 @@ static void sweep(int m) {
   }
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  // the chooser's values for this call (the forced variants below take the same tiny blocks,
+  // wide flag and large chunks as the automatic choice would)
+  const sd::SortPolicy pol = sd::host_sort_policy();
+  const sd::SortProblem prob = sd::sort_problem<E, K, F, D>(a, false);
+  const int tiny_g = sd::tiny_blocks(pol, prob);
+  const int pair_g = sd::pair_blocks(prob);
+  const bool wide = F == QuantFormat::Mxfp4 && int64_t(m) * D >= pol.wide_quant_elems;
+  const int large_g = n >= sd::large_unit(pol, E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
 
   std::vector<char> first;
   auto snapshot = [&]() {
@@ -255,34 +273,50 @@ static void sweep(int m) {
   if constexpr (D > 0) {
     run("quant", 0, [&]() { return F8 ? mxfp8_quant<D>(none, st) : mxfp4_quant<D>(none, st); });
     first.clear();
-    run("auto", 0, [&]() { return sd::launch_sort<E, K, DT>(a, none, st, "x"); });
+    run("auto", 0, [&]() { return sd::launch_sort<E, K, F, D>(a, none, st, "x"); });
     const bool all = getenv("SWEEP_AUTO_ONLY") == nullptr;  // else quant and auto only
-    if (all && n <= sd::kTinyThreads) run("tiny", 0, [&]() { return sd::launch_tiny<E, K, DT>(a, none, st, "x"); });
+    if (all && n <= sd::kPairMax) {
+      run("pairs", pair_g, [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g, "x"); });
+      run("pairs", pair_g + 1, [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g + 1, "x"); });
+    }
+    if (all && n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, F, D>(a, none, st, "x"); });
+    if (all && n <= sd::kTinyThreads) run("tiny", tiny_g, [&]() { return sd::launch_tiny<E, K, F, D>(a, none, st, tiny_g, "x"); });
     std::vector<int> gf;
     for (int c : {4, 8, 16, 32, 64}) {
       const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), 132));
       if (std::find(gf.begin(), gf.end(), g) == gf.end()) gf.push_back(g);
     }
     for (int g : gf) {
-      if (!all || (n + g - 1) / g > 65535) continue;
-      run("mid", g, [&]() { return sd::launch_mid<E, K, DT>(a, none, st, g, "x"); });
+      if (!all || g_decode_only || (n + g - 1) / g > 65535) continue;
+      run("mid", g, [&]() { return sd::launch_mid<E, K, F, D>(a, none, st, g, wide, "x"); });
     }
-    if (all && n >= sd::large_unit<E>()) {
-      run("large", 0, [&]() { return sd::launch_large<E, K, DT>(a, none, st, device_sm_count(), "x"); });
+    if (all && !g_decode_only && large_g > 0) {
+      run("large", large_g, [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, "x"); });
     }
   } else {
   if (g_only_path != nullptr) {
       const std::string p = g_only_path;
       const int g = g_only_chunks;
-      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
-      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
-      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-      if (p == "large") run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
+      if (p == "pairs") run("pairs", g, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, g, "x"); });
+      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
+      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+      if (p == "large") run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
       return;
     }
     run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
-    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, 0>(a, none, st, "x"); });
-    if (n <= sd::kTinyThreads) run("single", 0, [&]() { return sd::launch_tiny<E, K, 0>(a, none, st, "x"); });
+    if (n <= sd::kPairMax) {
+      run("pairs", pair_g, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g, "x"); });
+      run("pairs", pair_g + 1, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g + 1, "x"); });
+    }
+    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+    if (n <= sd::kTinyThreads) run("single", tiny_g, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
+    if (g_decode_only) {
+      fflush(stdout);
+      free_bufs(b);
+      cudaStreamDestroy(st);
+      return;
+    }
     std::vector<int> gs;
     for (int c : {8, 16, 32, 64}) {
       for (int cap : {66, 132}) {
@@ -290,8 +324,8 @@ static void sweep(int m) {
         if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535) gs.push_back(g);
       }
     }
-    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, 0>(a, none, st, g, "x"); });
-    if (n >= sd::large_unit<E>()) run("large", 0, [&]() { return sd::launch_large<E, K, 0>(a, none, st, device_sm_count(), "x"); });
+    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+    if (large_g > 0) run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
   }
   fflush(stdout);
   free_bufs(b);
@@ -304,8 +338,42 @@ static void sweep_all() {
   for (int m : {16, 32, 64, 96, 128, 192, 256, 512, 1024}) sweep<E, K>(m);
 }
 
+// `pairs` mode: the decode paths of (E, topk) at M = 1 .. 64 / topk; moe_sort_quant of model_dim
+// D (0: none), MXFP8 with F8.
+template <int E, int K, int D = 0, bool F8 = false>
+static void sweep_pairs() {
+  for (int m = 1; m * K <= sd::kPairMax; ++m) sweep<E, K, D, F8>(m);
+}
+
 #ifndef AITER_AUX_SWEEP_NO_MAIN  // decode_sweep.cu includes this file for routing()
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "pairs") {  // the decode paths, n <= 64
+    g_decode_only = true;
+    printf("E,topk,M,pairs,path,chunks,us\n");
+    sweep_pairs<257, 9>();
+    sweep_pairs<385, 9>();
+    sweep_pairs<513, 11>();
+    sweep_pairs<896, 16>();
+    sweep_pairs<256, 8>();
+    sweep_pairs<257, 1>();
+    sweep_pairs<385, 1>();
+    sweep_pairs<513, 1>();
+    sweep_pairs<896, 1>();
+    sweep_pairs<256, 1>();
+    sweep_pairs<257, 9, 7168>();
+    sweep_pairs<385, 9, 7168>();
+    sweep_pairs<513, 11, 2560>();
+    sweep_pairs<896, 16, 3584>();
+    sweep_pairs<256, 8, 7168>();
+    if (getenv("SWEEP_FP8") != nullptr) {
+      sweep_pairs<257, 9, 7168, true>();
+      sweep_pairs<385, 9, 7168, true>();
+      sweep_pairs<513, 11, 2560, true>();
+      sweep_pairs<896, 16, 3584, true>();
+      sweep_pairs<256, 8, 7168, true>();
+    }
+    return 0;
+  }
   if (argc >= 3 && std::string(argv[1]) == "fused") {  // "fused M...": moe_sort_quant only
     printf("E,topk,M,pairs,path,chunks,us\n");
     const int only_e = getenv("SWEEP_E") ? atoi(getenv("SWEEP_E")) : 0;  // one shape

@@ -1,0 +1,242 @@
+// moe_sort pair path (n = M*topk <= kPairMax, decode): the ranking touches only the pairs,
+// never an array of E counters.  Part of sort.h, which includes it after its constants; not
+// a standalone header.
+//
+// One warp ranks all pairs (pair_rank), lane l holding pairs l + s*kWarpSize (s <
+// kPairPer: 2 on NVIDIA, 1 on CDNA), with ballots only: one per bit of the keys (the local
+// expert, or E for a pair that is not local / past the end) gives every lane, for each of its
+// pairs, the masks of the pairs with an equal key and with a smaller key (a top-down walk
+// over the bits); the rank is the equal pairs before it (ascending j), the count all equal
+// pairs, the place in expert-major order the smaller pairs plus the rank.  Each expert's
+// first pair (its leader) stands for ceil(count / block_m) blocks of rows; a ballot per bit
+// of that block count lets every lane add up the blocks of the smaller experts (masked
+// popcounts), which is its segment's first row / block_m.  So the cost is bit_width(E) +
+// 3 ballots per half (at most 11 + 3 for E <= 1024), whatever E and the routing.
+//
+// A pair block (kPairThreads threads): warp 0 ranks and writes two small tables to shared
+// memory: the pairs in expert-major order (sorted_token_ids and weight of each), and per block
+// of rows (<= kPairMax of them: every block starts with a real row) its expert, the end of its
+// segment's real rows and the offset from a real row to its pair's place; then, after one
+// barrier, every thread writes whole rows: consecutive threads consecutive rows (coalesced),
+// a real row from the pair table, a pad row (M, 0, M) otherwise.  Block g of G writes rows
+// [g, g + 1) * kPairRowsPerBlock (G from a bound on the rows: min(capacity, n * block_m));
+// block 0 also writes reverse_sorted (warp 0, from its registers), sorted_expert_ids (one
+// thread per block of rows) and num_valid_ids.  Only rows below num_valid_ids[0] are
+// written.  No global atomics, no scratch; the topk_ids and topk_weights loads are issued
+// together.
+#pragma once
+
+#include "sort_rank.h"
+#include "sort_tiny.h"
+
+namespace aiter_aux {
+namespace gpu {
+namespace sort_detail {
+
+// kPairMax, kPairThreads, kPairRowIters, kPairRowsPerBlock: sort.h
+constexpr int kPairPer = kPairMax / kWarpSize;  // pairs per lane of the ranking warp
+constexpr int kPairBlockBits = 3;  // bits of ceil(count / block_m) <= kPairMax / 16 = 4
+static_assert(kPairMax % kWarpSize == 0 && kPairMax <= kPairThreads, "pair path shape");
+static_assert(kPairMax / 16 < (1 << kPairBlockBits), "pair path block count bits");
+
+// One warp's ranking of all pairs: lane l holds pairs j = l + s * kWarpSize.
+struct PairRank {
+  int key[kPairPer];   // local expert, or E (not local / past the end)
+  float wt[kPairPer];  // weight (j < n)
+  int row[kPairPer];   // row of the pair (key < E)
+  int pos[kPairPer];   // place in expert-major order (key < E)
+  int rank[kPairPer];  // among the pairs of its expert (ascending j)
+  int cnt[kPairPer];   // pairs of its expert
+  int rows;            // num_valid_ids[0]
+};
+
+// Ranks the n <= kPairMax pairs in the calling warp (every lane must call it; no shared
+// memory, no barrier).  lg = log2(block_m).
+template <int E, int K>
+__device__ __forceinline__ PairRank pair_rank(const AiterAuxSortArgs& a, int n, int lg) {
+  constexpr int kBits = bit_width(E);  // keys in [0, E]
+  PairRank r;
+  const int lane = lane_id();
+  const lane_mask_t before = lanemask_lt(lane);
+  const int halves = (n + kWarpSize - 1) / kWarpSize;  // warp-uniform, <= kPairPer
+#pragma unroll
+  for (int s = 0; s < kPairPer; ++s) {  // independent of the ids: issued with them
+    const int j = s * kWarpSize + lane;
+    r.wt[s] = j < n ? a.topk_weights[j] : 0.0f;
+  }
+  load_keys<E, kPairPer>(a, lane, kWarpSize, n, r.key);
+
+  lane_mask_t bal[kPairPer][kBits];
+#pragma unroll
+  for (int h = 0; h < kPairPer; ++h) {
+#pragma unroll
+    for (int b = 0; b < kBits; ++b)
+      bal[h][b] = h < halves ? warp_ballot(((r.key[h] >> b) & 1) != 0) : lane_mask_t(0);
+  }
+  // eq / lt[s][h]: the pairs of half h with a key equal to / smaller than pair s's
+  // (pairs of a half past n are past the end: their masks stay empty, their keys are E)
+  lane_mask_t eq[kPairPer][kPairPer], lt[kPairPer][kPairPer];
+#pragma unroll
+  for (int s = 0; s < kPairPer; ++s) {
+#pragma unroll
+    for (int h = 0; h < kPairPer; ++h) {
+      eq[s][h] = 0;
+      lt[s][h] = 0;
+      if (s >= halves || h >= halves) continue;  // warp-uniform
+      lane_mask_t e = ~lane_mask_t(0), l = 0;
+#pragma unroll
+      for (int b = kBits - 1; b >= 0; --b) {
+        const bool bit = ((r.key[s] >> b) & 1) != 0;
+        if (bit) l |= e & ~bal[h][b];
+        e &= bit ? bal[h][b] : ~bal[h][b];
+      }
+      eq[s][h] = e;
+      lt[s][h] = l;
+    }
+  }
+  int nblk[kPairPer];
+#pragma unroll
+  for (int s = 0; s < kPairPer; ++s) {
+    int cnt = 0, rank = 0, below = 0;
+#pragma unroll
+    for (int h = 0; h < kPairPer; ++h) {
+      cnt += popc(eq[s][h]);
+      rank += h < s ? popc(eq[s][h]) : (h == s ? popc(eq[s][h] & before) : 0);
+      below += popc(lt[s][h]);
+    }
+    r.cnt[s] = cnt;
+    r.rank[s] = rank;
+    r.pos[s] = below + rank;
+    nblk[s] = r.key[s] < E && rank == 0 ? (cnt + (1 << lg) - 1) >> lg : 0;
+  }
+  // blocks of the experts with a smaller key (per lane pair), and of all experts
+  int blk_before[kPairPer] = {};
+  int total = 0;
+#pragma unroll
+  for (int h = 0; h < kPairPer; ++h) {
+    if (h >= halves) break;  // warp-uniform
+#pragma unroll
+    for (int b = 0; b < kPairBlockBits; ++b) {
+      const lane_mask_t nb = warp_ballot(((nblk[h] >> b) & 1) != 0);
+      total += popc(nb) << b;
+#pragma unroll
+      for (int s = 0; s < kPairPer; ++s) blk_before[s] += popc(nb & lt[s][h]) << b;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kPairPer; ++s) r.row[s] = (blk_before[s] << lg) + r.rank[s];
+  r.rows = total << lg;
+  return r;
+}
+
+// A real pair's row in expert-major order.
+struct PairRow {
+  int32_t sti;  // t | (k << 24)
+  float wt;
+};
+
+// Block b of the rows: its expert, the end of its segment's real rows, and row - place of
+// every real row of the segment.
+struct alignas(16) PairBlock {
+  int expert;
+  int real_end;
+  int delta;
+  int pad;
+};
+
+struct PairSmem {
+  PairRow pair[kPairMax];
+  PairBlock blk[kPairMax];
+  int rows;
+};
+
+// Warp 0 of a block: ranks the pairs into sm (pair, blk, rows; the caller's barrier makes
+// them visible); with kOutputs (block 0 of the sort) it also writes reverse_sorted and
+// num_valid_ids.
+template <int E, int K, bool kOutputs>
+__device__ __forceinline__ void pair_tables(const AiterAuxSortArgs& a, PairSmem& sm, int n,
+                                            int lg) {
+  const PairRank r = pair_rank<E, K>(a, n, lg);
+  const int lane = lane_id();
+#pragma unroll
+  for (int s = 0; s < kPairPer; ++s) {
+    const int j = s * kWarpSize + lane;
+    if (r.key[s] < E) {
+      const int t = j / K;
+      const int k = j - t * K;
+      sm.pair[r.pos[s]] = {static_cast<int32_t>(static_cast<uint32_t>(t) |
+                                                (static_cast<uint32_t>(k) << 24)),
+                           r.wt[s]};
+      if ((r.row[s] & ((1 << lg) - 1)) == 0)  // the first row of a block
+        sm.blk[r.row[s] >> lg] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s],
+                                  r.row[s] - r.pos[s], 0};
+      if (kOutputs) a.reverse_sorted[j] = r.row[s];
+    } else if (kOutputs && j < n) {
+      a.reverse_sorted[j] = -1;
+    }
+  }
+  if (lane == 0) {
+    sm.rows = r.rows;
+    if (kOutputs) {
+      a.num_valid_ids[0] = r.rows;
+      a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+    }
+  }
+}
+
+// Pair block g: the ranking (warp 0), then rows [g, g + 1) * kPairRowsPerBlock.
+template <int E, int K>
+__device__ __forceinline__ void pair_sort_block(const AiterAuxSortArgs& a, PairSmem& sm, int g) {
+  const int n = static_cast<int>(a.num_tokens) * K;
+  const int m = static_cast<int>(a.num_tokens);
+  const int lg = log2_block_m(a.block_m);
+  const int tid = thread_idx();
+  if (warp_id() == 0) {
+    if (g == 0) {
+      pair_tables<E, K, true>(a, sm, n, lg);
+    } else {
+      pair_tables<E, K, false>(a, sm, n, lg);
+    }
+  }
+  block_sync();
+  const int rows = sm.rows;
+#pragma unroll
+  for (int i = 0; i < kPairRowIters; ++i) {
+    const int r = g * kPairRowsPerBlock + i * kPairThreads + tid;
+    if (r < rows) {
+      const PairBlock b = sm.blk[r >> lg];
+      int32_t sti = m;
+      float wt = 0.0f;
+      if (r < b.real_end) {
+        const PairRow p = sm.pair[r - b.delta];
+        sti = p.sti;
+        wt = p.wt;
+      }
+      a.sorted_token_ids[r] = sti;
+      a.sorted_weights[r] = wt;
+      a.m_indices[r] = sti & 0xFFFFFF;  // t, or M for a pad row (M < 2^24)
+    }
+  }
+  if (g == 0 && tid < (rows >> lg)) a.sorted_expert_ids[tid] = sm.blk[tid].expert;
+}
+
+// Grid: num_g + quant_blocks + zero_blocks (blocks of kPairThreads).
+template <int E, int K, QuantFormat F, int D>
+__global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_kernel(AiterAuxSortArgs a,
+                                                                    AiterAuxQuantArgs q, int num_g,
+                                                                    int quant_blocks,
+                                                                    int zero_blocks, bool x_al16,
+                                                                    bool q_al4) {
+  const PdlScope pdl;
+  __shared__ PairSmem sm;
+  const int b = block_idx();
+  if (b < num_g) {
+    pair_sort_block<E, K>(a, sm, b);
+    return;
+  }
+  aux_block<F, D, kPairThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
+}
+
+}  // namespace sort_detail
+}  // namespace gpu
+}  // namespace aiter_aux
