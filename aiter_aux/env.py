@@ -78,8 +78,10 @@ class Var:
 
 _FLAG = "1/0 (also true/false, yes/no, on/off)"
 
-# Whether the kernels launch with programmatic dependent launch when AITER_AUX_PDL is unset.
-PDL_DEFAULT = False
+# Whether the kernels launch with programmatic dependent launch when AITER_AUX_PDL is unset:
+# on (H200, CUDA-graph replay: 9-16 % less time for moe_sort, moe_scatter_reduce and the
+# decode pipeline at M <= 64, no slower case; docs/perf.md).
+PDL_DEFAULT = True
 VARS: dict[str, Var] = {
     v.name: v
     for v in (
@@ -125,7 +127,7 @@ VARS: dict[str, Var] = {
             "`1`: cuda, every target sm_90 or newer: launch every kernel with programmatic "
             "dependent launch (PDL: a kernel's launch overlaps the end of the one before it, "
             "in CUDA graphs too); `0`: plain launches. Read when the module loads; "
-            "`aiter_aux.jit.abi.set_pdl` switches a loaded module. No effect on cpu and rocm"),
+            "`AuxModule.set_pdl` switches a loaded module. No effect on cpu and rocm"),
         Var("HIP_CLANG", _str, "a compiler", "clang++-22", "`clang++-22`",
             "scripts/compile_check.py: the clang that compiles the AMD targets"),
     )

@@ -195,7 +195,8 @@ def test_eager_chain_pdl_on_and_off(m):
             torch.cuda.synchronize()
         assert_chain(got, want, nv, m, f"M={m} pdl={on}")
         outs[on] = [t.cpu() for t in got]
-    assert all(same(a, b) for a, b in zip(outs[True], outs[False], strict=True))
+    assert not [n for n, a, b in zip(NAMES, outs[True], outs[False], strict=True)
+                if not same(valid_prefix(n, a, nv, m), valid_prefix(n, b, nv, m))]  # fmt: skip
 
 
 @pytest.mark.gpu

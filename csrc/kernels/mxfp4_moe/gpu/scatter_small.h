@@ -35,16 +35,18 @@ struct SmallShape {
 };
 
 // The shapes by M * model_dim: decode_shape up to kDecodeMaxElems output elements (M <= 4
-// at model_dim 7168), small_shape above.  Both are 4 bf16 / 8 MXFP4 columns per thread in
-// 64-thread blocks (docs/perf.md log 50); tests/scatter_sweep.cu times every candidate.
+// at model_dim 7168), small_shape above.  Measured on the H200 (tests/scatter_sweep.cu, every
+// candidate at M = 1-8, model_dim 2560-7168, topk 8-16, PDL on): bf16 4 columns per thread
+// in 128-thread blocks (1-3 % faster than 64 threads; 8 columns or 256 threads slower),
+// MXFP4 8 columns in 64-thread blocks (16 and 32 columns 20-80 % slower).
 constexpr int64_t kDecodeMaxElems = 4 * 7168;
 template <bool kQ>
 __host__ __device__ constexpr SmallShape decode_shape() {
-  return kQ ? SmallShape{8, 64} : SmallShape{4, 64};
+  return kQ ? SmallShape{8, 64} : SmallShape{4, 128};
 }
 template <bool kQ>
 __host__ __device__ constexpr SmallShape small_shape() {
-  return kQ ? SmallShape{8, 64} : SmallShape{4, 64};
+  return kQ ? SmallShape{8, 64} : SmallShape{4, 128};
 }
 
 // The columns per thread of a shape asking for kV: MXFP4 kV (8, 16 or 32 divide every

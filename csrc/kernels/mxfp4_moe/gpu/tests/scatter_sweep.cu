@@ -76,6 +76,9 @@ AiterAuxScatterArgs make_args(int m, bool q, uint32_t seed) {
   a.topk = K;
   a.out = d_out;
   a.routed_scaling_factor = 1.0f;
+  // the pageable cudaMemcpy calls above may still be in flight (they return once staged),
+  // and the sweep's stream does not wait for the legacy stream
+  CK(cudaDeviceSynchronize());
   return a;
 }
 

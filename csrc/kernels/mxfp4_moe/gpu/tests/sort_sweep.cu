@@ -129,6 +129,8 @@ static Bufs sort_bufs(const std::vector<int32_t>& ids, const std::vector<float>&
   CK(cudaMalloc(&b.nv, 8));
   CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(b.w, w.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());  // pageable copies return once staged; the sweep's stream
+                                // does not wait for the legacy stream
   return b;
 }
 
