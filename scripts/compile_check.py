@@ -86,9 +86,11 @@ def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
 
 def representative(instances: list) -> list:
     """Per op, the fewest instances (greedy cover) that between them hold every distinct
-    model_dim of the op's instances, its smallest and largest num_experts, its largest
-    topk and an odd and an even topk: what a compile can depend on (the D-dependent quant
-    and scatter code, the E-sized shared memory, the topk loops and their parity)."""
+    model_dim of the op's instances (the fused sort+quant ops: the smallest and largest),
+    its smallest and largest num_experts, its largest topk and an odd and an even topk: what
+    a compile can depend on (the D-dependent quant and scatter code, the E-sized shared
+    memory, the topk loops and their parity).  The fused ops' quant blocks are the quant
+    ops' code, which the quant ops compile for every model_dim."""
     chosen = []
     by_op: dict[str, list] = {}
     for inst in instances:
@@ -106,13 +108,18 @@ def representative(instances: list) -> list:
                 f |= {("k", p["topk"]), ("k odd", p["topk"] % 2)}
             return f
 
+        fused = {"num_experts", "model_dim"} <= set(insts[0].params)
         want = set()
-        for name, key in (("e", "num_experts"), ("k", "topk")):
+        extremes = (("e", "num_experts"),) + ((("d", "model_dim"),) if fused else ())
+        for name, key in extremes:
             values = [i.params[key] for i in insts if key in i.params]
             if values:
-                want |= {(name, min(values)), (name, max(values))} if name == "e" else {
-                    (name, max(values))}  # fmt: skip
-        want |= {f for i in insts for f in features(i) if f[0] in ("d", "k odd")}
+                want |= {(name, min(values)), (name, max(values))}
+        topks = [i.params["topk"] for i in insts if "topk" in i.params]
+        if topks:
+            want.add(("k", max(topks)))
+        kinds = ("k odd",) if fused else ("d", "k odd")
+        want |= {f for i in insts for f in features(i) if f[0] in kinds}
         while want:
             best = max(insts, key=lambda i: (len(features(i) & want), i.key))
             if not features(best) & want:
@@ -224,8 +231,10 @@ def compile_tool(src: Path, flags: tuple[str, ...], work: Path) -> tuple:
     """nvcc -c of a tool TU: (target, name, 1, seconds, warnings, problems)."""
     t0 = time.perf_counter()
     out = work / (src.stem + ".o")
-    cmd = [_nvcc(), "-std=c++17", "-O3", "-arch=sm_90", *flags, "-I", str(kernels_dir()), "-c",
-           str(src)]  # fmt: skip
+    # -O0 (host and ptxas): the tools only need to keep compiling against the kernels'
+    # internal API; optimised code is what the instances' compiles check
+    cmd = [_nvcc(), "-std=c++17", "-O0", "-Xptxas", "-O0", "-arch=sm_90", *flags, "-I",
+           str(kernels_dir()), "-c", str(src)]  # fmt: skip
     proc = subprocess.run(cmd + ["-o", str(out)], capture_output=True, text=True)
     problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
     return ("sm_90", src.name, 1, time.perf_counter() - t0, 0, problems)
