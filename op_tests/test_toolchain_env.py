@@ -239,8 +239,8 @@ def test_bad_backend_is_a_toolchain_error(no_env):
 def test_build_doc_lists_every_variable():
     doc = (ROOT / "docs" / "build.md").read_text()
     assert env.render_markdown() in doc, (
-        "docs/build.md's environment list differs from aiter_aux/env.py: paste the output of "
-        "`python -m aiter_aux.env --markdown` into its 'Environment' section"
+        "docs/build.md's environment list differs from aiter_aux/env.py: run "
+        "`python codegen/gen_sources.py`"
     )
 
 
