@@ -43,7 +43,7 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 2-16 % faster than beside the count launch (docs/perf.md log 55).
+//              measured 2-16 % faster than beside the count launch.
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once

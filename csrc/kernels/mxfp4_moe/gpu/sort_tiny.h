@@ -148,7 +148,7 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
   }
   // With cstart, one scan of (padded << 11) | c: padded sums < 2^17 (<= 1024 + 1024 * 127
   // rows), count sums <= kTinyThreads < 2^11.  (Without, the padded counts alone: the
-  // packed scan measured +0.1 us on the tiny path, docs/perf.md log 53.)
+  // packed scan measured +0.1 us on the tiny path.)
   static_assert(kTinyThreads < (1 << 11), "packed scan");
   const int sh = cstart != nullptr ? 11 : 0;
   int tot = 0;
