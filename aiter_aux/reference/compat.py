@@ -304,7 +304,7 @@ def _reduce_into(input, output, keep, scale) -> None:
     """``output[t] = round(sum over k in order of fp32(input[t, k]))`` from +0.0, skipping
     ``(t, k)`` where ``keep`` is False; then ``* fp32(scale)`` unless ``scale`` is None."""
     m, topk, d = input.shape
-    step = chunks.rows_per_chunk(d)
+    step = chunks.rows_per_chunk(max(d, 1))  # hidden = 0: nothing to write, no division
     f32 = torch.float32
     factor = None if scale is None else torch.tensor(scale, dtype=f32, device=input.device)
     for t0 in range(0, m, step):
