@@ -5,6 +5,8 @@
 // run-time field; the element loops are instantiated per dtype here).
 #pragma once
 
+#include <type_traits>
+
 #include "../sum_codec.h"
 
 namespace aiter_aux {
@@ -33,27 +35,29 @@ inline bool sum_slot_kept(const AiterAuxSumArgs& a, int64_t t, int64_t k) {
   return id < a.num_global_experts && a.expert_map[id] >= 0;
 }
 
-template <class T>
-inline float sum_load(const T* p, int64_t i, int dtype) {
+// fp32 of element i of a row of dtype kDT (exact).
+template <int kDT, class T>
+inline float sum_load(const T* p, int64_t i) {
   uint32_t bits;
-  if constexpr (sizeof(T) == 4) {
-    std::memcpy(&bits, p + i, 4);
+  if constexpr (kDT == AITER_AUX_DTYPE_F32) {
+    bits = p[i];
+  } else if constexpr (kDT == AITER_AUX_DTYPE_BF16) {
+    bits = static_cast<uint32_t>(p[i]) << 16;
   } else {
-    bits = dtype == AITER_AUX_DTYPE_F16 ? sum_codec::f16_to_f32_bits(p[i])
-                                        : static_cast<uint32_t>(p[i]) << 16;
+    bits = sum_codec::f16_to_f32_bits(p[i]);
   }
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
 }
 
-template <class T>
+template <int kDT>
 void sum_impl(const AiterAuxSumArgs& a) {
+  using T = std::conditional_t<kDT == AITER_AUX_DTYPE_F32, uint32_t, uint16_t>;
   constexpr int64_t kTile = 1024;  // columns per accumulation tile
   const int64_t M = a.num_tokens, D = a.model_dim, K = a.topk;
   const T* __restrict in = static_cast<const T*>(a.input);
   T* __restrict out = static_cast<T*>(a.output);
-  const int dtype = a.dtype;
   const float scale = a.routed_scaling_factor;
   const bool par = M > 1 && M * D * K >= 32768;
 #pragma omp parallel if (par)
@@ -68,7 +72,7 @@ void sum_impl(const AiterAuxSumArgs& a) {
         for (int64_t k = 0; k < K; ++k) {
           if (!sum_slot_kept(a, t, k)) continue;
           const T* __restrict r = in + (t * K + k) * D + d0;
-          for (int64_t d = 0; d < nd; ++d) acc[d] = acc[d] + sum_load(r, d, dtype);
+          for (int64_t d = 0; d < nd; ++d) acc[d] = acc[d] + sum_load<kDT>(r, d);
         }
         if (scale != 1.0f)  // acc * 1.0f == acc: 1.0 keeps the plain sum's bytes
           for (int64_t d = 0; d < nd; ++d) acc[d] = acc[d] * scale;
@@ -76,7 +80,7 @@ void sum_impl(const AiterAuxSumArgs& a) {
         for (int64_t d = 0; d < nd; ++d) {
           uint32_t bits;
           std::memcpy(&bits, acc + d, 4);
-          const uint32_t r = sum_codec::f32_bits_to_out(bits, dtype);
+          const uint32_t r = sum_codec::f32_bits_to_out(bits, kDT);
           if constexpr (sizeof(T) == 4) {
             std::memcpy(o + d, &r, 4);
           } else {
@@ -95,9 +99,11 @@ inline int moe_sum(const AiterAuxSumArgs& a) {
   const int rc = detail::check_sum(a, "moe_sum");
   if (rc != AITER_AUX_OK || a.num_tokens == 0 || a.model_dim == 0) return rc;
   if (a.dtype == AITER_AUX_DTYPE_F32)
-    detail::sum_impl<uint32_t>(a);
+    detail::sum_impl<AITER_AUX_DTYPE_F32>(a);
+  else if (a.dtype == AITER_AUX_DTYPE_F16)
+    detail::sum_impl<AITER_AUX_DTYPE_F16>(a);
   else
-    detail::sum_impl<uint16_t>(a);
+    detail::sum_impl<AITER_AUX_DTYPE_BF16>(a);
   return AITER_AUX_OK;
 }
 
