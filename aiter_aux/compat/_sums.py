@@ -28,6 +28,12 @@ def _aux() -> tuple[Any, Any]:
     return ops, compat
 
 
+def _scale(value: object) -> float:
+    from ..validation import validate_scale
+
+    return validate_scale(value)
+
+
 def moe_sum(
     input: Tensor,
     output: Tensor,
@@ -75,5 +81,5 @@ def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float) 
     """
     ops, rc = _aux()
     rc.check_sum_call(input, output)
-    scale = rc.V.validate_scale(routed_scaling_factor)
+    scale = _scale(routed_scaling_factor)
     ops.moe_sum_out(input, output, routed_scaling_factor=scale)

@@ -1181,9 +1181,9 @@ def moe_sum_out(
     routed_scaling_factor)``, ``acc`` the fp32 sum of ``input[t, k]`` in k order from +0.0, one
     rounding to the dtype of ``input`` (float32, float16 or bfloat16; RNE, a NaN written as
     0x7FFF / 0x7FFFFFFF).  With ``topk_ids`` (int32 ``[M, topk]``) a slot whose id is < 0 is
-    skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or maps to
-    < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output`` needs ``model_dim`` columns and >= M
-    rows; the first M are written."""
+    skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or whose
+    ``expert_map`` entry is < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output``
+    needs ``model_dim`` columns and >= M rows; the first M are written."""
     op = _moe_sum_out
     try:
         if type(routed_scaling_factor) is not float:
