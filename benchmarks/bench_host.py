@@ -53,6 +53,7 @@ def _inputs(shape, device, m: int):
     q_buf, sc_buf = torch.empty_like(q), torch.empty_like(sc)
     scales = aux_ops.moe_sort_scales(sc, sort.sorted_token_ids, sort.num_valid_ids, bm)
     out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
+    sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)  # moe_sum's [M, topk, D]
     rev, sw = sort.reverse_sorted, sort.sorted_weights
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
     return {
@@ -63,6 +64,7 @@ def _inputs(shape, device, m: int):
         "moe_sort_scales": ((sc, sti, nv, bm), (torch.empty_like(scales),)),
         "moe_scatter_reduce": ((eo, rev, sw, k), (out,)),
         "moe_scatter_reduce_q": ((eo_q, eo_s, rev, sw, k), (out,)),
+        "moe_sum": ((sum_in,), (out,)),
     }, (w, w)
 
 

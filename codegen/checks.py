@@ -13,8 +13,27 @@ from .limits import LIMITS
 from .ops import Float, Int, Limit, OpSpec, Rule, Size, Tensor
 
 CPP_DTYPE = {"int32": "kInt32()", "float32": "kFloat32()", "bfloat16": "kBFloat16()",
-             "uint8": "kUInt8()"}  # fmt: skip
-CPP_ELEM = {"int32": "int32_t", "float32": "float", "bfloat16": "uint16_t", "uint8": "uint8_t"}
+             "uint8": "kUInt8()", "float": "kFloats()"}  # fmt: skip
+CPP_ELEM = {"int32": "int32_t", "float32": "float", "bfloat16": "uint16_t", "uint8": "uint8_t",
+            "float": "void"}  # fmt: skip
+#: The dtypes a tensor may have besides one fixed dtype: "float" (float32, float16 or
+#: bfloat16, the kernel takes the dtype_code) and "=<tensor>" (that tensor's dtype).
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def cpp_dtype(dtype: str) -> str:
+    """The C++ ``DType`` expression of a table dtype."""
+    return f"same_dtype({dtype[1:]})" if dtype.startswith("=") else CPP_DTYPE[dtype]
+
+
+def cpp_elem(dtype: str) -> str:
+    """The element type of a data pointer of a table dtype (``void`` for a dtype set)."""
+    return "void" if dtype.startswith("=") else CPP_ELEM[dtype]
+
+
+def py_dtype(dtype: str) -> str:
+    """The Python spelling of a table dtype (a dtype, a tuple of them, ``<tensor>.dtype``)."""
+    return f"{dtype[1:]}.dtype" if dtype.startswith("=") else PY_DTYPE[dtype]
 
 
 def _limit_cond(var: str, name: str) -> tuple[str, str]:
@@ -131,7 +150,7 @@ class CallPlan:
     def _cpp_tensor(self, t: Tensor, ref: str) -> str:
         ndim = len(t.dims) if t.dims is not None else -1
         layout = f', "{t.shape_text}"' if t.dims is not None else ""
-        return f"check_tensor({ref}, {CPP_DTYPE[t.dtype]}, {ndim}{layout});"
+        return f"check_tensor({ref}, {cpp_dtype(t.dtype)}, {ndim}{layout});"
 
     def _cpp_buffer(self, t: Tensor) -> list[str]:
         s = self.scope
@@ -141,11 +160,11 @@ class CallPlan:
         if t.optional:
             return [
                 f'const std::optional<Meta> {t.name} = optional_meta({t.name}_, "{t.name}");',
-                f"if ({t.name}) check_buffer(*{t.name}, {CPP_DTYPE[t.dtype]}, {needed}, "
+                f"if ({t.name}) check_buffer(*{t.name}, {cpp_dtype(t.dtype)}, {needed}, "
                 f"{self.first}, {len(dims)}{cols});",
             ]
         meta = f'const Meta {t.name}({t.name}_, "{t.name}");'
-        return [meta, f"check_buffer({t.name}, {CPP_DTYPE[t.dtype]}, {needed}, {self.first}, "
+        return [meta, f"check_buffer({t.name}, {cpp_dtype(t.dtype)}, {needed}, {self.first}, "
                       f"{len(dims)}{cols});"]  # fmt: skip
 
     def _ptrs(self, names: list[str]) -> str:
@@ -157,7 +176,7 @@ class CallPlan:
         s, out = self.scope, []
         for t in self.spec.outputs:
             dims = ", ".join(exprs.to_cpp(d, s) for d in t.dims)
-            out.append(f"Tensor {t.name}_ = empty({self.first}, {{{dims}}}, {CPP_DTYPE[t.dtype]});")
+            out.append(f"Tensor {t.name}_ = empty({self.first}, {{{dims}}}, {cpp_dtype(t.dtype)});")
             out.append(f'const Meta {t.name}({t.name}_, "{t.name}");')
         return out
 
@@ -171,7 +190,7 @@ class CallPlan:
         dtypes = {t.name: t.dtype for t in self.spec.tensors() + self.spec.outputs}
         floats = {a.name for a in self.spec.args() if isinstance(a, Float)}
         if fill in dtypes:
-            elem = CPP_ELEM[dtypes[fill]]
+            elem = cpp_elem(dtypes[fill])
             typ = elem if fill in written else f"const {elem}"
             ref = f"opt_ptr({fill})" if fill in self.scope.optional else fill
             return f"ptr<{typ}>({ref})"
@@ -238,14 +257,14 @@ class CallPlan:
     def _py_tensor(self, t: Tensor) -> str:
         ndim = len(t.dims) if t.dims is not None else None
         layout = f'"{t.shape_text}"' if t.dims is not None else "None"
-        return f'_tensor({t.name}, "{t.name}", {PY_DTYPE[t.dtype]}, {ndim}, {layout})'
+        return f'_tensor({t.name}, "{t.name}", {py_dtype(t.dtype)}, {ndim}, {layout})'
 
     def _py_buffer(self, t: Tensor) -> list[str]:
         s = self.scope
         dims = [exprs.to_python(d, s) for d in t.dims]
         needed = " * ".join(d if d.isidentifier() or d.isdigit() else f"({d})" for d in dims)
         cols = f", cols={dims[1]}" if len(dims) == 2 else ""
-        call = (f'_buffer({t.name}, "{t.name}", {PY_DTYPE[t.dtype]}, {needed}, '
+        call = (f'_buffer({t.name}, "{t.name}", {py_dtype(t.dtype)}, {needed}, '
                 f'{self.first}, "{self.first}", {len(dims)}{cols})')  # fmt: skip
         if t.optional:
             return [f"if {t.name} is not None:", "    " + call]
@@ -256,7 +275,8 @@ class CallPlan:
         return "{" + ", ".join(f'"{n}": {n}' for n in names) + "}"
 
 
-PY_DTYPE = {"int32": "_i32", "float32": "_f32", "bfloat16": "_bf16", "uint8": "_u8"}
+PY_DTYPE = {"int32": "_i32", "float32": "_f32", "bfloat16": "_bf16", "uint8": "_u8",
+            "float": "_floats"}  # fmt: skip
 
 
 def cpp_params(spec: OpSpec, out: bool) -> str:

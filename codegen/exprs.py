@@ -24,6 +24,8 @@ _CALLS = {
     "max": ("max({args})", "std::max<int64_t>({args})"),
     "rows_in_range": ("rows_in_range({args})", "rows_in_range({args})"),
     "expert_map_ptr": (None, "expert_map_ptr({args})"),
+    "dtype_code": (None, "dtype_code({args})"),
+    "size": (None, None),  # size(t, i): dim i of tensor t
 }
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: ("//", "/"), ast.Mod: "%"}
 _CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
@@ -67,6 +69,8 @@ class _PyCalls(ast.NodeTransformer):
         fn = node.func.id  # type: ignore[attr-defined]
         if fn == "numel":
             return ast.Call(ast.Attribute(node.args[0], "numel"), [], [])
+        if fn == "size":
+            return ast.Subscript(ast.Attribute(node.args[0], "shape"), node.args[1])
         if fn == "shape":
             return ast.Call(ast.Name("_shape_str"), [ast.Attribute(node.args[0], "shape")], [])
         return node
@@ -137,6 +141,13 @@ def _call(fn: str, args: list[ast.expr], scope: Scope, lang: str) -> str:
         if fn == "numel":
             return f"opt_numel({t})" if t in scope.optional else f"{t}.numel"
         return f"{t}->shape()" if t in scope.optional else f"{t}.shape()"
+    if fn == "size":
+        t, i = rendered
+        if t not in scope.tensors | scope.optional:
+            raise ExprError(f"size() takes a tensor argument, got {t!r}")
+        if lang == "py":
+            return f"{t}.shape[{i}]"
+        return f"{t}->size({i})" if t in scope.optional else f"{t}.size({i})"
     spelling = py if lang == "py" else cpp
     if spelling is None:
         raise ExprError(f"{fn}() has no {lang} spelling")

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from . import exprs
-from .checks import PY_DTYPE, CallPlan
+from .checks import FLOAT_DTYPES, PY_DTYPE, CallPlan, py_dtype
 from .limits import LIMITS, MAX_ROWS
 from .ops import OPS, Float, Int, OpSpec, Tensor
 from .ops import schemas as schemas_of
@@ -193,6 +193,7 @@ def render_checks() -> str:
         "    _buffer,",
         "    _check_shape,",
         "    _f32,",
+        "    _floats,",
         "    _group,",
         "    _i32,",
         "    _no_overlap,",
@@ -239,7 +240,8 @@ def _fake(spec: OpSpec, out: bool) -> list[str]:
     outs = []
     for o in spec.outputs:
         dims = ", ".join(exprs.to_python(d, plan.scope) for d in o.dims)
-        outs.append(f"{first}.new_empty(({dims},), dtype={TORCH_DTYPE[o.dtype]})")
+        dt = py_dtype(o.dtype) if o.dtype.startswith("=") else TORCH_DTYPE[o.dtype]
+        outs.append(f"{first}.new_empty(({dims},), dtype={dt})")
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     return lines + [f"    return {ret}"]
 
@@ -321,12 +323,12 @@ def _grad_check(spec: OpSpec, out: bool) -> str:
     terms = []
     if out:
         for o in spec.outputs:
-            if o.dtype in ("float32", "bfloat16"):
+            if o.dtype in FLOAT_DTYPES or o.dtype == "float" or o.dtype.startswith("="):
                 g = spec.group_of(o.name)
                 ref = f"{g.name}[{g.members.index(o.name)}]" if g else o.name
                 terms.append(f"{ref}.requires_grad")
     for t in spec.tensors():
-        if t.written and t.dtype in ("float32", "bfloat16"):
+        if t.written and (t.dtype in FLOAT_DTYPES or t.dtype == "float"):
             terms.append(f"({t.name} is not None and {t.name}.requires_grad)")
     if not terms:
         return ""

@@ -46,6 +46,8 @@ class Tensor:
     name: str
     dtype: str
     dims: tuple[str, ...] | None
+    # dtype: "int32", "float32", "bfloat16", "uint8"; "float": any of float32, float16 and
+    # bfloat16 (the kernel gets the dtype_code); "=<tensor>": the dtype of that tensor
     layout: str = ""  # readable shape for messages, e.g. "[M, topk]"
     optional: bool = False  # keyword-only ``Tensor? name=None``
     written: bool = False  # an option the op writes (zero_buf, sorted_scales)
@@ -270,6 +272,15 @@ _SCATTER_Q_DOC = """:func:`moe_scatter_reduce_out` with MXFP4 ``expert_out``: e2
 [rows, model_dim/32] (scale 255 decodes to NaN)."""
 
 
+_SUM_DOC = """Sum of each token's ``topk`` rows: ``output[t] = round(fp32(acc) *
+routed_scaling_factor)``, ``acc`` the fp32 sum of ``input[t, k]`` in k order from +0.0, one
+rounding to the dtype of ``input`` (float32, float16 or bfloat16; RNE, a NaN written as
+0x7FFF / 0x7FFFFFFF).  With ``topk_ids`` (int32 ``[M, topk]``) a slot whose id is < 0 is
+skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or whose
+``expert_map`` entry is < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output``
+needs ``model_dim`` columns and >= M rows; the first M are written."""
+
+
 def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
     return OpSpec(
         name, op_id, ("num_experts", "topk", "model_dim"), ("e", "k", "d"),
@@ -369,6 +380,29 @@ OPS: dict[str, OpSpec] = {
             summary=_QUANT8_DOC, alloc_summary="Allocating :func:`mxfp8_quant_out`.",
         ),
         _sort_quant("moe_sort_quant_fp8", 8, fp8=True),
+        OpSpec(
+            "moe_sum", 9, (), (), "AiterAuxSumArgs",
+            ("input", "M", "model_dim", "topk", "dtype_code(input)", "routed_scaling_factor",
+             "topk_ids", "expert_map_ptr(expert_map)", "numel(expert_map)", "output"),
+            inputs=(Tensor("input", "float", ("M", "topk", "model_dim"),
+                           doc="each token's topk rows: float32, float16 or bfloat16"),),
+            options=(Tensor("topk_ids", "int32", ("M", "topk"), optional=True,
+                            doc="each slot's expert (global id with expert_map); < 0: skipped"),
+                     Tensor("expert_map", "int32", ("num_global_experts",), optional=True,
+                            doc="global id -> local expert; a slot whose id is past the map "
+                            "or maps to < 0 is skipped"),
+                     SCALE),
+            outputs=(Tensor("output", "=input", ("M", "model_dim")),),
+            checks=(
+                Rule("topk >= 1", "input must have topk >= 1 rows per token (its dim 1), got 0"),
+                Rule("size(topk_ids, 0) == M and size(topk_ids, 1) == topk",
+                     "topk_ids must have shape [M, topk] = [{M}, {topk}], got "
+                     "{shape(topk_ids)}", when="topk_ids"),
+                Rule("expert_map is None or topk_ids is not None",
+                     "expert_map needs topk_ids (the ids it maps)"),
+            ),
+            summary=_SUM_DOC, alloc_summary="Allocating :func:`moe_sum_out`.",
+        ),
     )
 }  # fmt: skip
 

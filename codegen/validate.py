@@ -88,7 +88,14 @@ def _validate_args(spec: OpSpec, where: str) -> None:
         if a.name in seen:
             raise OpTableError(f"{where}: argument {a.name!r} listed twice")
         seen.add(a.name)
-        if isinstance(a, Tensor) and a.dtype not in CPP_DTYPE:
+        if isinstance(a, Tensor) and a.dtype.startswith("="):
+            ref = a.dtype[1:]
+            if ref not in {t.name for t in spec.tensors() if not t.optional}:
+                raise OpTableError(
+                    f"{where}: {a.name} has dtype {a.dtype!r}; '=' names a required tensor "
+                    "argument"
+                )
+        elif isinstance(a, Tensor) and a.dtype not in CPP_DTYPE:
             raise OpTableError(
                 f"{where}: {a.name} has dtype {a.dtype!r}; the table knows {sorted(CPP_DTYPE)} "
                 "(add a new one to CPP_DTYPE / PY_DTYPE of codegen/checks.py and to "

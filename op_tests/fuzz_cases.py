@@ -17,6 +17,7 @@ SORTS = ("moe_sort", "moe_sort_quant", "moe_sort_quant_fp8")  # the ops that sor
 FUSED = ("moe_sort_quant", "moe_sort_quant_fp8")
 QUANTS = ("mxfp4_quant", "mxfp8_quant") + FUSED  # the ops that quantise x
 FP8 = ("mxfp8_quant", "moe_sort_quant_fp8")  # a_q [M, model_dim] (E4M3 bytes)
+SUM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # moe_sum's input and output
 
 
 def guarded(shape, dtype, slack=0):
@@ -33,7 +34,9 @@ def guarded(shape, dtype, slack=0):
 
 def bits(g, shape, dtype):
     """Every bit pattern of ``dtype`` (NaN, ±Inf, subnormals, ±0) at random."""
-    idt = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[dtype]
+    idt = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[
+        dtype
+    ]
     info = torch.iinfo(idt)
     return torch.randint(info.min, info.max + 1, shape, generator=g, dtype=idt).view(dtype)
 
@@ -113,6 +116,18 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         a["sorted_weights"] = values(g, (rows + d.draw(st.integers(0, 3)),), torch.float32, kind)
         a["topk"] = k
         outs["out"] = ((m, dim), torch.bfloat16)
+    if op == "moe_sum":  # any hidden size and dtype; options drawn independently
+        dt = d.draw(st.sampled_from(SUM_DTYPES), "dtype")
+        hidden = d.draw(st.sampled_from([dim, 1, 7, 100]), "hidden")
+        a["input"] = values(g, (m, k, hidden), dt, kind)
+        if d.draw(st.booleans(), "topk_ids"):
+            a["topk_ids"] = routing(g, m, e, k, d.draw(st.sampled_from([0.0, 0.3, 1.0]), "p"))
+            if d.draw(st.booleans(), "expert_map"):
+                n = d.draw(st.sampled_from([0, e // 2, e, e + 5]), "map_len")
+                a["expert_map"] = torch.randint(-2, max(e, 1), (n,), generator=g, dtype=torch.int32)
+        if d.draw(st.booleans(), "scale"):
+            a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
+        outs["output"] = ((m, hidden), dt)
     if not a:
         raise KeyError(f"no input builder for op {op!r}: add its case to make_case")
     return a, outs
@@ -188,7 +203,8 @@ def corruptions(op, a: dict, outs: dict) -> list:
     cases = []
     for name, t, put in slots({**a, **outs}):
         is_out = name not in a
-        cases += [(f"{name}:dtype", put(t.to(WRONG_DTYPE[t.dtype])), TypeError, {name}),
+        wrong = torch.float64 if op == "moe_sum" and t.is_floating_point() else WRONG_DTYPE[t.dtype]
+        cases += [(f"{name}:dtype", put(t.to(wrong)), TypeError, {name}),
                   (f"{name}:list", put(t.tolist()), TypeError, {name})]  # fmt: skip
         if name != "zero_buf":
             cases.append((f"{name}:rank", put(t.unsqueeze(0)), ValueError, {name}))
@@ -200,12 +216,12 @@ def corruptions(op, a: dict, outs: dict) -> list:
             cases.append((f"{name}:meta", put(t.to("meta")), ValueError, {name}))
         if is_out and t.numel() > 0:
             cases.append((f"{name}:small", put(t[:-1]), ValueError, {name}))
-            if t.dim() == 2:
+            if t.dim() == 2 and t.shape[1] >= 2 and t.shape[1] % 2 == 0:
                 cases.append((f"{name}:cols", put(t.view(-1, t.shape[1] // 2)), ValueError,
                               {name}))  # fmt: skip
     for name, bad in BAD_INTS.items():
         cases += [(f"{name}={v!r}", {name: v}, exc, {name}) for v, exc in bad if name in a]
-    if "topk" in a and "expert_out" in a or "expert_out_q" in a:  # the scatter's float option
+    if "topk" in a and "expert_out" in a or "expert_out_q" in a or op == "moe_sum":  # the float
         for v in BAD_SCALES:
             cases.append((f"routed_scaling_factor={v!r}", {"routed_scaling_factor": v},
                           TypeError, {"routed_scaling_factor"}))  # fmt: skip
@@ -245,6 +261,18 @@ def corruptions(op, a: dict, outs: dict) -> list:
         if "expert_out_q" in a:
             q = a["expert_out_q"][:, :-2].contiguous()
             cases.append(("q:cols", {"expert_out_q": q}, ValueError, {"expert_out_q"}))
+    if op == "moe_sum":
+        x = a["input"]
+        cases.append(("input:topk0", {"input": x[:, :0].contiguous()}, ValueError, {"input"}))
+        ids = a.get("topk_ids")
+        if ids is None:
+            m_map = torch.zeros(3, dtype=torch.int32)
+            cases.append(("map without ids", {"expert_map": m_map}, ValueError, {"expert_map"}))
+        elif ids.shape[1] > 1:
+            cases.append(("topk_ids:cols", {"topk_ids": ids[:, :-1].contiguous()}, ValueError,
+                          {"topk_ids"}))  # fmt: skip
+            cases.append(("topk_ids:rows", {"topk_ids": torch.cat([ids, ids[:1]])}, ValueError,
+                          {"topk_ids"}))  # fmt: skip
     return cases
 
 

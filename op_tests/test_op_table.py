@@ -62,3 +62,16 @@ def test_limits_are_defined_once():
     assert V.BLOCK_M_VALUES == limits.BLOCK_M.values
     assert V.MAX_NUM_EXPERTS == limits.NUM_EXPERTS.hi and V.MAX_TOPK == limits.TOPK.hi
     assert V.MAX_NUM_TOKENS == limits.NUM_TOKENS.hi and V.MAX_ROWS_LIMIT == limits.MAX_ROWS
+
+
+def test_a_dtype_set_or_copy_must_name_a_known_tensor():
+    """``"float"`` (float32/float16/bfloat16) is a dtype of the table; ``"=<tensor>"`` must
+    name a required tensor argument (its dtype is copied), else the table does not validate."""
+    ops, validate = codegen_module("ops"), codegen_module("validate")
+    spec = ops.OPS["moe_sum"]
+    assert spec.inputs[0].dtype == "float" and spec.outputs[0].dtype == "=input"
+    for bad_dtype in ("=topk_ids", "=nothing", "float64"):
+        out = dataclasses.replace(spec.outputs[0], dtype=bad_dtype)
+        bad = dict(ops.OPS, moe_sum=dataclasses.replace(spec, outputs=(out,)))
+        with pytest.raises(validate.OpTableError, match="op 'moe_sum'"):
+            validate.validate(bad)

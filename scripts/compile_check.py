@@ -59,7 +59,8 @@ AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v
 PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
 # ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
 PDL_OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "mxfp8_quant", "moe_sort_quant_fp8",
-           "moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q")  # fmt: skip
+           "moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q",
+           "moe_sum")  # fmt: skip
 PTX_PDL_WAIT = "griddepcontrol.wait"
 
 
@@ -90,12 +91,16 @@ def representative(instances: list) -> list:
     its smallest and largest num_experts, its largest topk and an odd and an even topk: what
     a compile can depend on (the D-dependent quant and scatter code, the E-sized shared
     memory, the topk loops and their parity).  The fused ops' quant blocks are the quant
-    ops' code, which the quant ops compile for every model_dim."""
+    ops' code, which the quant ops compile for every model_dim.  An op without compile-time
+    parameters has one instance: it is always chosen."""
     chosen = []
     by_op: dict[str, list] = {}
     for inst in instances:
         by_op.setdefault(inst.op, []).append(inst)
     for insts in by_op.values():
+        if not insts[0].params:  # one instance serves every shape (moe_sum)
+            chosen += insts
+            continue
 
         def features(inst) -> set:
             p = inst.params

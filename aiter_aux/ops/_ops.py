@@ -40,6 +40,8 @@ __all__ = [
     "moe_scatter_reduce_q_out",
     "mxfp8_quant",
     "mxfp8_quant_out",
+    "moe_sum",
+    "moe_sum_out",
 ]
 
 
@@ -552,6 +554,41 @@ def _fake_moe_sort_quant_fp8_out(
         )
 
 
+def _fake_moe_sum(input, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
+    if _static(input, topk_ids, expert_map):
+        M, topk, model_dim = C.moe_sum(
+            input,
+            topk_ids=topk_ids,
+            expert_map=expert_map,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+    else:
+        M, topk, model_dim = C.moe_sum_sizes(
+            input,
+            topk_ids=topk_ids,
+            expert_map=expert_map,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+    return input.new_empty(
+        (
+            M,
+            model_dim,
+        ),
+        dtype=input.dtype,
+    )
+
+
+def _fake_moe_sum_out(input, output, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
+    if _static(input, topk_ids, expert_map, output):
+        C.moe_sum_out(
+            input,
+            output,
+            topk_ids=topk_ids,
+            expert_map=expert_map,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+
+
 # the torch schemas of the op table (codegen/ops.py schemas())
 SCHEMAS = {
     "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -570,6 +607,8 @@ SCHEMAS = {
     "mxfp8_quant_out": "mxfp8_quant_out(Tensor x, Tensor(a!) a_q, Tensor(b!) a_scale) -> ()",
     "moe_sort_quant_fp8": "moe_sort_quant_fp8(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     "moe_sort_quant_fp8_out": "moe_sort_quant_fp8_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
+    "moe_sum": "moe_sum(Tensor input, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> Tensor",
+    "moe_sum_out": "moe_sum_out(Tensor input, Tensor(a!) output, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> ()",
 }
 FAKES = {
     "moe_sort": _fake_moe_sort,
@@ -588,6 +627,8 @@ FAKES = {
     "mxfp8_quant_out": _fake_mxfp8_quant_out,
     "moe_sort_quant_fp8": _fake_moe_sort_quant_fp8,
     "moe_sort_quant_fp8_out": _fake_moe_sort_quant_fp8_out,
+    "moe_sum": _fake_moe_sum,
+    "moe_sum_out": _fake_moe_sum_out,
 }
 _library.define(SCHEMAS, FAKES)
 _ops = torch.ops.aiter_aux
@@ -607,6 +648,8 @@ _mxfp8_quant = _ops.mxfp8_quant.default
 _mxfp8_quant_out = _ops.mxfp8_quant_out.default
 _moe_sort_quant_fp8 = _ops.moe_sort_quant_fp8.default
 _moe_sort_quant_fp8_out = _ops.moe_sort_quant_fp8_out.default
+_moe_sum = _ops.moe_sum.default
+_moe_sum_out = _ops.moe_sum_out.default
 _moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
 _moe_sort_quant_out_OPS = {
     "moe_sort_quant": _moe_sort_quant_out,
@@ -1124,3 +1167,82 @@ def mxfp8_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(e, lambda: C.mxfp8_quant(x)) from None
     return (r[0], r[1])
+
+
+def moe_sum_out(
+    input: Tensor,
+    output: Tensor,
+    *,
+    topk_ids: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+) -> Tensor:
+    """Sum of each token's ``topk`` rows: ``output[t] = round(fp32(acc) *
+    routed_scaling_factor)``, ``acc`` the fp32 sum of ``input[t, k]`` in k order from +0.0, one
+    rounding to the dtype of ``input`` (float32, float16 or bfloat16; RNE, a NaN written as
+    0x7FFF / 0x7FFFFFFF).  With ``topk_ids`` (int32 ``[M, topk]``) a slot whose id is < 0 is
+    skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or whose
+    ``expert_map`` entry is < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output``
+    needs ``model_dim`` columns and >= M rows; the first M are written."""
+    op = _moe_sum_out
+    try:
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if _grad_enabled() and output.requires_grad:
+            raise grad_error("moe_sum_out")
+        if topk_ids is None and expert_map is None and routed_scaling_factor == 1.0:
+            op(input, output)  # keywords cost ~0.5 us each
+        else:
+            op(
+                input,
+                output,
+                topk_ids=topk_ids,
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_sum_out(
+                input,
+                output,
+                topk_ids=topk_ids,
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            ),
+        ) from None
+    return output
+
+
+def moe_sum(
+    input: Tensor,
+    *,
+    topk_ids: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+) -> Tensor:
+    """Allocating :func:`moe_sum_out`."""
+    op = _moe_sum
+    try:
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if topk_ids is None and expert_map is None and routed_scaling_factor == 1.0:
+            r = op(input)  # keywords cost ~0.5 us each
+        else:
+            r = op(
+                input,
+                topk_ids=topk_ids,
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_sum(
+                input,
+                topk_ids=topk_ids,
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            ),
+        ) from None
+    return r

@@ -263,7 +263,7 @@ def sglang_moe_align_block_size(
 # --------------------------------------------------------------------------------------------
 
 
-def _check_sum_call(input: object, output: object) -> tuple[int, int, int]:
+def check_sum_call(input: object, output: object) -> tuple[int, int, int]:
     for name, t in (("input", input), ("output", output)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -286,6 +286,19 @@ def _check_sum_call(input: object, output: object) -> tuple[int, int, int]:
     return m, topk, d
 
 
+def check_vllm_sum_call(input, output, topk_ids, expert_map) -> tuple:
+    """Every check of :func:`vllm_moe_sum` (the compat adapter makes the same);
+    returns ``(topk_ids, expert_map)``, ``expert_map`` None without ``topk_ids``."""
+    m, topk, _ = check_sum_call(input, output)
+    if topk_ids is None:
+        return None, None
+    topk_ids = _check_ids(topk_ids, (2,))
+    if tuple(topk_ids.shape) != (m, topk):
+        raise ValueError(f"topk_ids must have shape [{m}, {topk}], got {list(topk_ids.shape)}")
+    V.check_same_device(input=input, topk_ids=topk_ids)
+    return topk_ids, V.check_expert_map(expert_map, input.device)
+
+
 def _round(acc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """fp32 -> ``dtype`` rounding to nearest even; NaN -> :data:`CANONICAL_NAN_BITS`."""
     nan = torch.isnan(acc)
@@ -304,7 +317,7 @@ def _reduce_into(input, output, keep, scale) -> None:
     """``output[t] = round(sum over k in order of fp32(input[t, k]))`` from +0.0, skipping
     ``(t, k)`` where ``keep`` is False; then ``* fp32(scale)`` unless ``scale`` is None."""
     m, topk, d = input.shape
-    step = chunks.rows_per_chunk(d)
+    step = chunks.rows_per_chunk(max(d, 1))  # hidden = 0: nothing to write, no division
     f32 = torch.float32
     factor = None if scale is None else torch.tensor(scale, dtype=f32, device=input.device)
     for t0 in range(0, m, step):
@@ -343,15 +356,9 @@ def vllm_moe_sum(
     Raises:
         TypeError, ValueError: wrong types, dtypes, shapes, devices, or overlap.
     """
-    m, topk, _ = _check_sum_call(input, output)
+    topk_ids, expert_map = check_vllm_sum_call(input, output, topk_ids, expert_map)
     keep = None
     if topk_ids is not None:
-        topk_ids = _check_ids(topk_ids, (2,))
-        if tuple(topk_ids.shape) != (m, topk):
-            raise ValueError(f"topk_ids must have shape [{m}, {topk}], got {list(topk_ids.shape)}")
-        V.check_same_device(input=input, topk_ids=topk_ids)
-        if expert_map is not None:
-            expert_map = V.check_expert_map(expert_map, input.device)
         keep = topk_ids >= 0
         if expert_map is not None:
             ids = topk_ids.to(torch.int64)
@@ -377,6 +384,6 @@ def sglang_moe_sum_reduce(
     Raises:
         TypeError, ValueError: wrong types, dtypes, shapes, devices, or overlap.
     """
-    _check_sum_call(input, output)
+    check_sum_call(input, output)
     scale = V.validate_scale(routed_scaling_factor)
     _reduce_into(input, output, None, scale)

@@ -16,6 +16,7 @@ from .tensors import (
     _buffer,
     _check_shape,
     _f32,
+    _floats,
     _group,
     _i32,
     _no_overlap,
@@ -1279,6 +1280,81 @@ def moe_sort_quant_fp8_sizes(
     model_dim = x.shape[1]
     max_rows = sort_capacity(M, topk, num_experts, block_m)
     return MoeSortQuantFp8Sizes(M, topk, model_dim, max_rows)
+
+
+class MoeSumSizes(NamedTuple):
+    """The sizes of a ``moe_sum`` call."""
+
+    M: int
+    topk: int
+    model_dim: int
+
+
+def moe_sum(
+    input, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0, read_data=False
+) -> MoeSumSizes:
+    """Every check of ``moe_sum``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(input, "input", _floats, 3, "[M, topk, model_dim]")
+    M = input.shape[0]
+    topk = input.shape[1]
+    model_dim = input.shape[2]
+    if topk_ids is not None:
+        _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+        _same_device(topk_ids, "topk_ids", input, "input")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", input, "input")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (topk >= 1):
+        raise ValueError("input must have topk >= 1 rows per token (its dim 1), got 0")
+    if not (topk_ids is None or topk_ids.shape[0] == M and topk_ids.shape[1] == topk):
+        raise ValueError(
+            f"topk_ids must have shape [M, topk] = [{M}, {topk}], got {_shape_str(topk_ids.shape)}"
+        )
+    if not (expert_map is None or topk_ids is not None):
+        raise ValueError("expert_map needs topk_ids (the ids it maps)")
+    _no_overlap({}, {"input": input, "topk_ids": topk_ids, "expert_map": expert_map})
+    return MoeSumSizes(M, topk, model_dim)
+
+
+def moe_sum_out(
+    input, output, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0, read_data=False
+) -> MoeSumSizes:
+    """Every check of ``moe_sum_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(input, "input", _floats, 3, "[M, topk, model_dim]")
+    M = input.shape[0]
+    topk = input.shape[1]
+    model_dim = input.shape[2]
+    if topk_ids is not None:
+        _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+        _same_device(topk_ids, "topk_ids", input, "input")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", input, "input")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (topk >= 1):
+        raise ValueError("input must have topk >= 1 rows per token (its dim 1), got 0")
+    if not (topk_ids is None or topk_ids.shape[0] == M and topk_ids.shape[1] == topk):
+        raise ValueError(
+            f"topk_ids must have shape [M, topk] = [{M}, {topk}], got {_shape_str(topk_ids.shape)}"
+        )
+    if not (expert_map is None or topk_ids is not None):
+        raise ValueError("expert_map needs topk_ids (the ids it maps)")
+    _buffer(output, "output", input.dtype, M * model_dim, input, "input", 2, cols=model_dim)
+    _no_overlap(
+        {"output": output}, {"input": input, "topk_ids": topk_ids, "expert_map": expert_map}
+    )
+    return MoeSumSizes(M, topk, model_dim)
+
+
+def moe_sum_sizes(
+    input, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0
+) -> MoeSumSizes:
+    _tensor(input, "input", _floats, 3, "[M, topk, model_dim]")
+    M = input.shape[0]
+    topk = input.shape[1]
+    model_dim = input.shape[2]
+    return MoeSumSizes(M, topk, model_dim)
 
 
 def select_moe_sort_quant(quant_dtype: object) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 _i32, _f32, _bf16, _u8 = torch.int32, torch.float32, torch.bfloat16, torch.uint8
+_floats = (torch.float32, torch.float16, torch.bfloat16)  # the table's dtype "float"
 
 
 def _shape_str(shape: Sequence[int]) -> str:
@@ -21,11 +22,12 @@ def _shape_str(shape: Sequence[int]) -> str:
 def check_tensor(
     t: object,
     name: str,
-    dtype: torch.dtype,
+    dtype: torch.dtype | tuple[torch.dtype, ...],
     ndim: int | None = None,
     layout: str | None = None,
 ) -> torch.Tensor:
-    """Check that ``t`` is a dense (strided), contiguous ``torch.Tensor`` of ``dtype`` and,
+    """Check that ``t`` is a dense (strided), contiguous ``torch.Tensor`` of ``dtype`` (or of
+    one of the dtypes of a tuple) and,
     unless ``ndim`` is None, of rank ``ndim`` (``layout``, e.g. ``"[M, topk]"``, names the
     expected shape in the message).  Returns ``t``.
 
@@ -38,7 +40,11 @@ def check_tensor(
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.layout != torch.strided:
         raise ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
-    if t.dtype != dtype:
+    if isinstance(dtype, tuple):
+        if t.dtype not in dtype:
+            want = ", ".join(str(d) for d in dtype[:-1]) + f" or {dtype[-1]}"
+            raise TypeError(f"{name} must have dtype {want}, got {t.dtype}")
+    elif t.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
     if ndim is not None and t.dim() != ndim:
         what = f" {layout}" if layout else ""

@@ -14,6 +14,7 @@ from aiter_aux.run_report import Sizes
 from aiter_aux.run_report import bytes_moved as op_bytes
 
 from .common import MoeSortOutput, draw_routing, ops, ref
+from .sums import SUM_BYTES_FORMULAS, SUM_OPS, sum_bytes, sum_input, sum_spec
 
 if TYPE_CHECKING:
     from .peers import CompiledPeer
@@ -39,6 +40,7 @@ OPS = (
     "moe_sort_quant_fp8",
     "moe_sort_scales",
     "moe_scatter_reduce",
+    "moe_sum",  # vLLM's / SGLang's reduce layout: the scatter's traffic (auxbench/sums.py)
     "moe_scatter_reduce_q",
     "decode_pipeline",
     # the serving options, each beside its plain op: an identity expert_map, the
@@ -46,6 +48,7 @@ OPS = (
     "moe_sort_ep",
     "moe_sort_quant_init",
     "moe_scatter_reduce_scaled",
+    "moe_sum_ep",
     "moe_scatter_reduce_q_scaled",
 )
 # variant -> (plain op, what it adds)
@@ -82,6 +85,7 @@ BYTES_FORMULAS = {
     "moe_sort_quant_init": "moe_sort_quant + 4MD   (zero_buf_init read, zero_buf written)",
     "moe_scatter_reduce_scaled": "moe_scatter_reduce",
     "moe_scatter_reduce_q_scaled": "moe_scatter_reduce_q",
+    **SUM_BYTES_FORMULAS,
 }
 
 HBM_PEAK_BYTES_S = 4.3e12  # the floor used in docs/perf.md
@@ -103,6 +107,8 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
         return op_bytes("moe_sort_quant", s) + 4 * s.m * s.d
     if op in VARIANTS:
         return op_bytes(VARIANTS[op][0], s)
+    if op in SUM_OPS:
+        return sum_bytes(op, s)
     return op_bytes(op, s, zero_buf)
 
 
@@ -201,6 +207,8 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
     """The :class:`OpSpec` of ``op`` on the case inputs ``base``."""
     if op in VARIANTS:
         return _variant_spec(op, base, s, dev, zero_buf)
+    if op in SUM_OPS:
+        return sum_spec(op, base, s, dev, OpSpec)
     e, bm, k = s.e, s.bm, s.k
 
     def zb() -> dict:
@@ -369,6 +377,8 @@ def make_base(shape, m: int, bm: int, dev, seed: int, need: set[str]) -> tuple[d
     rows = max(s.rows, 1)
     if "moe_scatter_reduce" in need:
         base["expert_out"] = torch.randn(rows, d, generator=dgen, device=dev, dtype=torch.bfloat16)
+    if need & set(SUM_OPS):
+        base["sum_in"] = sum_input(m, k, d, dev, dgen)
     if "moe_scatter_reduce_q" in need:
         # random e2m1 bytes and e8m0 scales around 2^0 (no NaN scale)
         base["eq"] = torch.randint(

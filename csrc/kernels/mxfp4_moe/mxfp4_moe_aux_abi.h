@@ -126,6 +126,28 @@ typedef struct AiterAuxScatterArgs {
 // The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
 // (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
 // is aiter_aux.validation.ints.validate_sort_sizes).
+// The dtype of a moe_sum's input and output (AiterAuxSumArgs.dtype).
+enum AiterAuxDType {
+  AITER_AUX_DTYPE_F32 = 0,
+  AITER_AUX_DTYPE_F16 = 1,
+  AITER_AUX_DTYPE_BF16 = 2,
+};
+
+typedef struct AiterAuxSumArgs {
+  const void* input;                 // [num_tokens, topk, model_dim] of `dtype`, row-major
+  int64_t num_tokens;
+  int64_t model_dim;
+  int64_t topk;                      // >= 1
+  int32_t dtype;                     // AiterAuxDType of input and output
+  float routed_scaling_factor;       // out = round(fp32 sum * factor); 1.0: plain sum
+  // Optional (NULL: every slot is summed): slot (t, k) is skipped when topk_ids[t, k] < 0,
+  // or with expert_map when the id is >= num_global_experts or expert_map[id] < 0.
+  const int32_t* topk_ids;           // [num_tokens, topk] or NULL
+  const int32_t* expert_map;         // [num_global_experts] or NULL
+  int64_t num_global_experts;
+  void* output;                      // [num_tokens, model_dim] of `dtype`
+} AiterAuxSumArgs;
+
 static inline int64_t aiter_aux_sort_capacity(int64_t num_tokens, int64_t topk, int64_t num_experts,
                                               int64_t block_m) {
   return (num_tokens * topk + num_experts * (block_m - 1) + block_m - 1) / block_m * block_m;

@@ -69,15 +69,22 @@ inline const char* dtype_name(int32_t d) {
   return (d >= 0 && d < n) ? kNames[d] : "unknown";
 }
 
-// The dtypes the ops take, as shim codes.
+// The dtypes the ops take, as shim codes: one dtype, or (kFloats) any of three.
 struct DType {
   int32_t code;
   const char* name;  // without "torch."
+  int32_t also[2] = {-1, -1};  // further accepted codes (-1: none)
+  bool accepts(int32_t c) const { return c == code || c == also[0] || c == also[1]; }
 };
 inline DType kInt32() { return {aoti_torch_dtype_int32(), "int32"}; }
 inline DType kFloat32() { return {aoti_torch_dtype_float32(), "float32"}; }
 inline DType kBFloat16() { return {aoti_torch_dtype_bfloat16(), "bfloat16"}; }
 inline DType kUInt8() { return {aoti_torch_dtype_uint8(), "uint8"}; }
+// The op table's "float": float32, float16 or bfloat16 (the message lists all three).
+inline DType kFloats() {
+  return {aoti_torch_dtype_float32(), "float32, torch.float16 or torch.bfloat16",
+          {aoti_torch_dtype_float16(), aoti_torch_dtype_bfloat16()}};
+}
 
 // One tensor's metadata, read once through the shim.
 struct Meta {
@@ -146,7 +153,7 @@ struct Meta {
 // validation.tensors.check_tensor
 inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
                          const char* layout = nullptr) {
-  if (t.dtype != dtype.code)
+  if (!dtype.accepts(t.dtype))
     fail("TypeError", cat(t.name, " must have dtype torch.", dtype.name, ", got torch.",
                           dtype_name(t.dtype)));
   if (ndim >= 0 && t.dim != ndim)
@@ -155,6 +162,16 @@ inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
   if (!t.contiguous())
     fail("ValueError", cat(t.name, " must be contiguous (shape ", t.shape(), ", strides ",
                            t.stride_tuple(), ")"));
+}
+
+// The op table's "=<tensor>": the dtype of that (checked) tensor.
+inline DType same_dtype(const Meta& t) { return {t.dtype, dtype_name(t.dtype)}; }
+
+// The kernels' AiterAuxDType of a tensor of the op table's "float" (checked before).
+inline int32_t dtype_code(const Meta& t) {
+  if (t.dtype == aoti_torch_dtype_float16()) return AITER_AUX_DTYPE_F16;
+  if (t.dtype == aoti_torch_dtype_bfloat16()) return AITER_AUX_DTYPE_BF16;
+  return AITER_AUX_DTYPE_F32;
 }
 
 // validation.tensors._same_device: every tensor on the device of the call's first tensor

@@ -508,3 +508,4 @@ int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
 }  // namespace aiter_aux
 
 #include "mxfp8_cpu.h"  // the MXFP8 ops (after the detail helpers they use)
+#include "sums_cpu.h"  // moe_sum (after the detail helpers it uses)

@@ -17,6 +17,7 @@
 //   template <int ModelDim> int moe_sort_scales(const AiterAuxSortScalesArgs&, void*);
 //   template <int ModelDim, int TopK> int moe_scatter_reduce(const AiterAuxScatterArgs&, void*);
 //   template <int ModelDim, int TopK> int moe_scatter_reduce_q(const AiterAuxScatterArgs&, void*);
+//   int moe_sum(const AiterAuxSumArgs&, void*);  (one instance: every shape and dtype)
 //
 // Run-time fields that must equal the instance's compile-time ones are checked
 // first (AITER_AUX_ERR_INVALID_ARGUMENT + aiter_aux_set_error), then the
@@ -29,3 +30,4 @@
 #include "sort.h"
 #include "sort_scales.h"
 #include "scatter.h"
+#include "sums.h"

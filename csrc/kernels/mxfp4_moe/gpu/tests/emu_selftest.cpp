@@ -6,7 +6,8 @@
 //       -DAITER_AUX_EMU_WARP=32 -I csrc/kernels/mxfp4_moe
 //       csrc/kernels/mxfp4_moe/gpu/tests/emu_selftest.cpp -o /tmp/emu32
 //   (and -DAITER_AUX_EMU_WARP=64), then run; the last line is "N passed, M failed".
-//   AITER_AUX_EMU_LONG=1 adds a large sort with 7168-pair chunks (slow).
+//   AITER_AUX_EMU_LONG=1 adds a large sort with 7168-pair chunks (slow);
+//   AITER_AUX_EMU_ONLY=moe_sum runs only the moe_sum cases.
 #include "emu.h"  // must come first
 
 // A small sort_scales grid, so that most cases run its grid-stride loop (the
@@ -882,10 +883,17 @@ void test_arg_checks() {
 #include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
 #include "emu_pairs.h"   // the pair path (uses all of the above)
+#include "emu_sums.h"    // moe_sum
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
   printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
+  const char* only = getenv("AITER_AUX_EMU_ONLY");  // "moe_sum": only those cases
+  if (only != nullptr && strcmp(only, "moe_sum") == 0) {
+    test_sums();
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail == 0 ? 0 : 1;
+  }
   test_helpers();
   test_arg_checks();
 
@@ -1081,6 +1089,7 @@ int main() {
   test_fp8();
   test_sort_quant_scales();
   test_pairs();
+  test_sums();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
