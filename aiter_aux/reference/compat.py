@@ -313,6 +313,20 @@ def _round(acc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return bits.masked_fill_(nan, CANONICAL_NAN_BITS[dtype]).view(dtype)
 
 
+def sum_slots(topk_ids: torch.Tensor | None, expert_map: torch.Tensor | None):
+    """The slots ``(t, k)`` a pad-aware sum adds (None: all): ``topk_ids[t, k] >= 0``, and
+    with ``expert_map`` an id inside the map whose entry is ``>= 0``."""
+    if topk_ids is None:
+        return None
+    keep = topk_ids >= 0
+    if expert_map is not None:
+        ids = topk_ids.to(torch.int64)
+        g = expert_map.numel()
+        mapped = expert_map[ids.clamp(0, max(g - 1, 0))] if g else torch.full_like(ids, -1)
+        keep &= (ids < g) & (mapped >= 0)
+    return keep
+
+
 def _reduce_into(input, output, keep, scale) -> None:
     """``output[t] = round(sum over k in order of fp32(input[t, k]))`` from +0.0, skipping
     ``(t, k)`` where ``keep`` is False; then ``* fp32(scale)`` unless ``scale`` is None."""
@@ -357,15 +371,7 @@ def vllm_moe_sum(
         TypeError, ValueError: wrong types, dtypes, shapes, devices, or overlap.
     """
     topk_ids, expert_map = check_vllm_sum_call(input, output, topk_ids, expert_map)
-    keep = None
-    if topk_ids is not None:
-        keep = topk_ids >= 0
-        if expert_map is not None:
-            ids = topk_ids.to(torch.int64)
-            g = expert_map.numel()
-            mapped = expert_map[ids.clamp(0, max(g - 1, 0))] if g else torch.full_like(ids, -1)
-            keep &= (ids < g) & (mapped >= 0)
-    _reduce_into(input, output, keep, None)
+    _reduce_into(input, output, sum_slots(topk_ids, expert_map), None)
 
 
 @torch.no_grad()

@@ -10,22 +10,9 @@ import torch
 
 from aiter_aux.validation import _checks as C
 
-from .compat import _reduce_into
+from .compat import _reduce_into, sum_slots
 
 __all__ = ["moe_sum", "moe_sum_out"]
-
-
-def _keep(topk_ids: torch.Tensor | None, expert_map: torch.Tensor | None):
-    """The slots that are summed (None: all)."""
-    if topk_ids is None:
-        return None
-    keep = topk_ids >= 0
-    if expert_map is not None:
-        ids = topk_ids.to(torch.int64)
-        g = expert_map.numel()
-        mapped = expert_map[ids.clamp(0, max(g - 1, 0))] if g else torch.full_like(ids, -1)
-        keep &= (ids < g) & (mapped >= 0)
-    return keep
 
 
 @torch.no_grad()
@@ -67,7 +54,9 @@ def moe_sum_out(
         routed_scaling_factor=routed_scaling_factor, read_data=True,
     )  # fmt: skip
     scale = float(routed_scaling_factor)
-    _reduce_into(input, output[: s.M], _keep(topk_ids, expert_map), None if scale == 1.0 else scale)
+    _reduce_into(
+        input, output[: s.M], sum_slots(topk_ids, expert_map), None if scale == 1.0 else scale
+    )
     return output
 
 
