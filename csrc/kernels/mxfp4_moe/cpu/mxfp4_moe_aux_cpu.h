@@ -508,3 +508,4 @@ int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
 }  // namespace aiter_aux
 
 #include "mxfp8_cpu.h"  // the MXFP8 ops (after the detail helpers they use)
+#include "align_cpu.h"  // moe_align_block_size_vllm / _sglang
