@@ -882,10 +882,16 @@ void test_arg_checks() {
 #include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
 #include "emu_pairs.h"   // the pair path (uses all of the above)
+#include "emu_align.h"   // moe_align_block_size_vllm / _sglang (the peers' formats)
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
   printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
+  if (getenv("AITER_AUX_EMU_ONLY_ALIGN") != nullptr) {  // the peers' formats only
+    test_align();
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail == 0 ? 0 : 1;
+  }
   test_helpers();
   test_arg_checks();
 
@@ -1081,6 +1087,7 @@ int main() {
   test_fp8();
   test_sort_quant_scales();
   test_pairs();
+  test_align();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;
