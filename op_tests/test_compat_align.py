@@ -132,6 +132,13 @@ def test_ops_longer_buffers_and_guards(device):
         _eq(getattr(O, name)(ids, e, bs, **kw), getattr(R, name)(ids, e, bs, **kw))
 
 
+def test_vllm_int64_ids_past_int32_are_dropped():
+    ids = torch.tensor([[2**32 + 3, 5], [-(2**32) + 1, 2**31]], dtype=torch.int64)
+    want = RC.vllm_moe_align_block_size(ids, 16, 256, return_scatter_idx=True)
+    _eq(V.moe_align_block_size(ids, 16, 256, return_scatter_idx=True), want)
+    assert want[3].reshape(-1).tolist() == [-1, 1, -1, -1]
+
+
 def _no_kernel(cpu_module, fn, exc, match):
     calls = cpu_module.kernel_calls()
     with pytest.raises(exc, match=match):

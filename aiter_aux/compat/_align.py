@@ -15,7 +15,8 @@ Beyond the references' rules:
 * A ``num_experts`` with no instance raises ``UnsupportedShapeError`` (a ``ValueError``)
   naming ``aiter-aux add-shape`` before any kernel runs; the instances are keyed on
   ``num_experts`` alone (SGLang: the routed experts, ``num_experts - 1`` of its argument).
-* int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU).
+* int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU; values past
+  int32 clamped, so that they are dropped as before).
 * The checks that read tensor values (SGLang ids in ``[-1, E)``, vLLM map values with
   ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, so
   there the kernels drop such ids (and map values) instead of reading out of bounds.
@@ -32,9 +33,13 @@ __all__ = ["vllm_moe_align_block_size", "sglang_moe_align_block_size"]
 
 
 def _ids32(topk_ids):
+    """int32 ids with the same meaning: int64 values past int32 are clamped to ids that are
+    dropped as they are (-2, or 2**31 - 1) rather than wrapped."""
     import torch
 
-    return topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
+    if topk_ids.dtype == torch.int32:
+        return topk_ids
+    return topk_ids.clamp(-2, 2**31 - 1).to(torch.int32)
 
 
 def vllm_moe_align_block_size(
