@@ -75,10 +75,15 @@ def _sglang(topk_ids, num_experts, block_size, cap):
     return sorted_ids, expert_ids, total, torch.where(bucket >= 0, idx, -1)
 
 
+Tensor = torch.Tensor
+Outs = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
 def moe_align_block_size_vllm_out(
-    topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad,
-    scatter_idx, *, expert_map=None, block_expert_map=None,
-):  # fmt: skip
+    topk_ids: Tensor, num_experts: int, block_size: int, sorted_token_ids: Tensor,
+    expert_ids: Tensor, num_tokens_post_pad: Tensor, scatter_idx: Tensor, *,
+    expert_map: Tensor | None = None, block_expert_map: Tensor | None = None,
+) -> Outs:  # fmt: skip
     """vLLM's format into the buffers: rows ``[0, cap)``, ``cap = min(len(sorted_token_ids),
     len(expert_ids) * block_size)`` (a buffer longer than the op's capacity gets padding
     rows), blocks ``[0, ceil(cap / block_size))``, ``num_tokens_post_pad[0]`` and
@@ -93,8 +98,10 @@ def moe_align_block_size_vllm_out(
     return _write(outs, *res)
 
 
-def moe_align_block_size_vllm(topk_ids, num_experts, block_size, *, expert_map=None,
-                              block_expert_map=None):  # fmt: skip
+def moe_align_block_size_vllm(
+    topk_ids: Tensor, num_experts: int, block_size: int, *, expert_map: Tensor | None = None,
+    block_expert_map: Tensor | None = None,
+) -> Outs:  # fmt: skip
     """Allocating :func:`moe_align_block_size_vllm_out`: buffers of vLLM's capacity
     without ``pad_sorted_ids``."""
     s = C.moe_align_block_size_vllm(topk_ids, num_experts, block_size, expert_map=expert_map,
@@ -106,9 +113,9 @@ def moe_align_block_size_vllm(topk_ids, num_experts, block_size, *, expert_map=N
 
 
 def moe_align_block_size_sglang_out(
-    topk_ids, num_experts, block_size, sorted_token_ids, expert_ids, num_tokens_post_pad,
-    scatter_idx,
-):  # fmt: skip
+    topk_ids: Tensor, num_experts: int, block_size: int, sorted_token_ids: Tensor,
+    expert_ids: Tensor, num_tokens_post_pad: Tensor, scatter_idx: Tensor,
+) -> Outs:  # fmt: skip
     """SGLang's format into the buffers, written as
     :func:`moe_align_block_size_vllm_out` writes.  Returns the four."""
     C.moe_align_block_size_sglang_out(
@@ -121,7 +128,7 @@ def moe_align_block_size_sglang_out(
     return _write(outs, *res)
 
 
-def moe_align_block_size_sglang(topk_ids, num_experts, block_size):
+def moe_align_block_size_sglang(topk_ids: Tensor, num_experts: int, block_size: int) -> Outs:
     """Allocating :func:`moe_align_block_size_sglang_out`."""
     s = C.moe_align_block_size_sglang(topk_ids, num_experts, block_size, read_data=True)
     outs = _outs(topk_ids, s.cap, s.n_blocks)
