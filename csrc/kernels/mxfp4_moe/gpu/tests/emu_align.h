@@ -162,6 +162,7 @@ void test_align() {
   run_align_case<896, false>(300, 128, 0, 215, 2, 7);
   run_align_case<8, false>(20000, 16, 0, 216, 1);  // large path
   run_align_case<8, true>(20000, 64, 3, 217, 0, 100);
+  run_align_case<8, true>(20000, 32, 2, 220);  // large path, bucket 0 (the -1 ids) the largest
   run_align_case<1023, true>(700, 32, 0, 218);  // 1024 buckets
   run_align_case<385, false>(8192, 128, 2, 219, 2);
 }
