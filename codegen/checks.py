@@ -43,7 +43,9 @@ def _limit_cond(var: str, name: str) -> tuple[str, str]:
         cond = " or ".join(f"{var} == {v}" for v in lim.values)
     else:
         cond = f"{var} >= {lim.lo} and {var} {'<' if lim.hi_open else '<='} {lim.hi}"
-    return cond, f"{lim.name} {lim.rule}, got {{{var}}}"
+    # an argument with the limit of another name (block_size: block_m's) is named itself
+    label = var if lim.name == name and var != name else lim.name
+    return cond, f"{label} {lim.rule}, got {{{var}}}"
 
 
 class CallPlan:
@@ -56,7 +58,8 @@ class CallPlan:
         self.opt_read = [t for t in tensors if t.optional and not t.buffer]
         self.buf_opts = [t for t in tensors if t.buffer]
         self.outputs = list(spec.outputs) if out else []
-        req = {t.name for t in self.required} | {o.name for o in self.outputs}
+        # outputs: bound in both forms by the time the struct is filled (allocated or given)
+        req = {t.name for t in self.required} | {o.name for o in spec.outputs}
         self.scope = exprs.Scope(frozenset(req), frozenset(t.name for t in tensors if t.optional))
         self.first = self.required[0].name
         self.sizes: list[str] = []  # size variables, in binding order

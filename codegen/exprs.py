@@ -21,7 +21,13 @@ _CALLS = {
     "shape": ("_shape_str({0}.shape)", None),
     "sort_capacity": ("sort_capacity({args})", "aiter_aux_sort_capacity({args})"),
     "sort_scales_rows": ("sort_scales_rows({args})", "sort_scales_rows({args})"),
+    "vllm_align_capacity": ("vllm_align_capacity({args})", "aiter_aux_vllm_align_capacity({args})"),
+    "sglang_align_capacity": (
+        "sglang_align_capacity({args})",
+        "aiter_aux_sglang_align_capacity({args})",
+    ),
     "max": ("max({args})", "std::max<int64_t>({args})"),
+    "min": ("min({args})", "std::min<int64_t>({args})"),
     "rows_in_range": ("rows_in_range({args})", "rows_in_range({args})"),
     "expert_map_ptr": (None, "expert_map_ptr({args})"),
     "dtype_code": (None, "dtype_code({args})"),

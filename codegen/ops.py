@@ -300,6 +300,52 @@ def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
     )  # fmt: skip
 
 
+_ALIGN_DOC = """{peer}'s ``moe_align_block_size`` format, written by our sort kernels in one
+launch (three on the large path): the pairs ``i = t * topk + k`` sorted by {bucket} into
+``block_size``-padded segments, ascending ``i`` inside a segment (deterministic), into
+``sorted_token_ids`` (``i``; padding and every row past the total hold ``M * topk``),
+``expert_ids`` (per block; -1 past the used blocks{labels}), ``num_tokens_post_pad`` [1] and
+``scatter_idx`` [M * topk] (``i`` for a pair that takes part, else -1).  Written: rows
+``[0, cap)``, ``cap = min(len(sorted_token_ids), len(expert_ids) * block_size)``, and blocks
+``[0, ceil(cap / block_size))``.  Semantics as
+:func:`aiter_aux.reference.{ref}` (the formats of :mod:`aiter_aux.reference.compat`); the
+drop-in is :func:`aiter_aux.compat.{mod}.moe_align_block_size`."""
+ALIGN_INTS = (Int("num_experts", "experts (vLLM: global with a map)"),
+              Int("block_size", "rows per block (16, 32, 64 or 128)"))  # fmt: skip
+ALIGN_IDS = Tensor("topk_ids", "int32", ("M", "topk"),
+                   doc="the experts of each token (only the flat pairs matter)")  # fmt: skip
+
+
+def _align_checks(capacity: str, peer_limit: Rule | None) -> tuple:
+    return (
+        Limit("M", "num_tokens"),
+        Limit("num_experts", "num_experts"),
+        Limit("block_size", "block_m"),
+    ) + ((peer_limit,) if peer_limit else ()) + (
+        Size("cap", f"{capacity}(M * topk, num_experts, block_size)"),
+        Rule(f"cap <= {MAX_ROWS} - 65536",
+             "sorted_token_ids capacity {cap} must fit in int32 with 2**16 to spare; "
+             "M={M}, topk={topk}"),
+        Size("n_blocks", "(cap + block_size - 1) // block_size"),
+    )  # fmt: skip
+
+
+def _align_outputs() -> tuple[Tensor, ...]:
+    return (
+        Tensor("sorted_token_ids", "int32", ("cap",), doc="every element written"),
+        Tensor("expert_ids", "int32", ("n_blocks",), doc="every element written"),
+        Tensor("num_tokens_post_pad", "int32", ("1",)),
+        Tensor("scatter_idx", "int32", ("M * topk",), doc="i, or -1 for a dropped pair"),
+    )
+
+
+def _align_fill(expert_map: str, n_global: str, labels: str, n_labels: str) -> tuple:
+    return ("topk_ids", "M * topk", "num_experts", "block_size",
+            "min(numel(sorted_token_ids), numel(expert_ids) * block_size)",
+            "sorted_token_ids", "expert_ids", "num_tokens_post_pad", "scatter_idx",
+            expert_map, n_global, labels, n_labels)  # fmt: skip
+
+
 OPS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in (
@@ -402,6 +448,54 @@ OPS: dict[str, OpSpec] = {
                      "expert_map needs topk_ids (the ids it maps)"),
             ),
             summary=_SUM_DOC, alloc_summary="Allocating :func:`moe_sum_out`.",
+        ),
+        OpSpec(
+            "moe_align_block_size_vllm", 11, ("num_experts",), ("e",), "AiterAuxAlignArgs",
+            _align_fill("expert_map_ptr(expert_map)", "num_experts", "block_expert_map",
+                        "numel(block_expert_map)"),
+            inputs=(ALIGN_IDS,) + ALIGN_INTS,
+            options=(
+                Tensor("expert_map", "int32", ("n_map",), optional=True,
+                       doc="vLLM's expert_map with ignore_invalid_experts: sort by "
+                       "expert_map[id], drop -1"),
+                Tensor("block_expert_map", "int32", ("n_label",), optional=True,
+                       doc="vLLM's expert_map without ignore_invalid_experts: expert_ids = "
+                       "block_expert_map[expert_ids]"),
+            ),
+            outputs=_align_outputs(),
+            checks=_align_checks("vllm_align_capacity", None) + (
+                Rule("expert_map is None or block_expert_map is None",
+                     "give expert_map (ignore_invalid_experts) or block_expert_map, not both"),
+                Rule("numel(expert_map) >= num_experts",
+                     "expert_map must have >= num_experts ({num_experts}) entries, got "
+                     "{numel(expert_map)}",
+                     when="expert_map"),
+                Rule("numel(block_expert_map) >= num_experts",
+                     "block_expert_map must have >= num_experts ({num_experts}) entries, got "
+                     "{numel(block_expert_map)}", when="block_expert_map"),
+            ),
+            summary=_ALIGN_DOC.format(
+                peer="vLLM", bucket="expert (``expert_map[id]`` with ``expert_map``)",
+                labels="; with ``block_expert_map`` the blocks hold ``block_expert_map[e]`` "
+                "and the later ones its last entry", ref="moe_align_block_size_vllm_out",
+                mod="vllm"),
+            alloc_summary="Allocating :func:`moe_align_block_size_vllm_out` (capacity "
+            "without ``pad_sorted_ids``).",
+        ),
+        OpSpec(
+            "moe_align_block_size_sglang", 12, ("num_experts",), ("e",), "AiterAuxAlignArgs",
+            _align_fill("nullptr", "0", "nullptr", "0"),
+            inputs=(ALIGN_IDS,) + ALIGN_INTS,
+            outputs=_align_outputs(),
+            checks=_align_checks(
+                "sglang_align_capacity",
+                Rule("num_experts <= 1023",
+                     "num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"),
+            ),
+            summary=_ALIGN_DOC.format(
+                peer="SGLang", bucket="``id + 1`` (bucket 0: id -1, first, labelled -1)",
+                labels="", ref="moe_align_block_size_sglang_out", mod="sglang"),
+            alloc_summary="Allocating :func:`moe_align_block_size_sglang_out`.",
         ),
     )
 }  # fmt: skip

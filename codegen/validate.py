@@ -11,7 +11,7 @@ from .limits import LIMITS
 from .ops import Float, Int, Limit, OpSpec, Rule, Size, Tensor
 
 HELPERS = ("numel", "shape", "sort_capacity", "sort_scales_rows", "max", "rows_in_range",
-           "expert_map_ptr")  # fmt: skip
+           "expert_map_ptr", "min", "vllm_align_capacity", "sglang_align_capacity")  # fmt: skip
 
 
 class OpTableError(ValueError):

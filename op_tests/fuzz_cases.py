@@ -18,6 +18,7 @@ FUSED = ("moe_sort_quant", "moe_sort_quant_fp8")
 QUANTS = ("mxfp4_quant", "mxfp8_quant") + FUSED  # the ops that quantise x
 FP8 = ("mxfp8_quant", "moe_sort_quant_fp8")  # a_q [M, model_dim] (E4M3 bytes)
 SUM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # moe_sum's input and output
+ALIGNS = ("moe_align_block_size_vllm", "moe_align_block_size_sglang")  # the peers' formats
 
 
 def guarded(shape, dtype, slack=0):
@@ -128,6 +129,22 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         if d.draw(st.booleans(), "scale"):
             a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
         outs["output"] = ((m, hidden), dt)
+    if op in ALIGNS:
+        p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
+        a["topk_ids"] = routing(g, m, e, k, p)
+        a["num_experts"], a["block_size"] = e, bm
+        cap_fn = (
+            ref.compat.vllm_align_capacity if "vllm" in op else ref.compat.sglang_align_capacity
+        )
+        cap = cap_fn(m * k, e, bm)
+        outs["sorted_token_ids"] = ((cap,), torch.int32)
+        outs["expert_ids"] = ((-(-cap // bm),), torch.int32)
+        outs["num_tokens_post_pad"] = ((1,), torch.int32)
+        outs["scatter_idx"] = ((m * k,), torch.int32)
+        kind = d.draw(st.sampled_from(["none", "expert_map", "block_expert_map"]), "map")
+        if "vllm" in op and kind != "none":  # values out of range included (dropped)
+            n = e + d.draw(st.integers(0, 3), "map_extra")
+            a[kind] = torch.randint(-2, e + 2, (n,), generator=g, dtype=torch.int32)
     if not a:
         raise KeyError(f"no input builder for op {op!r}: add its case to make_case")
     return a, outs
@@ -175,6 +192,7 @@ BAD_INTS = {"block_m": [(8, ValueError), (48, ValueError), (256, ValueError), (T
                         (32.0, TypeError)],
             "num_experts": [(0, ValueError), (1025, ValueError), ("8", TypeError)],
             "topk": [(0, ValueError), (256, ValueError), (2.0, TypeError)]}  # fmt: skip
+BAD_INTS["block_size"] = BAD_INTS["block_m"]
 
 
 BAD_SCALES = (True, torch.tensor(2.0), "2.0", None)  # not a Python int or float
@@ -289,6 +307,8 @@ def outside_catalog(op, d) -> tuple[int, int, int, int]:
     from lists that leave out whatever the catalog holds)."""
     dims = sorted({256, 1024, 2048, 8192, 12288} - {s[1] for s in CATALOG})
     experts = sorted({1, 7, 100, 1000, 1024} - {s[0] for s in CATALOG})
+    if op == "moe_align_block_size_sglang":  # num_experts + 1 buckets <= 1024
+        experts = [x for x in experts if x < 1024]
     topks = sorted({1, 5, 7} - {s[3] for s in CATALOG})
     e = d.draw(st.sampled_from(experts), "E")
     k = d.draw(st.sampled_from(topks), "k")

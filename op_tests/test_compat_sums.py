@@ -242,7 +242,7 @@ def test_signatures_match_the_peers():
     assert inspect.signature(vllm.moe_sum).parameters["topk_ids"].default is None
     assert list(inspect.signature(sglang.moe_sum_reduce).parameters) == [
         "input", "output", "routed_scaling_factor"]  # fmt: skip
-    assert vllm.__all__ == ["moe_sum"] and sglang.__all__ == ["moe_sum_reduce"]
+    assert "moe_sum" in vllm.__all__ and "moe_sum_reduce" in sglang.__all__
 
 
 def test_import_loads_nothing():

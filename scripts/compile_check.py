@@ -60,7 +60,7 @@ PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
 # ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
 PDL_OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "mxfp8_quant", "moe_sort_quant_fp8",
            "moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q",
-           "moe_sum")  # fmt: skip
+           "moe_sum", "moe_align_block_size_vllm", "moe_align_block_size_sglang")  # fmt: skip
 PTX_PDL_WAIT = "griddepcontrol.wait"
 
 

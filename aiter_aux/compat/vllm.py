@@ -1,17 +1,24 @@
-"""vLLM's MoE auxiliary ops on aiter-aux's ops: switch by changing an import.
+"""vLLM's MoE helper ops on aiter-aux's ops: switch by changing an import.
 
 ::
 
+    # from vllm.model_executor.layers.fused_moe.moe_align_block_size import moe_align_block_size
     # from vllm._custom_ops import moe_sum
-    from aiter_aux.compat.vllm import moe_sum
+    from aiter_aux.compat.vllm import moe_align_block_size, moe_sum
 
-Same names, signatures, outputs and meaning as vLLM's (docs/compat.md names the versions
-read).  Importing this module builds and loads nothing; the first call loads (or builds)
-the compiled module.
+``moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None,
+pad_sorted_ids=False, ignore_invalid_experts=False, return_scatter_idx=False)`` and
+``moe_sum(input, output, topk_ids=None, expert_map=None)``: vLLM's signatures, outputs and
+meaning (:func:`aiter_aux.reference.compat.vllm_moe_align_block_size` and
+:func:`aiter_aux.reference.compat.vllm_moe_sum` are the spec; docs/compat.md lists the rules,
+their sources and every difference).  The sort is written in vLLM's format by our sort
+kernels, with a fixed order inside an expert (deterministic).  Importing this module builds
+and loads nothing; the first call loads (or builds) the compiled module.
 """
 
 from __future__ import annotations
 
+from ._align import vllm_moe_align_block_size as moe_align_block_size
 from ._sums import moe_sum
 
-__all__ = ["moe_sum"]
+__all__ = ["moe_align_block_size", "moe_sum"]

@@ -42,6 +42,10 @@ __all__ = [
     "mxfp8_quant_out",
     "moe_sum",
     "moe_sum_out",
+    "moe_align_block_size_vllm",
+    "moe_align_block_size_vllm_out",
+    "moe_align_block_size_sglang",
+    "moe_align_block_size_sglang_out",
 ]
 
 
@@ -589,6 +593,103 @@ def _fake_moe_sum_out(input, output, *, topk_ids=None, expert_map=None, routed_s
         )
 
 
+def _fake_moe_align_block_size_vllm(
+    topk_ids, num_experts, block_size, *, expert_map=None, block_expert_map=None
+):
+    if _static(topk_ids, expert_map, block_expert_map):
+        M, topk, cap, n_blocks = C.moe_align_block_size_vllm(
+            topk_ids,
+            num_experts,
+            block_size,
+            expert_map=expert_map,
+            block_expert_map=block_expert_map,
+        )
+    else:
+        M, topk, cap, n_blocks = C.moe_align_block_size_vllm_sizes(
+            topk_ids,
+            num_experts,
+            block_size,
+            expert_map=expert_map,
+            block_expert_map=block_expert_map,
+        )
+    return (
+        topk_ids.new_empty((cap,), dtype=torch.int32),
+        topk_ids.new_empty((n_blocks,), dtype=torch.int32),
+        topk_ids.new_empty((1,), dtype=torch.int32),
+        topk_ids.new_empty((M * topk,), dtype=torch.int32),
+    )
+
+
+def _fake_moe_align_block_size_vllm_out(
+    topk_ids,
+    num_experts,
+    block_size,
+    sorted_token_ids,
+    expert_ids,
+    num_tokens_post_pad,
+    scatter_idx,
+    *,
+    expert_map=None,
+    block_expert_map=None,
+):
+    if _static(
+        topk_ids,
+        expert_map,
+        block_expert_map,
+        sorted_token_ids,
+        expert_ids,
+        num_tokens_post_pad,
+        scatter_idx,
+    ):
+        C.moe_align_block_size_vllm_out(
+            topk_ids,
+            num_experts,
+            block_size,
+            sorted_token_ids,
+            expert_ids,
+            num_tokens_post_pad,
+            scatter_idx,
+            expert_map=expert_map,
+            block_expert_map=block_expert_map,
+        )
+
+
+def _fake_moe_align_block_size_sglang(topk_ids, num_experts, block_size):
+    if _static(topk_ids):
+        M, topk, cap, n_blocks = C.moe_align_block_size_sglang(topk_ids, num_experts, block_size)
+    else:
+        M, topk, cap, n_blocks = C.moe_align_block_size_sglang_sizes(
+            topk_ids, num_experts, block_size
+        )
+    return (
+        topk_ids.new_empty((cap,), dtype=torch.int32),
+        topk_ids.new_empty((n_blocks,), dtype=torch.int32),
+        topk_ids.new_empty((1,), dtype=torch.int32),
+        topk_ids.new_empty((M * topk,), dtype=torch.int32),
+    )
+
+
+def _fake_moe_align_block_size_sglang_out(
+    topk_ids,
+    num_experts,
+    block_size,
+    sorted_token_ids,
+    expert_ids,
+    num_tokens_post_pad,
+    scatter_idx,
+):
+    if _static(topk_ids, sorted_token_ids, expert_ids, num_tokens_post_pad, scatter_idx):
+        C.moe_align_block_size_sglang_out(
+            topk_ids,
+            num_experts,
+            block_size,
+            sorted_token_ids,
+            expert_ids,
+            num_tokens_post_pad,
+            scatter_idx,
+        )
+
+
 # the torch schemas of the op table (codegen/ops.py schemas())
 SCHEMAS = {
     "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -609,6 +710,10 @@ SCHEMAS = {
     "moe_sort_quant_fp8_out": "moe_sort_quant_fp8_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
     "moe_sum": "moe_sum(Tensor input, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> Tensor",
     "moe_sum_out": "moe_sum_out(Tensor input, Tensor(a!) output, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> ()",
+    "moe_align_block_size_vllm": "moe_align_block_size_vllm(Tensor topk_ids, int num_experts, int block_size, *, Tensor? expert_map=None, Tensor? block_expert_map=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    "moe_align_block_size_vllm_out": "moe_align_block_size_vllm_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx, *, Tensor? expert_map=None, Tensor? block_expert_map=None) -> ()",
+    "moe_align_block_size_sglang": "moe_align_block_size_sglang(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor, Tensor)",
+    "moe_align_block_size_sglang_out": "moe_align_block_size_sglang_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx) -> ()",
 }
 FAKES = {
     "moe_sort": _fake_moe_sort,
@@ -629,6 +734,10 @@ FAKES = {
     "moe_sort_quant_fp8_out": _fake_moe_sort_quant_fp8_out,
     "moe_sum": _fake_moe_sum,
     "moe_sum_out": _fake_moe_sum_out,
+    "moe_align_block_size_vllm": _fake_moe_align_block_size_vllm,
+    "moe_align_block_size_vllm_out": _fake_moe_align_block_size_vllm_out,
+    "moe_align_block_size_sglang": _fake_moe_align_block_size_sglang,
+    "moe_align_block_size_sglang_out": _fake_moe_align_block_size_sglang_out,
 }
 _library.define(SCHEMAS, FAKES)
 _ops = torch.ops.aiter_aux
@@ -650,6 +759,10 @@ _moe_sort_quant_fp8 = _ops.moe_sort_quant_fp8.default
 _moe_sort_quant_fp8_out = _ops.moe_sort_quant_fp8_out.default
 _moe_sum = _ops.moe_sum.default
 _moe_sum_out = _ops.moe_sum_out.default
+_moe_align_block_size_vllm = _ops.moe_align_block_size_vllm.default
+_moe_align_block_size_vllm_out = _ops.moe_align_block_size_vllm_out.default
+_moe_align_block_size_sglang = _ops.moe_align_block_size_sglang.default
+_moe_align_block_size_sglang_out = _ops.moe_align_block_size_sglang_out.default
 _moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
 _moe_sort_quant_out_OPS = {
     "moe_sort_quant": _moe_sort_quant_out,
@@ -1246,3 +1359,178 @@ def moe_sum(
             ),
         ) from None
     return r
+
+
+def moe_align_block_size_vllm_out(
+    topk_ids: Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: Tensor,
+    expert_ids: Tensor,
+    num_tokens_post_pad: Tensor,
+    scatter_idx: Tensor,
+    *,
+    expert_map: Tensor | None = None,
+    block_expert_map: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """vLLM's ``moe_align_block_size`` format, written by our sort kernels in one
+    launch (three on the large path): the pairs ``i = t * topk + k`` sorted by expert (``expert_map[id]`` with ``expert_map``) into
+    ``block_size``-padded segments, ascending ``i`` inside a segment (deterministic), into
+    ``sorted_token_ids`` (``i``; padding and every row past the total hold ``M * topk``),
+    ``expert_ids`` (per block; -1 past the used blocks; with ``block_expert_map`` the blocks hold ``block_expert_map[e]`` and the later ones its last entry), ``num_tokens_post_pad`` [1] and
+    ``scatter_idx`` [M * topk] (``i`` for a pair that takes part, else -1).  Written: rows
+    ``[0, cap)``, ``cap = min(len(sorted_token_ids), len(expert_ids) * block_size)``, and blocks
+    ``[0, ceil(cap / block_size))``.  Semantics as
+    :func:`aiter_aux.reference.moe_align_block_size_vllm_out` (the formats of :mod:`aiter_aux.reference.compat`); the
+    drop-in is :func:`aiter_aux.compat.vllm.moe_align_block_size`."""
+    op = _moe_align_block_size_vllm_out
+    try:
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_size) is not int:
+            block_size = _int(block_size, "block_size")
+        if expert_map is None and block_expert_map is None:
+            op(
+                topk_ids,
+                num_experts,
+                block_size,
+                sorted_token_ids,
+                expert_ids,
+                num_tokens_post_pad,
+                scatter_idx,
+            )  # keywords cost ~0.5 us each
+        else:
+            op(
+                topk_ids,
+                num_experts,
+                block_size,
+                sorted_token_ids,
+                expert_ids,
+                num_tokens_post_pad,
+                scatter_idx,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_align_block_size_vllm_out(
+                topk_ids,
+                num_experts,
+                block_size,
+                sorted_token_ids,
+                expert_ids,
+                num_tokens_post_pad,
+                scatter_idx,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            ),
+        ) from None
+    return (sorted_token_ids, expert_ids, num_tokens_post_pad, scatter_idx)
+
+
+def moe_align_block_size_vllm(
+    topk_ids: Tensor,
+    num_experts: int,
+    block_size: int,
+    *,
+    expert_map: Tensor | None = None,
+    block_expert_map: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Allocating :func:`moe_align_block_size_vllm_out` (capacity without ``pad_sorted_ids``)."""
+    op = _moe_align_block_size_vllm
+    try:
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_size) is not int:
+            block_size = _int(block_size, "block_size")
+        if expert_map is None and block_expert_map is None:
+            r = op(topk_ids, num_experts, block_size)  # keywords cost ~0.5 us each
+        else:
+            r = op(
+                topk_ids,
+                num_experts,
+                block_size,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_align_block_size_vllm(
+                topk_ids,
+                num_experts,
+                block_size,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            ),
+        ) from None
+    return (r[0], r[1], r[2], r[3])
+
+
+def moe_align_block_size_sglang_out(
+    topk_ids: Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: Tensor,
+    expert_ids: Tensor,
+    num_tokens_post_pad: Tensor,
+    scatter_idx: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """SGLang's ``moe_align_block_size`` format, written by our sort kernels in one
+    launch (three on the large path): the pairs ``i = t * topk + k`` sorted by ``id + 1`` (bucket 0: id -1, first, labelled -1) into
+    ``block_size``-padded segments, ascending ``i`` inside a segment (deterministic), into
+    ``sorted_token_ids`` (``i``; padding and every row past the total hold ``M * topk``),
+    ``expert_ids`` (per block; -1 past the used blocks), ``num_tokens_post_pad`` [1] and
+    ``scatter_idx`` [M * topk] (``i`` for a pair that takes part, else -1).  Written: rows
+    ``[0, cap)``, ``cap = min(len(sorted_token_ids), len(expert_ids) * block_size)``, and blocks
+    ``[0, ceil(cap / block_size))``.  Semantics as
+    :func:`aiter_aux.reference.moe_align_block_size_sglang_out` (the formats of :mod:`aiter_aux.reference.compat`); the
+    drop-in is :func:`aiter_aux.compat.sglang.moe_align_block_size`."""
+    op = _moe_align_block_size_sglang_out
+    try:
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_size) is not int:
+            block_size = _int(block_size, "block_size")
+        op(
+            topk_ids,
+            num_experts,
+            block_size,
+            sorted_token_ids,
+            expert_ids,
+            num_tokens_post_pad,
+            scatter_idx,
+        )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_align_block_size_sglang_out(
+                topk_ids,
+                num_experts,
+                block_size,
+                sorted_token_ids,
+                expert_ids,
+                num_tokens_post_pad,
+                scatter_idx,
+            ),
+        ) from None
+    return (sorted_token_ids, expert_ids, num_tokens_post_pad, scatter_idx)
+
+
+def moe_align_block_size_sglang(
+    topk_ids: Tensor, num_experts: int, block_size: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Allocating :func:`moe_align_block_size_sglang_out`."""
+    op = _moe_align_block_size_sglang
+    try:
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_size) is not int:
+            block_size = _int(block_size, "block_size")
+        r = op(topk_ids, num_experts, block_size)
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e, lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size)
+        ) from None
+    return (r[0], r[1], r[2], r[3])

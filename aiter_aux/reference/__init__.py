@@ -31,6 +31,8 @@ One op family per module:
 * :mod:`.sort_scales`: ``moe_sort_scales[_out]`` (scales in the a4w4 GEMM layout).
 * :mod:`.scatter`: ``moe_scatter_reduce[_out]`` and ``moe_scatter_reduce_q[_out]``.
 * :mod:`.sums`: ``moe_sum[_out]`` (each token's topk rows summed; float32/float16/bfloat16).
+* :mod:`.align`: ``moe_align_block_size_vllm[_out]``, ``moe_align_block_size_sglang[_out]``
+  (the sort in the peers' formats, on the formats of :mod:`.compat`).
 * :mod:`.chunks`: the row-chunk size of the loops (``chunks.CHUNK_ELEMS``, read at call time).
 * :mod:`.compat`: the vLLM and SGLang formats of the sort and the reduce
   (``vllm_moe_align_block_size``, ``vllm_moe_sum``, ``sglang_moe_align_block_size``,
@@ -42,12 +44,13 @@ from __future__ import annotations
 from aiter_aux.types import MoeSortOutput
 from aiter_aux.validation import moe_sort_capacity
 
+from . import align, quant, scatter, sort, sort_scales, sums
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
 from . import compat as compat  # the vLLM and SGLang formats (docs/compat.md)
-from . import quant, scatter, sort, sort_scales, sums
+from .align import *  # noqa: F403 (each op module's __all__: its ops, both forms)
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
-from .quant import *  # noqa: F403 (each op module's __all__: its ops, both forms)
+from .quant import *  # noqa: F403
 from .scatter import *  # noqa: F403
 from .sort import *  # noqa: F403
 from .sort_scales import *  # noqa: F403
@@ -62,4 +65,5 @@ __all__ = [
     *sort_scales.__all__,
     *scatter.__all__,
     *sums.__all__,
+    *align.__all__,
 ]

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .ints import _float, _int, sort_capacity, sort_scales_rows
+from .ints import (
+    _float,
+    _int,
+    sglang_align_capacity,
+    sort_capacity,
+    sort_scales_rows,
+    vllm_align_capacity,
+)
 from .tensors import (
     _bf16,
     _buffer,
@@ -1355,6 +1362,230 @@ def moe_sum_sizes(
     topk = input.shape[1]
     model_dim = input.shape[2]
     return MoeSumSizes(M, topk, model_dim)
+
+
+class MoeAlignBlockSizeVllmSizes(NamedTuple):
+    """The sizes of a ``moe_align_block_size_vllm`` call."""
+
+    M: int
+    topk: int
+    cap: int
+    n_blocks: int
+
+
+def moe_align_block_size_vllm(
+    topk_ids, num_experts, block_size, *, expert_map=None, block_expert_map=None, read_data=False
+) -> MoeAlignBlockSizeVllmSizes:
+    """Every check of ``moe_align_block_size_vllm``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[n_map]")
+        _same_device(expert_map, "expert_map", topk_ids, "topk_ids")
+    if block_expert_map is not None:
+        _tensor(block_expert_map, "block_expert_map", _i32, 1, "[n_label]")
+        _same_device(block_expert_map, "block_expert_map", topk_ids, "topk_ids")
+    num_experts = _int(num_experts, "num_experts")
+    block_size = _int(block_size, "block_size")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
+        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    cap = vllm_align_capacity(M * topk, num_experts, block_size)
+    if not (cap <= 2147483647 - 65536):
+        raise ValueError(
+            f"sorted_token_ids capacity {cap} must fit in int32 with 2**16 to spare; M={M}, topk={topk}"
+        )
+    n_blocks = (cap + block_size - 1) // block_size
+    if not (expert_map is None or block_expert_map is None):
+        raise ValueError("give expert_map (ignore_invalid_experts) or block_expert_map, not both")
+    if not (expert_map is None or expert_map.numel() >= num_experts):
+        raise ValueError(
+            f"expert_map must have >= num_experts ({num_experts}) entries, got {expert_map.numel()}"
+        )
+    if not (block_expert_map is None or block_expert_map.numel() >= num_experts):
+        raise ValueError(
+            f"block_expert_map must have >= num_experts ({num_experts}) entries, got {block_expert_map.numel()}"
+        )
+    _no_overlap(
+        {}, {"topk_ids": topk_ids, "expert_map": expert_map, "block_expert_map": block_expert_map}
+    )
+    return MoeAlignBlockSizeVllmSizes(M, topk, cap, n_blocks)
+
+
+def moe_align_block_size_vllm_out(
+    topk_ids,
+    num_experts,
+    block_size,
+    sorted_token_ids,
+    expert_ids,
+    num_tokens_post_pad,
+    scatter_idx,
+    *,
+    expert_map=None,
+    block_expert_map=None,
+    read_data=False,
+) -> MoeAlignBlockSizeVllmSizes:
+    """Every check of ``moe_align_block_size_vllm_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[n_map]")
+        _same_device(expert_map, "expert_map", topk_ids, "topk_ids")
+    if block_expert_map is not None:
+        _tensor(block_expert_map, "block_expert_map", _i32, 1, "[n_label]")
+        _same_device(block_expert_map, "block_expert_map", topk_ids, "topk_ids")
+    num_experts = _int(num_experts, "num_experts")
+    block_size = _int(block_size, "block_size")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
+        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    cap = vllm_align_capacity(M * topk, num_experts, block_size)
+    if not (cap <= 2147483647 - 65536):
+        raise ValueError(
+            f"sorted_token_ids capacity {cap} must fit in int32 with 2**16 to spare; M={M}, topk={topk}"
+        )
+    n_blocks = (cap + block_size - 1) // block_size
+    if not (expert_map is None or block_expert_map is None):
+        raise ValueError("give expert_map (ignore_invalid_experts) or block_expert_map, not both")
+    if not (expert_map is None or expert_map.numel() >= num_experts):
+        raise ValueError(
+            f"expert_map must have >= num_experts ({num_experts}) entries, got {expert_map.numel()}"
+        )
+    if not (block_expert_map is None or block_expert_map.numel() >= num_experts):
+        raise ValueError(
+            f"block_expert_map must have >= num_experts ({num_experts}) entries, got {block_expert_map.numel()}"
+        )
+    _buffer(sorted_token_ids, "sorted_token_ids", _i32, cap, topk_ids, "topk_ids", 1)
+    _buffer(expert_ids, "expert_ids", _i32, n_blocks, topk_ids, "topk_ids", 1)
+    _buffer(num_tokens_post_pad, "num_tokens_post_pad", _i32, 1, topk_ids, "topk_ids", 1)
+    _buffer(scatter_idx, "scatter_idx", _i32, (M * topk), topk_ids, "topk_ids", 1)
+    _no_overlap(
+        {
+            "sorted_token_ids": sorted_token_ids,
+            "expert_ids": expert_ids,
+            "num_tokens_post_pad": num_tokens_post_pad,
+            "scatter_idx": scatter_idx,
+        },
+        {"topk_ids": topk_ids, "expert_map": expert_map, "block_expert_map": block_expert_map},
+    )
+    return MoeAlignBlockSizeVllmSizes(M, topk, cap, n_blocks)
+
+
+def moe_align_block_size_vllm_sizes(
+    topk_ids, num_experts, block_size, *, expert_map=None, block_expert_map=None
+) -> MoeAlignBlockSizeVllmSizes:
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    cap = vllm_align_capacity(M * topk, num_experts, block_size)
+    n_blocks = (cap + block_size - 1) // block_size
+    return MoeAlignBlockSizeVllmSizes(M, topk, cap, n_blocks)
+
+
+class MoeAlignBlockSizeSglangSizes(NamedTuple):
+    """The sizes of a ``moe_align_block_size_sglang`` call."""
+
+    M: int
+    topk: int
+    cap: int
+    n_blocks: int
+
+
+def moe_align_block_size_sglang(
+    topk_ids, num_experts, block_size, *, read_data=False
+) -> MoeAlignBlockSizeSglangSizes:
+    """Every check of ``moe_align_block_size_sglang``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    num_experts = _int(num_experts, "num_experts")
+    block_size = _int(block_size, "block_size")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
+        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (num_experts <= 1023):
+        raise ValueError(
+            f"num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"
+        )
+    cap = sglang_align_capacity(M * topk, num_experts, block_size)
+    if not (cap <= 2147483647 - 65536):
+        raise ValueError(
+            f"sorted_token_ids capacity {cap} must fit in int32 with 2**16 to spare; M={M}, topk={topk}"
+        )
+    n_blocks = (cap + block_size - 1) // block_size
+    _no_overlap({}, {"topk_ids": topk_ids})
+    return MoeAlignBlockSizeSglangSizes(M, topk, cap, n_blocks)
+
+
+def moe_align_block_size_sglang_out(
+    topk_ids,
+    num_experts,
+    block_size,
+    sorted_token_ids,
+    expert_ids,
+    num_tokens_post_pad,
+    scatter_idx,
+    *,
+    read_data=False,
+) -> MoeAlignBlockSizeSglangSizes:
+    """Every check of ``moe_align_block_size_sglang_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    num_experts = _int(num_experts, "num_experts")
+    block_size = _int(block_size, "block_size")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
+        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (num_experts <= 1023):
+        raise ValueError(
+            f"num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"
+        )
+    cap = sglang_align_capacity(M * topk, num_experts, block_size)
+    if not (cap <= 2147483647 - 65536):
+        raise ValueError(
+            f"sorted_token_ids capacity {cap} must fit in int32 with 2**16 to spare; M={M}, topk={topk}"
+        )
+    n_blocks = (cap + block_size - 1) // block_size
+    _buffer(sorted_token_ids, "sorted_token_ids", _i32, cap, topk_ids, "topk_ids", 1)
+    _buffer(expert_ids, "expert_ids", _i32, n_blocks, topk_ids, "topk_ids", 1)
+    _buffer(num_tokens_post_pad, "num_tokens_post_pad", _i32, 1, topk_ids, "topk_ids", 1)
+    _buffer(scatter_idx, "scatter_idx", _i32, (M * topk), topk_ids, "topk_ids", 1)
+    _no_overlap(
+        {
+            "sorted_token_ids": sorted_token_ids,
+            "expert_ids": expert_ids,
+            "num_tokens_post_pad": num_tokens_post_pad,
+            "scatter_idx": scatter_idx,
+        },
+        {"topk_ids": topk_ids},
+    )
+    return MoeAlignBlockSizeSglangSizes(M, topk, cap, n_blocks)
+
+
+def moe_align_block_size_sglang_sizes(
+    topk_ids, num_experts, block_size
+) -> MoeAlignBlockSizeSglangSizes:
+    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    M = topk_ids.shape[0]
+    topk = topk_ids.shape[1]
+    cap = sglang_align_capacity(M * topk, num_experts, block_size)
+    n_blocks = (cap + block_size - 1) // block_size
+    return MoeAlignBlockSizeSglangSizes(M, topk, cap, n_blocks)
 
 
 def select_moe_sort_quant(quant_dtype: object) -> str:

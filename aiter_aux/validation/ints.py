@@ -43,6 +43,24 @@ def sort_capacity(num_tokens: int, topk: int, num_experts: int, block_m: int) ->
     return (num_tokens * topk + num_experts * (block_m - 1) + block_m - 1) // block_m * block_m
 
 
+def vllm_align_capacity(numel: int, num_experts: int, block_size: int) -> int:
+    """vLLM's ``sorted_token_ids`` length without ``pad_sorted_ids``: ``numel + num_experts *
+    (block_size - 1)``, at most ``numel * block_size`` when ``numel < num_experts`` (the C
+    twin: ``aiter_aux_vllm_align_capacity``; :func:`aiter_aux.reference.compat.
+    vllm_align_capacity` is the spec).  Plain ints, unchecked."""
+    cap = numel + num_experts * (block_size - 1)
+    return min(numel * block_size, cap) if numel < num_experts else cap
+
+
+def sglang_align_capacity(numel: int, num_experts: int, block_size: int) -> int:
+    """SGLang's ``sorted_token_ids`` length: ``numel * block_size`` when ``numel <
+    num_experts + 1``, else ``numel + (num_experts + 1) * (block_size - 1)`` (the C twin:
+    ``aiter_aux_sglang_align_capacity``).  Plain ints, unchecked."""
+    if numel < num_experts + 1:
+        return numel * block_size
+    return numel + (num_experts + 1) * (block_size - 1)
+
+
 def sort_scales_rows(max_rows: int, block_m: int) -> int:
     """The rows ``out_rows = ceil(max_rows / BM) * BM``, ``BM = max(32, block_m)``, that
     ``moe_sort_scales`` writes for a sort of capacity ``max_rows`` (the binding's

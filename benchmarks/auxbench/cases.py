@@ -50,7 +50,13 @@ OPS = (
     "moe_scatter_reduce_scaled",
     "moe_sum_ep",
     "moe_scatter_reduce_q_scaled",
+    # the sort in vLLM's / SGLang's format (moe_align_block_size_vllm / _sglang), beside
+    # moe_sort: ``x parts`` is their time over moe_sort's in the same run (FUSED_PARTS)
+    "moe_align_vllm",
+    "moe_align_sglang",
 )
+ALIGN_OPS = {"moe_align_vllm": "moe_align_block_size_vllm",
+             "moe_align_sglang": "moe_align_block_size_sglang"}  # fmt: skip
 # variant -> (plain op, what it adds)
 VARIANTS = {
     "moe_sort_ep": ("moe_sort", "expert_map"),
@@ -86,6 +92,9 @@ BYTES_FORMULAS = {
     "moe_scatter_reduce_scaled": "moe_scatter_reduce",
     "moe_scatter_reduce_q_scaled": "moe_scatter_reduce_q",
     **SUM_BYTES_FORMULAS,
+    "moe_align_vllm": "8N + 4C + 4C/bm + 4   (read ids 4N; write sorted_token_ids over all C = "
+    "N + E*(bm-1) rows (every element), expert_ids, num_tokens_post_pad, scatter_idx 4N)",
+    "moe_align_sglang": "moe_align_vllm with C = N + (E+1)*(bm-1)",
 }
 
 HBM_PEAK_BYTES_S = 4.3e12  # the floor used in docs/perf.md
@@ -109,7 +118,17 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
         return op_bytes(VARIANTS[op][0], s)
     if op in SUM_OPS:
         return sum_bytes(op, s)
+    if op in ALIGN_OPS:
+        cap = align_capacity(op, s)
+        return 8 * s.n + 4 * cap + 4 * -(-cap // s.bm) + 4
     return op_bytes(op, s, zero_buf)
+
+
+def align_capacity(op: str, s: Sizes) -> int:
+    """The peer's sorted_token_ids length for the case (vLLM without pad_sorted_ids)."""
+    if op == "moe_align_vllm":
+        return ref.compat.vllm_align_capacity(s.n, s.e, s.bm)
+    return ref.compat.sglang_align_capacity(s.n, s.e, s.bm)
 
 
 def routing_sizes(ids: torch.Tensor, e: int, d: int, bm: int) -> Sizes:
@@ -210,6 +229,23 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
     if op in SUM_OPS:
         return sum_spec(op, base, s, dev, OpSpec)
     e, bm, k = s.e, s.bm, s.k
+    if op in ALIGN_OPS:
+        name = ALIGN_OPS[op] + "_out"
+        cap = align_capacity(op, s)
+
+        def new_align() -> dict:
+            i32 = dict(dtype=torch.int32, device=dev)
+            sizes = (cap, -(-cap // bm), 1, s.n)
+            return {"a": [torch.empty(n, **i32) for n in sizes]}
+
+        return OpSpec(
+            {"ids": base["ids"]},
+            new_align,
+            lambda i, o: getattr(ops, name)(i["ids"], e, bm, *o["a"]),
+            lambda i, o: getattr(ref, name)(i["ids"], e, bm, *o["a"]),
+            lambda c, i, o: c.call(name, i["ids"], e, bm, *o["a"]),
+            lambda g, w: all(_same(x, y) for x, y in zip(g["a"], w["a"], strict=True)),
+        )
 
     def zb() -> dict:
         return (

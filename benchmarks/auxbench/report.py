@@ -22,6 +22,9 @@ FUSED_PARTS = {
     "moe_sort_quant": (("moe_sort", "mxfp4_quant"), max),
     "moe_sort_quant_fp8": (("moe_sort", "mxfp8_quant"), max),
     "decode_pipeline": (("moe_sort_quant", "moe_sort_scales"), sum),
+    # not fused: the peers' formats over our native sort (goal: <= 1.03 at every M)
+    "moe_align_vllm": (("moe_sort",), max),
+    "moe_align_sglang": (("moe_sort",), max),
 }
 
 

@@ -123,6 +123,38 @@ typedef struct AiterAuxScatterArgs {
   int32_t reserved1;
 } AiterAuxScatterArgs;
 
+// moe_align_block_size_vllm / moe_align_block_size_sglang: the sort in vLLM's or SGLang's
+// output format (docs/compat.md).  Compile-time parameter: num_experts.  The pairs are the
+// flat indices i of topk_ids (its topk does not matter to these ops).
+typedef struct AiterAuxAlignArgs {
+  const int32_t* topk_ids;          // [numel]
+  int64_t numel;                    // pairs, < 2^24
+  int32_t num_experts;              // must equal the instance's (SGLang: without its -1 bucket)
+  int32_t block_size;               // 16, 32, 64 or 128
+  int64_t capacity;                 // elements of sorted_token_ids (>= the op's capacity rule)
+  int32_t* sorted_token_ids;        // [capacity]  i; padding and rows past the total = numel
+  int32_t* expert_ids;              // [ceil(capacity / block_size)]  -1 past the used blocks
+  int32_t* num_tokens_post_pad;     // [1]  rows used (a multiple of block_size)
+  int32_t* scatter_idx;             // [numel]  i for a pair that takes part, else -1
+  // vLLM with ignore_invalid_experts: the pair's expert is expert_map[id] (ids in
+  // [0, num_global_experts)); NULL: the id.
+  const int32_t* expert_map;
+  int64_t num_global_experts;
+  // vLLM with expert_map, without ignore_invalid_experts: block labels, expert_ids[b] =
+  // block_expert_map[e], and block_expert_map[block_map_numel - 1] past the used blocks.
+  const int32_t* block_expert_map;
+  int64_t block_map_numel;
+} AiterAuxAlignArgs;
+// The peers' sorted_token_ids capacities (aiter_aux.reference.compat, docs/compat.md).
+static inline int64_t aiter_aux_vllm_align_capacity(int64_t numel, int64_t num_experts,
+                                                    int64_t block_size) {
+  const int64_t cap = numel + num_experts * (block_size - 1);
+  return numel < num_experts && numel * block_size < cap ? numel * block_size : cap;
+}
+static inline int64_t aiter_aux_sglang_align_capacity(int64_t numel, int64_t num_experts,
+                                                      int64_t block_size) {
+  return numel < num_experts + 1 ? numel * block_size : numel + (num_experts + 1) * (block_size - 1);
+}
 // The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
 // (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
 // is aiter_aux.validation.ints.validate_sort_sizes).

@@ -509,3 +509,4 @@ int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
 
 #include "mxfp8_cpu.h"  // the MXFP8 ops (after the detail helpers they use)
 #include "sums_cpu.h"  // moe_sum (after the detail helpers it uses)
+#include "align_cpu.h"  // moe_align_block_size_vllm / _sglang

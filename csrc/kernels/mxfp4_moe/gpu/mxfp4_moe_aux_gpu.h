@@ -18,6 +18,8 @@
 //   template <int ModelDim, int TopK> int moe_scatter_reduce(const AiterAuxScatterArgs&, void*);
 //   template <int ModelDim, int TopK> int moe_scatter_reduce_q(const AiterAuxScatterArgs&, void*);
 //   int moe_sum(const AiterAuxSumArgs&, void*);  (one instance: every shape and dtype)
+//   template <int NumExperts> int moe_align_block_size_vllm(const AiterAuxAlignArgs&, void*);
+//   template <int NumExperts> int moe_align_block_size_sglang(const AiterAuxAlignArgs&, void*);
 //
 // Run-time fields that must equal the instance's compile-time ones are checked
 // first (AITER_AUX_ERR_INVALID_ARGUMENT + aiter_aux_set_error), then the
@@ -28,6 +30,7 @@
 #include "common.h"
 #include "quant.h"
 #include "sort.h"
+#include "align.h"
 #include "sort_scales.h"
 #include "scatter.h"
 #include "sums.h"

@@ -80,6 +80,7 @@ constexpr size_t kStaticSmemBytes = 48 * 1024;
 }  // namespace aiter_aux
 
 #include "sort_policy.h"
+#include "sort_format.h"
 #include "sort_rank.h"
 #include "sort_tiny.h"
 #include "sort_pairs.h"
@@ -151,31 +152,31 @@ inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
 
 // One launch per path; each returns check_launch's status.
 // n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
-template <int E, int K, QuantFormat F, int D>
-inline int launch_pairs(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        int num_g, const char* op) {
+// A: the args type, which picks the output format (sort_format.h).
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_pairs(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
+                        const char* op) {
   const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
-  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D>), dim3(num_g + x.quant_blocks + x.zero_blocks),
+  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
                    dim3(kPairThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
                                            x.q_al4);
   return check_launch(op);
 }
 
-template <int E, int K, QuantFormat F, int D>
-inline int launch_micro(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        const char* op) {
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_micro(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, const char* op) {
   const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kMicroThreads, 1);
-  AITER_AUX_LAUNCH((sort_micro_kernel<E, K, F, D>), dim3(1 + x.quant_blocks + x.zero_blocks),
+  AITER_AUX_LAUNCH((sort_micro_kernel<E, K, F, D, A>), dim3(1 + x.quant_blocks + x.zero_blocks),
                    dim3(kMicroThreads), st)(a, q, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
 // n <= kTinyThreads pairs in num_g (>= 1) sort blocks.
-template <int E, int K, QuantFormat F, int D>
-inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                       int num_g, const char* op) {
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_tiny(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
+                       const char* op) {
   const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kTinyThreads, 1);
-  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D>), dim3(num_g + x.quant_blocks + x.zero_blocks),
+  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
                    dim3(kTinyThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
                                            x.q_al4);
   return check_launch(op);
@@ -183,9 +184,9 @@ inline int launch_tiny(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hi
 
 // n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters); wide:
 // the MXFP4 quant blocks take two tiles a step (SortChoice::wide_quant).
-template <int E, int K, QuantFormat F, int D>
-inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                      int num_chunks, bool wide, const char* op) {
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_mid(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_chunks,
+                      bool wide, const char* op) {
   const AuxGrid x =
       aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
@@ -194,20 +195,20 @@ inline int launch_mid(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hip
   const dim3 grid(num_chunks + x.quant_blocks + x.zero_blocks);
   if constexpr (F == QuantFormat::Mxfp4) {
     if (wide) {
-      AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, true>), grid, dim3(kSortThreads), st)(
+      AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, true, A>), grid, dim3(kSortThreads), st)(
           a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
       return check_launch(op);
     }
   }
-  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, false>), grid, dim3(kSortThreads), st)(
+  AITER_AUX_LAUNCH((sort_mid_kernel<E, K, F, D, false, A>), grid, dim3(kSortThreads), st)(
       a, q, cq, cr, num_chunks, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
 // n pairs in num_chunks chunks (large_chunks): every chunk needs >= 2E pairs and at most 65535.
-template <int E, int K, QuantFormat F, int D>
-inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, hipStream_t st,
-                        int num_chunks, const char* op) {
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_chunks,
+                        const char* op) {
   // zero_buf's blocks beside the count launch, the quant blocks beside the place launch
   const AuxGrid x =
       aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
@@ -225,22 +226,22 @@ inline int launch_large(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, h
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
-  AITER_AUX_LAUNCH((sort_count_kernel<E, K>), dim3(nc + x.zero_blocks), dim3(kSortThreads),
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K, A>), dim3(nc + x.zero_blocks), dim3(kSortThreads),
                    st)(a, q32, r32, nc, x.zero_blocks);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),
-                   dim3(kScanThreads), st)(a, q32, r32, nc);
+                   dim3(kScanThreads), st)(static_cast<const AiterAuxSortArgs&>(a), q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_place_kernel<E, K, F, D>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
                    st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
 // The launches of a choice without fused scales.
-template <int E, int K, QuantFormat F, int D>
-inline int launch_choice(const SortChoice& c, const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q,
+template <int E, int K, QuantFormat F, int D, class A>
+inline int launch_choice(const SortChoice& c, const A& a, const AiterAuxQuantArgs& q,
                          hipStream_t st, const char* op) {
   switch (c.path) {
     case SortPath::Pairs:

@@ -13,8 +13,8 @@ namespace sort_detail {
 // ------------------------------------------------------------ large path ----
 // 1. Grid: num_chunks + zero_blocks.  Block g < num_chunks writes its chunk's per-expert
 // counts to reverse_sorted[chunk_begin(g) + e].
-template <int E, int K>
-__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(AiterAuxSortArgs a, int cq,
+template <int E, int K, class A = AiterAuxSortArgs>
+__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(A a, int cq,
                                                                   int cr, int num_chunks,
                                                                   int zero_blocks) {
   const PdlScope pdl;
@@ -104,8 +104,8 @@ struct PlaceSmem {
 // them to chunk_offsets after it.  After the scan's block_sync nothing reads the home
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
 // reverse entries (no other block touches that range).
-template <int E, int K, QuantFormat F, int D>
-__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a,
                                                                   AiterAuxQuantArgs q, int cq,
                                                                   int cr, int num_chunks,
                                                                   int quant_blocks, bool x_al16,
@@ -140,9 +140,11 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(AiterAuxSortAr
   warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm.c.wcnt, nullptr);
-  chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end, sm.c.warp_tot);
+  const int rows = chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end,
+                                    sm.c.warp_tot);
   warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
-  chunk_pads<E>(a, b, num_chunks, sm.pad_end);
+  chunk_pads<E, K>(a, b, num_chunks, sm.pad_end);
+  fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);
 }
 
 }  // namespace sort_detail

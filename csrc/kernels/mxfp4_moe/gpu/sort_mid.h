@@ -25,17 +25,19 @@ namespace sort_detail {
 constexpr int kMicroThreads = 256;
 constexpr int kMicroWarps = kMicroThreads / kWarpSize;
 
-template <int E, int K>
-__device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
+template <int E, int K, class A>
+__device__ __forceinline__ void micro_sort_block(const A& a) {
+  using Fmt = SortFormat<A>;
   const int lane = lane_id();
   const int warp = warp_id();
   const int n = static_cast<int>(a.num_tokens) * K;  // <= kWarpSize
   const int bm = a.block_m;
-  const int m = static_cast<int>(a.num_tokens);
+  const int m = Fmt::pad(a, K);
 
   int key;
   load_keys<E, 1>(a, lane, 0, n, &key);
-  const float wt = (warp == 0 && key < E) ? a.topk_weights[lane] : 0.0f;
+  float wt = 0.0f;
+  if constexpr (Fmt::kNative) wt = (warp == 0 && key < E) ? a.topk_weights[lane] : 0.0f;
   const lane_mask_t peers = match_key<E>(key);
   const int rank = popc(peers & lanemask_lt(lane));
   const bool lead = key < E && rank == 0;
@@ -56,24 +58,26 @@ __device__ __forceinline__ void micro_sort_block(const AiterAuxSortArgs& a) {
     if (key < E) {
       write_pair_row<K>(a, off + rank, lane, wt);
       if (lead) {
-        for (int b = off / bm; b < (off + padded) / bm; ++b) a.sorted_expert_ids[b] = key;
+        for (int b = off / bm; b < (off + padded) / bm; ++b)
+          a.sorted_expert_ids[b] = Fmt::label(a, key);
       }
     } else if (lane < n) {
       a.reverse_sorted[lane] = -1;
     }
     if (lane == 0) {
       a.num_valid_ids[0] = rows;
-      a.num_valid_ids[1] = m;
+      if constexpr (Fmt::kNative) a.num_valid_ids[1] = m;
     }
   }
   if (lead) {
     for (int p = cnt + warp; p < padded; p += kMicroWarps) write_pad_row(a, off + p, m);
   }
+  fill_tail<K>(a, rows, thread_idx(), kMicroThreads);
 }
 
 // Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
-template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(A a,
                                                                    AiterAuxQuantArgs q,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,
@@ -116,9 +120,9 @@ struct MidSmem {
 
 constexpr int kMidBatch = 8;  // keys of a thread loaded together in the count stream
 
-template <int E, int K>
-__device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSmem<E>& sm, int g,
-                                               int num_chunks, int cq, int cr) {
+template <int E, int K, class A>
+__device__ __forceinline__ void mid_sort_block(const A& a, MidSmem<E>& sm, int g, int num_chunks,
+                                               int cq, int cr) {
   constexpr int kPer = place_per<E>();
   const int tid = thread_idx();
   const int warp = warp_id();
@@ -136,7 +140,7 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
   float wt1 = 0.0f;
   if (one) {
     load_keys<E, 1>(a, j1, 0, ce, &key1);
-    wt1 = key1 < E ? a.topk_weights[j1] : 0.0f;
+    if constexpr (SortFormat<A>::kNative) wt1 = key1 < E ? a.topk_weights[j1] : 0.0f;
   }
 
   zero_counters(&sm.wcnt[0][0], rw * E);
@@ -175,26 +179,29 @@ __device__ __forceinline__ void mid_sort_block(const AiterAuxSortArgs& a, MidSme
     pre[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e]) : 0;
     tot[i] = e < E ? static_cast<int>(sm.u.cnt.pre[e] + sm.u.cnt.rest[e]) : 0;
   }
-  chunk_offsets<E>(a, g, num_chunks, pre, tot, sm.u.row.base, sm.u.row.pad_end, sm.warp_tot);
+  const int rows =
+      chunk_offsets<E>(a, g, num_chunks, pre, tot, sm.u.row.base, sm.u.row.pad_end, sm.warp_tot);
   if (one) {
     if (key1 < E) {
       const int p = sm.u.row.base[key1] + sm.wcnt[warp][key1] + rank1;
       write_pair_row<K>(a, p, j1, wt1);
-      if ((p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key1;
+      if ((p & (a.block_m - 1)) == 0)
+        a.sorted_expert_ids[p / a.block_m] = SortFormat<A>::label(a, key1);
     } else if (j1 < ce) {
       a.reverse_sorted[j1] = -1;
     }
   } else {
     warp_place<E, K, true>(a, wb, we, sm.wcnt[warp], sm.u.row.base);
   }
-  chunk_pads<E>(a, g, num_chunks, sm.u.row.pad_end);
+  chunk_pads<E, K>(a, g, num_chunks, sm.u.row.pad_end);
+  fill_tail<K>(a, rows, g * kSortThreads + tid, num_chunks * kSortThreads);
 }
 
 // Grid: num_chunks + quant_blocks + zero_blocks (blocks of kSortThreads).  kWide (MXFP4, x
 // of >= SortPolicy::wide_quant_elems elements): the quant blocks take two tiles a step,
 // under the register bound of kFusedSortMinOccupancy; else one, unbounded.
-template <int E, int K, QuantFormat F, int D, bool kWide>
-__global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D, bool kWide, class A = AiterAuxSortArgs>
+__global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(A a,
                                                                 AiterAuxQuantArgs q, int cq,
                                                                 int cr, int num_chunks,
                                                                 int quant_blocks, int zero_blocks,

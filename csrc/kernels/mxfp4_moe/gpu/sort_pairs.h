@@ -52,8 +52,8 @@ struct PairRank {
 
 // Ranks the n <= kPairMax pairs in the calling warp (every lane must call it; no shared
 // memory, no barrier).  lg = log2(block_m).
-template <int E, int K>
-__device__ __forceinline__ PairRank pair_rank(const AiterAuxSortArgs& a, int n, int lg) {
+template <int E, int K, class A>
+__device__ __forceinline__ PairRank pair_rank(const A& a, int n, int lg) {
   constexpr int kBits = bit_width(E);  // keys in [0, E]
   PairRank r;
   const int lane = lane_id();
@@ -62,7 +62,12 @@ __device__ __forceinline__ PairRank pair_rank(const AiterAuxSortArgs& a, int n, 
 #pragma unroll
   for (int s = 0; s < kPairPer; ++s) {  // independent of the ids: issued with them
     const int j = s * kWarpSize + lane;
-    r.wt[s] = j < n ? a.topk_weights[j] : 0.0f;
+    if constexpr (SortFormat<A>::kNative) {
+      r.wt[s] = j < n ? a.topk_weights[j] : 0.0f;
+    } else {
+      (void)j;
+      r.wt[s] = 0.0f;
+    }
   }
   load_keys<E, kPairPer>(a, lane, kWarpSize, n, r.key);
 
@@ -131,7 +136,7 @@ __device__ __forceinline__ PairRank pair_rank(const AiterAuxSortArgs& a, int n, 
 
 // A real pair's row in expert-major order.
 struct PairRow {
-  int32_t sti;  // t | (k << 24)
+  int32_t sti;  // t | (k << 24) (SortFormat<A>::encode)
   float wt;
 };
 
@@ -153,24 +158,20 @@ struct PairSmem {
 // Warp 0 of a block: ranks the pairs into sm (pair, blk, rows; the caller's barrier makes
 // them visible); with kOutputs (block 0 of the sort) it also writes reverse_sorted and
 // num_valid_ids.
-template <int E, int K, bool kOutputs>
-__device__ __forceinline__ void pair_tables(const AiterAuxSortArgs& a, PairSmem& sm, int n,
-                                            int lg) {
+template <int E, int K, bool kOutputs, class A>
+__device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int lg) {
+  using Fmt = SortFormat<A>;
   const PairRank r = pair_rank<E, K>(a, n, lg);
   const int lane = lane_id();
 #pragma unroll
   for (int s = 0; s < kPairPer; ++s) {
     const int j = s * kWarpSize + lane;
     if (r.key[s] < E) {
-      const int t = j / K;
-      const int k = j - t * K;
-      sm.pair[r.pos[s]] = {static_cast<int32_t>(static_cast<uint32_t>(t) |
-                                                (static_cast<uint32_t>(k) << 24)),
-                           r.wt[s]};
+      sm.pair[r.pos[s]] = {Fmt::encode(j, K), r.wt[s]};
       if ((r.row[s] & ((1 << lg) - 1)) == 0)  // the first row of a block
         sm.blk[r.row[s] >> lg] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s],
                                   r.row[s] - r.pos[s], 0};
-      if (kOutputs) a.reverse_sorted[j] = r.row[s];
+      if (kOutputs) a.reverse_sorted[j] = Fmt::reverse(r.row[s], j);
     } else if (kOutputs && j < n) {
       a.reverse_sorted[j] = -1;
     }
@@ -179,16 +180,19 @@ __device__ __forceinline__ void pair_tables(const AiterAuxSortArgs& a, PairSmem&
     sm.rows = r.rows;
     if (kOutputs) {
       a.num_valid_ids[0] = r.rows;
-      a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+      if constexpr (Fmt::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
     }
   }
 }
 
-// Pair block g: the ranking (warp 0), then rows [g, g + 1) * kPairRowsPerBlock.
-template <int E, int K>
-__device__ __forceinline__ void pair_sort_block(const AiterAuxSortArgs& a, PairSmem& sm, int g) {
+// Pair block g of num_g: the ranking (warp 0), then rows [g, g + 1) * kPairRowsPerBlock; the
+// peers' formats also the rows and blocks past the used ones (fill_tail), spread over the
+// blocks.
+template <int E, int K, class A>
+__device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g, int num_g) {
+  using Fmt = SortFormat<A>;
   const int n = static_cast<int>(a.num_tokens) * K;
-  const int m = static_cast<int>(a.num_tokens);
+  const int m = Fmt::pad(a, K);
   const int lg = log2_block_m(a.block_m);
   const int tid = thread_idx();
   if (warp_id() == 0) {
@@ -213,16 +217,25 @@ __device__ __forceinline__ void pair_sort_block(const AiterAuxSortArgs& a, PairS
         wt = p.wt;
       }
       a.sorted_token_ids[r] = sti;
-      a.sorted_weights[r] = wt;
-      a.m_indices[r] = sti & 0xFFFFFF;  // t, or M for a pad row (M < 2^24)
+      if constexpr (Fmt::kNative) {
+        a.sorted_weights[r] = wt;
+        a.m_indices[r] = sti & 0xFFFFFF;  // t, or M for a pad row (M < 2^24)
+      } else {
+        (void)wt;
+      }
     }
   }
-  if (g == 0 && tid < (rows >> lg)) a.sorted_expert_ids[tid] = sm.blk[tid].expert;
+  if (g == 0 && tid < (rows >> lg)) a.sorted_expert_ids[tid] = Fmt::label(a, sm.blk[tid].expert);
+  if constexpr (Fmt::kFillTail) {
+    fill_tail<K>(a, rows, g * kPairThreads + tid, num_g * kPairThreads);
+  } else {
+    (void)num_g;
+  }
 }
 
 // Grid: num_g + quant_blocks + zero_blocks (blocks of kPairThreads).
-template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+__global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_kernel(A a,
                                                                     AiterAuxQuantArgs q, int num_g,
                                                                     int quant_blocks,
                                                                     int zero_blocks, bool x_al16,
@@ -231,7 +244,7 @@ __global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_kernel(AiterAu
   __shared__ PairSmem sm;
   const int b = block_idx();
   if (b < num_g) {
-    pair_sort_block<E, K>(a, sm, b);
+    pair_sort_block<E, K>(a, sm, b, num_g);
     return;
   }
   aux_block<F, D, kPairThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);

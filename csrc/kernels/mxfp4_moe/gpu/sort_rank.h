@@ -43,18 +43,20 @@ __device__ __forceinline__ lane_mask_t match_key(int key) {
 
 // keys[s] = the key of pair j0 + s * stride: its local expert, or E when it is not local (or
 // at/past `end`).  With an expert map (expert parallelism) the ids are global and a pair's
-// expert is expert_map[id].  One warp-uniform branch per batch: without a map the loop is
+// expert is expert_map[id].  SGLang's format (SortFormat<A>::kKeyOffset = 1): the key is
+// id + 1 (E counts its buckets).  One warp-uniform branch per batch: without a map the loop is
 // the plain one (the N id loads independent, their latencies overlapped); with one, the N
 // map loads follow the N id loads.
-template <int E, int N>
-__device__ __forceinline__ void load_keys(const AiterAuxSortArgs& a, int j0, int stride, int end,
-                                          int* keys) {
+template <int E, int N, class A>
+__device__ __forceinline__ void load_keys(const A& a, int j0, int stride, int end, int* keys) {
+  constexpr int kOff = SortFormat<A>::kKeyOffset;
   const int32_t* ids = a.topk_ids;
   if (a.expert_map == nullptr) {
 #pragma unroll
     for (int s = 0; s < N; ++s) {
       const int j = j0 + s * stride;
-      const int id = j < end ? ids[j] : E;
+      int id = j < end ? ids[j] : E;
+      if constexpr (kOff != 0) id = static_cast<int>(static_cast<uint32_t>(id) + kOff);
       keys[s] = (id >= 0 && id < E) ? id : E;
     }
     return;
@@ -93,29 +95,39 @@ __device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
   for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
 }
 
-// Row r of the sorted outputs holds pair j = t*K + k (weight w); reverse_sorted[j] = r.
-template <int K>
-__device__ __forceinline__ void write_pair_row(const AiterAuxSortArgs& a, int r, int j, float w) {
-  const int t = j / K;
-  const int k = j - t * K;
-  a.sorted_token_ids[r] =
-      static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
-  a.sorted_weights[r] = w;
-  a.m_indices[r] = t;
-  a.reverse_sorted[j] = r;
+// Row r of the sorted outputs holds pair j = t*K + k (weight w); reverse_sorted[j] = r
+// (SortFormat<A>: the peers' row is the id j and their scatter_idx j).
+template <int K, class A>
+__device__ __forceinline__ void write_pair_row(const A& a, int r, int j, float w) {
+  using Fmt = SortFormat<A>;
+  if constexpr (Fmt::kNative) {
+    const int t = j / K;
+    const int k = j - t * K;
+    a.sorted_token_ids[r] =
+        static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
+    a.sorted_weights[r] = w;
+    a.m_indices[r] = t;
+  } else {
+    a.sorted_token_ids[r] = Fmt::encode(j, K);
+    (void)w;
+  }
+  a.reverse_sorted[j] = Fmt::reverse(r, j);
 }
 
-// Pad row r: (M, 0, M), M = num_tokens.
-__device__ __forceinline__ void write_pad_row(const AiterAuxSortArgs& a, int r, int m) {
+// Pad row r: (M, 0, M), M = num_tokens (`m`: SortFormat<A>::pad, the peers' pad id only).
+template <class A>
+__device__ __forceinline__ void write_pad_row(const A& a, int r, int m) {
   a.sorted_token_ids[r] = m;
-  a.sorted_weights[r] = 0.0f;
-  a.m_indices[r] = m;
+  if constexpr (SortFormat<A>::kNative) {
+    a.sorted_weights[r] = 0.0f;
+    a.m_indices[r] = m;
+  }
 }
 
 // Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
 // keys of kBatch steps are loaded up front so that their latencies overlap.
-template <int E>
-__device__ __forceinline__ void warp_count(const AiterAuxSortArgs& a, int wb, int we, uint16_t* my_cnt) {
+template <int E, class A>
+__device__ __forceinline__ void warp_count(const A& a, int wb, int we, uint16_t* my_cnt) {
   const int lane = lane_id();
   const lane_mask_t lt = lanemask_lt(lane);
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
@@ -155,9 +167,9 @@ __device__ __forceinline__ void warp_bases(uint16_t (*wcnt)[E], int* tot, int ro
 // base[e] = first row of the chunk's pairs of e; my_cnt = this warp's bases
 // (advanced as the warp goes).  kExpertIds: a row p with p % block_m == 0 also
 // writes sorted_expert_ids[p / block_m] (the first row of a block is always real).
-template <int E, int K, bool kExpertIds>
-__device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, int we,
-                                           uint16_t* my_cnt, const int* base) {
+template <int E, int K, bool kExpertIds, class A>
+__device__ __forceinline__ void warp_place(const A& a, int wb, int we, uint16_t* my_cnt,
+                                           const int* base) {
   const int lane = lane_id();
   const lane_mask_t lt = lanemask_lt(lane);
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
@@ -167,7 +179,12 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
       const int j = j0 + s * kWarpSize + lane;
-      wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
+      if constexpr (SortFormat<A>::kNative) {
+        wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
+      } else {
+        (void)j;
+        wts[s] = 0.0f;
+      }
     }
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
@@ -184,7 +201,8 @@ __device__ __forceinline__ void warp_place(const AiterAuxSortArgs& a, int wb, in
         if (key < E) {
           const int p = base[key] + before + rank;
           write_pair_row<K>(a, p, j, wts[s]);
-          if (kExpertIds && (p & (a.block_m - 1)) == 0) a.sorted_expert_ids[p / a.block_m] = key;
+          if (kExpertIds && (p & (a.block_m - 1)) == 0)
+            a.sorted_expert_ids[p / a.block_m] = SortFormat<A>::label(a, key);
         } else {
           a.reverse_sorted[j] = -1;
         }
@@ -206,10 +224,11 @@ __host__ __device__ constexpr int place_per() {
 // the chunk's pairs of e; pad_end[i] = off_e + T_e of the experts e = g + i * num_chunks;
 // block 0 writes num_valid_ids.  Ends with a block_sync.  `base` and `pad_end` may alias
 // shared memory that the caller read pre / tot from: the scan's barrier comes first.
-template <int E>
-__device__ __forceinline__ void chunk_offsets(const AiterAuxSortArgs& a, int g, int num_chunks,
-                                              const int* pre, const int* tot, int* base,
-                                              int* pad_end, int* warp_tot) {
+// Returns the rows of all segments (num_valid_ids[0]).
+template <int E, class A>
+__device__ __forceinline__ int chunk_offsets(const A& a, int g, int num_chunks, const int* pre,
+                                             const int* tot, int* base, int* pad_end,
+                                             int* warp_tot) {
   constexpr int kPer = place_per<E>();
   const int tid = thread_idx();
   const int bm = a.block_m;
@@ -233,19 +252,19 @@ __device__ __forceinline__ void chunk_offsets(const AiterAuxSortArgs& a, int g, 
   }
   if (g == 0 && tid == 0) {
     a.num_valid_ids[0] = total;
-    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+    if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
+  return total;
 }
 
 // Pad rows [off_e + T_e, off_e + round_up(T_e, block_m)) of the experts e % num_chunks == g
 // (pad_end from chunk_offsets), one warp per expert.  (A pad row is never the first row of
 // a block: sorted_expert_ids come with the real rows.)
-template <int E>
-__device__ __forceinline__ void chunk_pads(const AiterAuxSortArgs& a, int g, int num_chunks,
-                                           const int* pad_end) {
+template <int E, int K, class A>
+__device__ __forceinline__ void chunk_pads(const A& a, int g, int num_chunks, const int* pad_end) {
   const int bm = a.block_m;
-  const int m = static_cast<int>(a.num_tokens);
+  const int m = SortFormat<A>::pad(a, K);
   for (int i = warp_id(); g + i * num_chunks < E; i += kSortWarps) {
     const int end = pad_end[i];
     const int pend = (end + bm - 1) / bm * bm;

@@ -111,8 +111,8 @@ __device__ __forceinline__ int tiny_row(const TinySmem<E>& sm, const TinyPair& p
 // and returns this thread's; block 0 (g == 0) writes num_valid_ids.  With cstart (not null)
 // also each expert's first pair in expert-major order, from the same scan.  sm.off, cnt,
 // blk2e and cstart are final (a barrier precedes the return); the rows need sm.wc (tiny_row).
-template <int E, int K>
-__device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
+template <int E, int K, class A>
+__device__ __forceinline__ TinyPair tiny_rank(const A& a, TinySmem<E>& sm, int g,
                                               uint16_t* cstart = nullptr) {
   static_assert(E <= kTinyThreads, "one expert per thread in the scan");
   TinyPair p;
@@ -133,7 +133,11 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
   }
   p.j = tid;
   load_keys<E, 1>(a, p.j, 0, n, &p.key);
-  p.wt = p.key < E ? a.topk_weights[p.j] : 0.0f;
+  if constexpr (SortFormat<A>::kNative) {
+    p.wt = p.key < E ? a.topk_weights[p.j] : 0.0f;
+  } else {
+    p.wt = 0.0f;
+  }
   block_sync();
 
   const lane_mask_t peers = match_key<E>(p.key);  // ballots: fixed cost, whatever the keys
@@ -165,21 +169,22 @@ __device__ __forceinline__ TinyPair tiny_rank(const AiterAuxSortArgs& a, TinySme
   }
   if (g == 0 && tid == 0) {
     a.num_valid_ids[0] = p.rows;
-    a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+    if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
   }
   block_sync();
   return p;
 }
 
 // Block g of num_g writes the rows of its slice (kTinyThreads-row chunks g, g + num_g,
-// ...) and block 0 the reverse entries of the pairs that are not local.
-template <int E, int K>
-__device__ __forceinline__ void tiny_write_rows(const AiterAuxSortArgs& a, const TinySmem<E>& sm,
+// ...) and block 0 the reverse entries of the pairs that are not local; the peers' formats
+// also the rows and blocks past the used ones (fill_tail), spread the same way.
+template <int E, int K, class A>
+__device__ __forceinline__ void tiny_write_rows(const A& a, const TinySmem<E>& sm,
                                                 const TinyPair& p, int g, int num_g) {
   const int tid = thread_idx();
   const int n = p.n;
   const int lg = p.lg;
-  const int m = static_cast<int>(a.num_tokens);
+  const int m = SortFormat<A>::pad(a, K);
   const int slice_stride = num_g * kTinyThreads;
   if (p.key < E) {
     const int r = tiny_row<E>(sm, p);
@@ -192,13 +197,13 @@ __device__ __forceinline__ void tiny_write_rows(const AiterAuxSortArgs& a, const
     const int b = r >> lg;
     const int e = sm.blk2e[b];
     if (r - sm.off[e] >= static_cast<int>(sm.cnt[e])) write_pad_row(a, r, m);
-    if ((r & (p.bm - 1)) == 0) a.sorted_expert_ids[b] = e;
+    if ((r & (p.bm - 1)) == 0) a.sorted_expert_ids[b] = SortFormat<A>::label(a, e);
   }
+  fill_tail<K>(a, p.rows, g * kTinyThreads + tid, slice_stride);
 }
 
-template <int E, int K>
-__device__ __forceinline__ void tiny_sort_block(const AiterAuxSortArgs& a, TinySmem<E>& sm, int g,
-                                                int num_g) {
+template <int E, int K, class A>
+__device__ __forceinline__ void tiny_sort_block(const A& a, TinySmem<E>& sm, int g, int num_g) {
   const TinyPair p = tiny_rank<E, K>(a, sm, g);
   tiny_write_rows<E, K>(a, sm, p, g, num_g);
 }
@@ -227,8 +232,8 @@ template <QuantFormat F>
 constexpr int kFusedQuantTiles = F == QuantFormat::Mxfp8 ? 1 : quant_detail::kStepTiles;
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
-template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(AiterAuxSortArgs a,
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(A a,
                                                                    AiterAuxQuantArgs q, int num_g,
                                                                    int quant_blocks,
                                                                    int zero_blocks, bool x_al16,

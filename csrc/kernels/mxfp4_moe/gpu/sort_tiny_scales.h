@@ -268,7 +268,7 @@ __global__ AITER_AUX_PAIR_SCALES_BOUNDS void sort_pairs_scales_kernel(
   __shared__ PairScalesSmem sm;
   int b = block_idx();
   if (b < num_g) {
-    pair_sort_block<E, K>(a, sm.p, b);
+    pair_sort_block<E, K>(a, sm.p, b, num_g);
     return;
   }
   b -= num_g;

@@ -884,13 +884,16 @@ void test_arg_checks() {
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
 #include "emu_pairs.h"   // the pair path (uses all of the above)
 #include "emu_sums.h"    // moe_sum
+#include "emu_align.h"   // moe_align_block_size_vllm / _sglang (the peers' formats)
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
   printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
-  const char* only = getenv("AITER_AUX_EMU_ONLY");  // "moe_sum": only those cases
-  if (only != nullptr && strcmp(only, "moe_sum") == 0) {
-    test_sums();
+  // AITER_AUX_EMU_ONLY=moe_sum / =align: only those cases
+  const char* only = getenv("AITER_AUX_EMU_ONLY");
+  if (only != nullptr && (strcmp(only, "moe_sum") == 0 || strcmp(only, "align") == 0)) {
+    if (strcmp(only, "moe_sum") == 0) test_sums();
+    else test_align();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail == 0 ? 0 : 1;
   }
@@ -1090,6 +1093,7 @@ int main() {
   test_sort_quant_scales();
   test_pairs();
   test_sums();
+  test_align();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;

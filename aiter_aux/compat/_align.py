@@ -1,0 +1,160 @@
+"""vLLM's and SGLang's ``moe_align_block_size`` on our sort kernels (docs/compat.md).
+
+The kernels write the peers' formats themselves (``moe_align_block_size_vllm`` /
+``moe_align_block_size_sglang`` of :mod:`aiter_aux.ops`: the id encoding, the padding, the
+buckets and the block labels are compile-time parameters of the sort instance); these
+functions only check the arguments as the references do, allocate what the peer allocates
+and call one ``_out`` op.  Re-exported as ``moe_align_block_size`` by
+:mod:`aiter_aux.compat.vllm` and :mod:`aiter_aux.compat.sglang`.  Importing this module
+loads nothing (torch and the ops are imported on the first call).
+
+Beyond the references' rules:
+
+* ``block_size`` must be 16, 32, 64 or 128 (our sort's block sizes; the peers take any),
+  else ``ValueError``.
+* A ``num_experts`` with no instance raises ``UnsupportedShapeError`` (a ``ValueError``)
+  naming ``aiter-aux add-shape`` before any kernel runs; the instances are keyed on
+  ``num_experts`` alone (SGLang: the routed experts, ``num_experts - 1`` of its argument).
+* int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU; values past
+  int32 clamped, so that they are dropped as before).
+* The checks that read tensor values (SGLang ids in ``[-1, E)``, vLLM map values with
+  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, so
+  there the kernels drop such ids (and map values) instead of reading out of bounds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["vllm_moe_align_block_size", "sglang_moe_align_block_size"]
+
+
+def _ids32(topk_ids):
+    """int32 ids with the same meaning: int64 values past int32 are clamped to ids that are
+    dropped as they are (-2, or 2**31 - 1) rather than wrapped."""
+    import torch
+
+    if topk_ids.dtype == torch.int32:
+        return topk_ids
+    return topk_ids.clamp(-2, 2**31 - 1).to(torch.int32)
+
+
+def vllm_moe_align_block_size(
+    topk_ids: torch.Tensor,
+    block_size: int,
+    num_experts: int,
+    expert_map: torch.Tensor | None = None,
+    pad_sorted_ids: bool = False,
+    ignore_invalid_experts: bool = False,
+    return_scatter_idx: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """vLLM's ``moe_align_block_size`` (``vllm/model_executor/layers/fused_moe/
+    moe_align_block_size.py``): same signature, outputs and meaning as
+    :func:`aiter_aux.reference.compat.vllm_moe_align_block_size`, with ascending pair index
+    inside an expert (deterministic).
+
+    Returns:
+        ``(sorted_ids, expert_ids, num_tokens_post_pad[, scatter_idx])``, every element
+        written (``scatter_idx`` int32 ``[M * topk, 1]``).
+    """
+    import torch
+
+    from ..ops import moe_align_block_size_vllm_out
+    from ..reference import compat as R
+    from ..validation import check_expert_map
+
+    topk_ids = R._check_ids(topk_ids, (2,))
+    pad = R._check_flag(pad_sorted_ids, "pad_sorted_ids")
+    ignore = R._check_flag(ignore_invalid_experts, "ignore_invalid_experts")
+    want_scatter = R._check_flag(return_scatter_idx, "return_scatter_idx")
+    bs, e, cap = R._check_sizes(
+        topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
+        lambda n, e, b: R.vllm_align_capacity(n, e, b, pad),
+    )  # fmt: skip
+    if expert_map is not None:
+        expert_map = check_expert_map(expert_map, topk_ids.device)
+        if expert_map.numel() < e:
+            raise ValueError(
+                f"expert_map must have >= num_experts ({e}) entries, got {expert_map.numel()}"
+            )
+        if ignore and expert_map.device.type == "cpu":
+            R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+    if want_scatter and expert_map is not None and not ignore:
+        raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
+    ids = _ids32(topk_ids)
+    kw = dict(dtype=torch.int32, device=ids.device)
+    sorted_ids = torch.empty(cap, **kw)
+    expert_ids = torch.empty(-(-cap // bs), **kw)
+    total = torch.empty(1, **kw)
+    scatter_idx = torch.empty(ids.numel(), **kw)
+    maps = {}
+    if expert_map is not None:
+        maps["expert_map" if ignore else "block_expert_map"] = expert_map
+    moe_align_block_size_vllm_out(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx, **maps)
+    if want_scatter:
+        return sorted_ids, expert_ids, total, scatter_idx.view(-1, 1)
+    return sorted_ids, expert_ids, total
+
+
+def sglang_moe_align_block_size(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: torch.Tensor,
+    experts_ids: torch.Tensor,
+    num_tokens_post_pad: torch.Tensor,
+    cumsum_buffer: torch.Tensor | None = None,
+    pad_sorted_token_ids: bool = False,
+) -> None:
+    """sgl-kernel's ``moe_align_block_size`` (``sgl_kernel/moe.py``), out-parameter style:
+    ``num_experts`` counts the buckets, the routed experts plus one for the -1 ids, as
+    SGLang's callers pass it (``num_experts + 1``); ``topk_ids`` 1-D or 2-D.  Writes
+    ``sorted_token_ids`` (every element: ``pad_sorted_token_ids`` is accepted and the
+    padding written either way), ``experts_ids`` (every block: -1 past the used ones) and
+    ``num_tokens_post_pad`` as :func:`aiter_aux.reference.compat.sglang_moe_align_block_size`
+    defines them for ``num_experts - 1`` routed experts.  ``cumsum_buffer`` is not touched
+    (our sort needs no scratch of the caller's).
+
+    Raises:
+        TypeError, ValueError: before anything is written; a ``sorted_token_ids`` shorter
+            than SGLang's capacity, or an ``experts_ids`` shorter than its blocks, is a
+            ``ValueError`` (sgl-kernel writes past them).
+    """
+    import torch
+
+    from ..ops import moe_align_block_size_sglang_out
+    from ..reference import compat as R
+    from ..validation import validate_int
+
+    topk_ids = R._check_ids(topk_ids, (1, 2))
+    buckets = validate_int(num_experts, "num_experts")
+    if buckets < 2:
+        raise ValueError(
+            f"num_experts counts the routed experts plus one (SGLang's num_experts + 1), "
+            f"so it must be >= 2, got {buckets}"
+        )
+    bs, e, cap = R._check_sizes(topk_ids, block_size, buckets - 1, R.SGLANG_MAX_EXPERTS,
+                                R.sglang_align_capacity)  # fmt: skip
+    R._check_flag(pad_sorted_token_ids, "pad_sorted_token_ids")
+    for name, t, need in (("sorted_token_ids", sorted_token_ids, cap),
+                          ("experts_ids", experts_ids, -(-cap // bs)),
+                          ("num_tokens_post_pad", num_tokens_post_pad, 1)):  # fmt: skip
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        if t.numel() < need:
+            raise ValueError(f"{name} must have >= {need} elements, got {t.numel()}")
+    if topk_ids.device.type == "cpu":
+        R._check_values(topk_ids, -1, e, "topk_ids", f"in [-1, {e})")
+    ids = _ids32(topk_ids).reshape(-1, 1)
+    scatter_idx = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
+    moe_align_block_size_sglang_out(
+        ids, e, bs, sorted_token_ids.view(-1), experts_ids.view(-1),
+        num_tokens_post_pad.view(-1)[:1], scatter_idx,
+    )  # fmt: skip

@@ -1,0 +1,129 @@
+// CPU kernels of moe_align_block_size_vllm and moe_align_block_size_sglang: the sort of
+// moe_sort in vLLM's and SGLang's output formats (docs/compat.md is the spec, every output
+// byte equals aiter_aux/reference/compat.py).  The format is a compile-time parameter of the
+// instance: which bucket a pair's id falls into, how a block is labelled, what pads.
+// Included by mxfp4_moe_aux_cpu.h after its helpers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "../aiter_aux_limits.h"
+#include "../mxfp4_moe_aux_abi.h"
+#include "cpu_common.h"
+
+namespace aiter_aux {
+namespace cpu {
+
+enum class AlignFormat { Vllm, Sglang };
+
+namespace detail {
+
+// The checks of an align instance: E = the instance's num_experts; `need` = the op's capacity
+// rule.  Nothing is written before they pass.
+template <int E>
+int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
+  if (a.num_experts != E)
+    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts,
+                       E);
+  if (!valid_block_m(a.block_size))
+    return invalid_arg("%s: block_size=%d not in {16, 32, 64, 128}", op, a.block_size);
+  if (a.numel < 0 || a.numel >= kMaxTokens)
+    return invalid_arg("%s: numel=%lld out of [0, 2^24)", op, (long long)a.numel);
+  if (a.capacity < need || a.capacity > kInt32Max - 65536)
+    return invalid_arg("%s: capacity=%lld must be >= %lld and <= 2^31 - 2^16 - 1", op,
+                       (long long)a.capacity, (long long)need);
+  if (a.num_tokens_post_pad == nullptr) return invalid_arg("%s: num_tokens_post_pad is NULL", op);
+  if ((a.capacity > 0 && (a.sorted_token_ids == nullptr || a.expert_ids == nullptr)) ||
+      (a.numel > 0 && (a.topk_ids == nullptr || a.scatter_idx == nullptr)))
+    return invalid_arg("%s: NULL input/output pointer", op);
+  if (a.expert_map != nullptr && a.num_global_experts < 0)
+    return invalid_arg("%s: num_global_experts=%lld < 0", op, (long long)a.num_global_experts);
+  if (a.block_expert_map != nullptr && a.block_map_numel < 1)
+    return invalid_arg("%s: block_expert_map of %lld entries", op, (long long)a.block_map_numel);
+  return AITER_AUX_OK;
+}
+
+// The bucket of id `id` in [0, NB), or -1 (dropped).  vLLM: the expert (expert_map[id] with
+// a map), NB = E; SGLang: id + 1, NB = E + 1 (bucket 0 holds the -1 ids).
+template <int E, AlignFormat F>
+inline int64_t align_bucket(const AiterAuxAlignArgs& a, int32_t id) {
+  if constexpr (F == AlignFormat::Sglang) {
+    const int64_t b = int64_t(id) + 1;
+    return b >= 0 && b <= E ? b : -1;
+  } else {
+    if (id < 0 || id >= E) return -1;
+    if (a.expert_map == nullptr) return id;
+    const int64_t e = id < a.num_global_experts ? a.expert_map[id] : -1;
+    return e >= 0 && e < E ? e : -1;
+  }
+}
+
+// Counting sort into block-padded bucket segments, ascending pair index inside a bucket.
+template <int E, AlignFormat F>
+int align_impl(const AiterAuxAlignArgs& a) {
+  constexpr int NB = F == AlignFormat::Sglang ? E + 1 : E;
+  const int64_t n = a.numel;
+  const int64_t bs = a.block_size;
+  const int32_t* __restrict ids = a.topk_ids;
+  std::vector<int64_t> cnt(NB, 0), pos(NB);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    if (b >= 0) ++cnt[b];
+  }
+  int64_t total = 0;
+  for (int b = 0; b < NB; ++b) {
+    pos[b] = total;
+    total += round_up(cnt[b], bs);
+  }
+  // total <= capacity: at most min(n, NB) segments, each wasting < bs rows (check_align).
+  const int32_t pad = static_cast<int32_t>(n);
+  int32_t* __restrict sti = a.sorted_token_ids;
+  for (int64_t r = 0; r < a.capacity; ++r) sti[r] = pad;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    if (b >= 0) sti[pos[b]++] = static_cast<int32_t>(i);
+    a.scatter_idx[i] = b >= 0 ? static_cast<int32_t>(i) : -1;
+  }
+  // Labels: vLLM e (block_expert_map[e] with labels), SGLang e - 1; past the used blocks
+  // -1 (the labels' last entry with labels).
+  const int32_t* lab = a.block_expert_map;
+  int64_t blk = 0;
+  for (int b = 0; b < NB; ++b) {
+    const int64_t nb = round_up(cnt[b], bs) / bs;
+    int32_t label = F == AlignFormat::Sglang ? b - 1 : (lab != nullptr ? lab[b] : b);
+    for (int64_t j = 0; j < nb; ++j) a.expert_ids[blk++] = label;
+  }
+  const int32_t tail = lab != nullptr ? lab[a.block_map_numel - 1] : -1;
+  for (const int64_t nblk = ceil_div(a.capacity, bs); blk < nblk; ++blk) a.expert_ids[blk] = tail;
+  a.num_tokens_post_pad[0] = static_cast<int32_t>(total);
+  return AITER_AUX_OK;
+}
+
+}  // namespace detail
+
+template <int NumExperts>
+int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
+  const int rc = detail::check_align<NumExperts>(
+      a, "moe_align_block_size_vllm",
+      aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size));
+  if (rc != AITER_AUX_OK) return rc;
+  return detail::align_impl<NumExperts, AlignFormat::Vllm>(a);
+}
+
+template <int NumExperts>
+int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
+  if constexpr (NumExperts + 1 > AITER_AUX_MAX_NUM_EXPERTS) {
+    return detail::invalid_arg("moe_align_block_size_sglang: num_experts + 1 = %d buckets "
+                               "exceed %d", NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
+  } else {
+    const int rc = detail::check_align<NumExperts>(
+        a, "moe_align_block_size_sglang",
+        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size));
+    if (rc != AITER_AUX_OK) return rc;
+    return detail::align_impl<NumExperts, AlignFormat::Sglang>(a);
+  }
+}
+
+}  // namespace cpu
+}  // namespace aiter_aux

@@ -1,0 +1,206 @@
+"""aiter_aux.compat.vllm / .sglang ``moe_align_block_size`` and the ops
+``moe_align_block_size_vllm`` / ``moe_align_block_size_sglang`` against the references
+(aiter_aux.reference.compat is the spec of the formats; aiter_aux.reference.align of the
+ops), on the CPU module and on CUDA when there is one: random routing, expert parallelism
+with gaps, nothing local, M = 0, 1, 7, 4096, 65536 (the large ones on a small catalog
+shape), every block size, ids out of range, one expert taking every pair, the vLLM options,
+poisoned and longer buffers, and the errors (raised before any kernel runs).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aiter_aux import ops as O  # noqa: E402
+from aiter_aux import reference as R  # noqa: E402
+from aiter_aux.compat import sglang as S  # noqa: E402
+from aiter_aux.compat import vllm as V  # noqa: E402
+from aiter_aux.reference import compat as RC  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+BLOCK_SIZES = [16, 32, 64, 128]
+SMALL = (33, 8)  # a small catalog (num_experts, topk): the large M
+SHAPES = [(256, 8), (513, 11), (33, 8), (896, 16)]
+POISON = 0x5A5A5A5A
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module(cpu_module):
+    return cpu_module
+
+
+def _routing(g, m, k, e, mode):
+    ids = torch.randint(0, e, (m, k), generator=g, dtype=torch.int32)
+    if mode == "one":
+        return torch.full((m, k), e // 2, dtype=torch.int32)
+    if mode == "none":
+        return torch.where(torch.rand(m, k, generator=g) < 0.5, -1, e + 7).to(torch.int32)
+    if mode == "ep":  # -1 for other ranks' experts, some experts never picked
+        ids = torch.where(ids % 3 == 1, -1, ids)
+    if mode == "oob":  # ids out of range (the vLLM format drops them)
+        bad = torch.tensor([-1, -2, e, e + 1, 2**31 - 1, -(2**31)], dtype=torch.int32)
+        pick = bad[torch.randint(0, len(bad), (m, k), generator=g)]
+        ids = torch.where(torch.rand(m, k, generator=g) < 0.3, pick, ids)
+    return ids
+
+
+def _eq(got, want):
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (i, a.shape, b.shape)
+        assert torch.equal(a.cpu(), b.cpu()), f"output {i} differs"
+
+
+CASES = [(e, k, m, bs, mode) for (e, k) in SHAPES for m, bs, mode in
+         [(0, 16, "rand"), (1, 32, "rand"), (7, 64, "ep"), (7, 128, "one"), (100, 16, "oob"),
+          (300, 64, "none"), (1000, 128, "ep")]]  # fmt: skip
+CASES += [(*SMALL, 4096, bs, "rand") for bs in BLOCK_SIZES]
+CASES += [(*SMALL, 65536, 64, "ep"), (*SMALL, 65536, 16, "one")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("e,k,m,bs,mode", CASES)
+def test_vllm(device, e, k, m, bs, mode):
+    g = torch.Generator().manual_seed(e * 7 + m + bs)
+    ids = _routing(g, m, k, e, mode).to(device)
+    for pad in (False, True):
+        want = RC.vllm_moe_align_block_size(ids, bs, e, pad_sorted_ids=pad, return_scatter_idx=True)
+        _eq(V.moe_align_block_size(ids, bs, e, pad_sorted_ids=pad, return_scatter_idx=True), want)
+        _eq(V.moe_align_block_size(ids.long(), bs, e, pad_sorted_ids=pad), want[:3])
+    # expert parallelism: a map with gaps (every third expert local), both meanings
+    emap = torch.full((e + 3,), -1, dtype=torch.int32)
+    local = torch.arange(0, e, 3)
+    emap[local] = torch.arange(local.numel(), dtype=torch.int32)
+    emap = emap.to(device)
+    for ignore in (True, False):
+        want = RC.vllm_moe_align_block_size(ids, bs, e, emap, ignore_invalid_experts=ignore,
+                                            return_scatter_idx=ignore)  # fmt: skip
+        got = V.moe_align_block_size(ids, bs, e, emap, ignore_invalid_experts=ignore,
+                                     return_scatter_idx=ignore)  # fmt: skip
+        _eq(got, want)
+    none_local = torch.full((e,), -1, dtype=torch.int32, device=device)
+    _eq(
+        V.moe_align_block_size(ids, bs, e, none_local, ignore_invalid_experts=True),
+        RC.vllm_moe_align_block_size(ids, bs, e, none_local, ignore_invalid_experts=True),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("e,k,m,bs,mode", [c for c in CASES if c[4] != "oob"])
+def test_sglang(device, e, k, m, bs, mode):
+    g = torch.Generator().manual_seed(e * 5 + m + bs)
+    ids = _routing(g, m, k, e, mode).clamp(-1, e - 1).to(device)
+    want = RC.sglang_moe_align_block_size(ids, bs, e)
+    cap = want[0].numel()
+    for flat in (False, True):
+        x = ids.reshape(-1) if flat else ids
+        buf = [torch.full((n,), POISON, dtype=torch.int32, device=device)
+               for n in (cap, want[1].numel(), 1)]  # fmt: skip
+        cumsum = torch.full((e + 2,), POISON, dtype=torch.int32, device=device)
+        assert S.moe_align_block_size(x, e + 1, bs, *buf, cumsum, True) is None
+        _eq(buf, want)
+        assert bool((cumsum == POISON).all()), "cumsum_buffer was written"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_longer_buffers_and_guards(device):
+    """The _out forms write rows [0, min(len(sti), len(eid) * bs)) and those blocks, nothing
+    else: guard elements keep their poison, and equal the op's reference."""
+    g = torch.Generator().manual_seed(3)
+    e, k, bs = 256, 8, 32
+    ids = _routing(g, 50, k, e, "oob").to(device)
+    emap = torch.randint(-1, e, (e + 1,), generator=g, dtype=torch.int32).to(device)
+    for op, kw in (("vllm", {}), ("vllm", {"expert_map": emap}),
+                   ("vllm", {"block_expert_map": emap}), ("sglang", {})):  # fmt: skip
+        name = f"moe_align_block_size_{op}"
+        cap_fn = RC.vllm_align_capacity if op == "vllm" else RC.sglang_align_capacity
+        cap = cap_fn(ids.numel(), e, bs) + 45  # a longer sorted_token_ids
+        outs = []
+        for lib in (O, R):
+            bufs = [torch.full((n + 8,), POISON, dtype=torch.int32, device=device)
+                    for n in (cap, -(-cap // bs) + 1, 1, ids.numel())]  # fmt: skip
+            getattr(lib, name + "_out")(ids, e, bs, *(b[4:-4] for b in bufs), **kw)
+            outs.append(bufs)
+            for b in bufs:
+                assert bool((b[:4] == POISON).all() and (b[-4:] == POISON).all()), name
+        _eq(outs[0], outs[1])
+        _eq(getattr(O, name)(ids, e, bs, **kw), getattr(R, name)(ids, e, bs, **kw))
+
+
+def test_vllm_int64_ids_past_int32_are_dropped():
+    ids = torch.tensor([[2**32 + 3, 5], [-(2**32) + 1, 2**31]], dtype=torch.int64)
+    want = RC.vllm_moe_align_block_size(ids, 16, 256, return_scatter_idx=True)
+    _eq(V.moe_align_block_size(ids, 16, 256, return_scatter_idx=True), want)
+    assert want[3].reshape(-1).tolist() == [-1, 1, -1, -1]
+
+
+def _no_kernel(cpu_module, fn, exc, match):
+    calls = cpu_module.kernel_calls()
+    with pytest.raises(exc, match=match):
+        fn()
+    assert cpu_module.kernel_calls() == calls, "a kernel ran"
+
+
+def test_errors_before_any_kernel(cpu_module):
+    ids = torch.randint(0, 256, (4, 8), dtype=torch.int32)
+    emap = torch.arange(256, dtype=torch.int32)
+    cases = [
+        (lambda: V.moe_align_block_size(ids, 48, 256), ValueError, "block_size must be one"),
+        (lambda: V.moe_align_block_size(ids, 0, 256), ValueError, "block_size"),
+        (lambda: V.moe_align_block_size(ids, 64, 993), ValueError, "num_experts"),
+        (lambda: V.moe_align_block_size(ids, 64, 100), ValueError, "add-shape"),
+        (lambda: V.moe_align_block_size(ids.float(), 64, 256), TypeError, "topk_ids"),
+        (lambda: V.moe_align_block_size(ids.t(), 64, 256), ValueError, "contiguous"),
+        (lambda: V.moe_align_block_size(ids, 64, 256, pad_sorted_ids=1), TypeError, "pad"),
+        (lambda: V.moe_align_block_size(ids, 64, 256, emap, return_scatter_idx=True),
+         ValueError, "ignore_invalid_experts"),
+        (lambda: V.moe_align_block_size(ids, 64, 256, emap[:10]), ValueError, "expert_map"),
+        (lambda: V.moe_align_block_size(ids, 64, 256, emap + 5, ignore_invalid_experts=True),
+         ValueError, "expert_map values"),
+        (lambda: O.moe_align_block_size_vllm(ids, 256, 64, expert_map=emap,
+                                             block_expert_map=emap), ValueError, "not both"),
+        (lambda: O.moe_align_block_size_sglang(ids, 1024, 64), ValueError, "1023"),
+    ]  # fmt: skip
+    sti, eid, nt = (torch.zeros(n, dtype=torch.int32) for n in (2048, 64, 1))
+    cases += [
+        (lambda: S.moe_align_block_size(ids, 257, 64, sti[:100], eid, nt, None), ValueError,
+         "elements"),
+        (lambda: S.moe_align_block_size(ids + 300, 257, 64, torch.zeros(17000, dtype=torch.int32),
+                                        torch.zeros(300, dtype=torch.int32), nt, None),
+         ValueError, "topk_ids values"),
+        (lambda: S.moe_align_block_size(ids, 1, 64, sti, eid, nt, None), ValueError, ">= 2"),
+        (lambda: S.moe_align_block_size(ids, 257, 64, sti.long(), eid, nt, None), TypeError,
+         "sorted_token_ids"),
+    ]  # fmt: skip
+    for fn, exc, match in cases:
+        _no_kernel(cpu_module, fn, exc, match)
+
+
+def test_import_loads_nothing():
+    code = ("import sys; import aiter_aux.compat.vllm, aiter_aux.compat.sglang; "
+            "bad = [m for m in ('torch', 'aiter_aux.ops', 'aiter_aux.jit.build') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_signatures():
+    import inspect
+
+    p = list(inspect.signature(V.moe_align_block_size).parameters.values())
+    assert [(x.name, x.default) for x in p] == [
+        ("topk_ids", inspect._empty), ("block_size", inspect._empty),
+        ("num_experts", inspect._empty), ("expert_map", None), ("pad_sorted_ids", False),
+        ("ignore_invalid_experts", False), ("return_scatter_idx", False),
+    ]  # fmt: skip
+    p = list(inspect.signature(S.moe_align_block_size).parameters.values())
+    assert [x.name for x in p] == [
+        "topk_ids", "num_experts", "block_size", "sorted_token_ids", "experts_ids",
+        "num_tokens_post_pad", "cumsum_buffer", "pad_sorted_token_ids",
+    ]  # fmt: skip
+    assert p[-1].default is False
