@@ -33,42 +33,43 @@ enum AiterAuxStatus {
 // moe_sort.  All pointers are device pointers of the module's backend.
 // Compile-time parameters of the instance: num_experts, topk.
 typedef struct AiterAuxSortArgs {
-  const int32_t* topk_ids;      // [num_tokens, topk]
-  const float* topk_weights;    // [num_tokens, topk]
-  int64_t num_tokens;           // M, < 2^24
-  int32_t num_experts;          // must equal the instance's
-  int32_t topk;                 // must equal the instance's
-  int32_t block_m;              // 16, 32, 64 or 128
+  const int32_t* topk_ids;    // [num_tokens, topk]
+  const float* topk_weights;  // [num_tokens, topk]
+  int64_t num_tokens;         // M, < 2^24
+  int32_t num_experts;        // must equal the instance's
+  int32_t topk;               // must equal the instance's
+  int32_t block_m;            // 16, 32, 64 or 128
   int32_t reserved0;
-  int64_t max_rows;             // capacity of the sorted buffers, multiple of block_m
-  int32_t* sorted_token_ids;    // [max_rows]  t | (k << 24); pad = M
-  float* sorted_weights;        // [max_rows]  pad 0.0
-  int32_t* m_indices;           // [max_rows]  t; pad = M
-  int32_t* sorted_expert_ids;   // [max_rows / block_m]
-  int32_t* num_valid_ids;       // [2] = {rows including padding, M}
-  int32_t* reverse_sorted;      // [num_tokens * topk]  row of (t, k), -1 if not local
-  uint16_t* zero_buf;           // optional bf16 buffer zeroed in the same call (NULL: none)
-  int64_t zero_numel;           // elements of zero_buf
+  int64_t max_rows;            // capacity of the sorted buffers, multiple of block_m
+  int32_t* sorted_token_ids;   // [max_rows]  t | (k << 24); pad = M
+  float* sorted_weights;       // [max_rows]  pad 0.0
+  int32_t* m_indices;          // [max_rows]  t; pad = M
+  int32_t* sorted_expert_ids;  // [max_rows / block_m]
+  int32_t* num_valid_ids;      // [2] = {rows including padding, M}
+  int32_t* reverse_sorted;     // [num_tokens * topk]  row of (t, k), -1 if not local
+  uint16_t* zero_buf;          // optional bf16 buffer zeroed in the same call (NULL: none)
+  int64_t zero_numel;          // elements of zero_buf
   // Expert parallelism: topk_ids hold global ids; the local expert of id g is
   // expert_map[g] for g in [0, num_global_experts); a pair is local when it is in
   // [0, num_experts).  NULL: topk_ids hold local ids.
-  const int32_t* expert_map;    // [num_global_experts] or NULL
+  const int32_t* expert_map;  // [num_global_experts] or NULL
   int64_t num_global_experts;
-  const uint16_t* zero_init;    // optional bf16 [zero_numel] copied into zero_buf instead of zeros
+  const uint16_t* zero_init;  // optional bf16 [zero_numel] copied into zero_buf instead of zeros
 } AiterAuxSortArgs;
 
 // mxfp4_quant and mxfp8_quant (per_1x32).  Compile-time parameter: model_dim.
 typedef struct AiterAuxQuantArgs {
-  const uint16_t* x;            // bf16 bits [num_tokens, model_dim], row-major
+  const uint16_t* x;  // bf16 bits [num_tokens, model_dim], row-major
   int64_t num_tokens;
-  int32_t model_dim;            // must equal the instance's
+  int32_t model_dim;  // must equal the instance's
   int32_t reserved0;
-  uint8_t* a_q;                 // mxfp4: [num_tokens, model_dim / 2]  e2m1, element 2j in the
-                                //   low nibble; mxfp8: [num_tokens, model_dim] E4M3 bytes
-  uint8_t* a_scale;             // [num_tokens, model_dim / 32] e8m0
+  uint8_t* a_q;      // mxfp4: [num_tokens, model_dim / 2]  e2m1, element 2j in the
+                     //   low nibble; mxfp8: [num_tokens, model_dim] E4M3 bytes
+  uint8_t* a_scale;  // [num_tokens, model_dim / 32] e8m0
 } AiterAuxQuantArgs;
 
-// moe_sort_quant / moe_sort_quant_fp8: both in one call.  Compile-time: num_experts, topk, model_dim.
+// moe_sort_quant / moe_sort_quant_fp8: both in one call.  Compile-time: num_experts, topk,
+// model_dim.
 typedef struct AiterAuxSortQuantArgs {
   AiterAuxSortArgs sort;
   AiterAuxQuantArgs quant;
@@ -81,7 +82,7 @@ typedef struct AiterAuxSortQuantArgs {
 
 // moe_sort_scales.  Compile-time parameter: model_dim.
 typedef struct AiterAuxSortScalesArgs {
-  const uint8_t* a_scale;           // [num_tokens, model_dim / 32] e8m0, row-major
+  const uint8_t* a_scale;  // [num_tokens, model_dim / 32] e8m0, row-major
   int64_t num_tokens;
   int32_t model_dim;                // must equal the instance's; multiple of 256
   int32_t block_m;                  // 16, 32, 64 or 128 (BM = max(32, block_m))
@@ -109,17 +110,17 @@ static inline AiterAuxSortScalesArgs aiter_aux_sort_scales_args(const AiterAuxSo
 // moe_scatter_reduce (bf16 expert_out) and moe_scatter_reduce_q (MXFP4 expert_out).
 // Compile-time parameters: model_dim, topk.
 typedef struct AiterAuxScatterArgs {
-  const uint16_t* expert_out;        // bf16 [num_rows, model_dim]        (scatter_reduce)
-  const uint8_t* expert_out_q;       // e2m1 [num_rows, model_dim / 2]    (scatter_reduce_q)
-  const uint8_t* expert_out_scale;   // e8m0 [num_rows, model_dim / 32]   (scatter_reduce_q)
-  int64_t num_rows;                  // rows of expert_out
-  const int32_t* reverse_sorted;     // [num_tokens * topk]
-  const float* sorted_weights;       // [num_rows] (at least)
+  const uint16_t* expert_out;       // bf16 [num_rows, model_dim]        (scatter_reduce)
+  const uint8_t* expert_out_q;      // e2m1 [num_rows, model_dim / 2]    (scatter_reduce_q)
+  const uint8_t* expert_out_scale;  // e8m0 [num_rows, model_dim / 32]   (scatter_reduce_q)
+  int64_t num_rows;                 // rows of expert_out
+  const int32_t* reverse_sorted;    // [num_tokens * topk]
+  const float* sorted_weights;      // [num_rows] (at least)
   int64_t num_tokens;
-  int32_t model_dim;                 // must equal the instance's
-  int32_t topk;                      // must equal the instance's
-  uint16_t* out;                     // bf16 [num_tokens, model_dim]
-  float routed_scaling_factor;       // out = bf16_rne(fp32 sum * factor); 1.0: plain sum
+  int32_t model_dim;            // must equal the instance's
+  int32_t topk;                 // must equal the instance's
+  uint16_t* out;                // bf16 [num_tokens, model_dim]
+  float routed_scaling_factor;  // out = bf16_rne(fp32 sum * factor); 1.0: plain sum
   int32_t reserved1;
 } AiterAuxScatterArgs;
 
@@ -127,15 +128,15 @@ typedef struct AiterAuxScatterArgs {
 // output format (docs/compat.md).  Compile-time parameter: num_experts.  The pairs are the
 // flat indices i of topk_ids (its topk does not matter to these ops).
 typedef struct AiterAuxAlignArgs {
-  const int32_t* topk_ids;          // [numel]
-  int64_t numel;                    // pairs, < 2^24
-  int32_t num_experts;              // must equal the instance's (SGLang: without its -1 bucket)
-  int32_t block_size;               // 16, 32, 64 or 128
-  int64_t capacity;                 // elements of sorted_token_ids (>= the op's capacity rule)
-  int32_t* sorted_token_ids;        // [capacity]  i; padding and rows past the total = numel
-  int32_t* expert_ids;              // [ceil(capacity / block_size)]  -1 past the used blocks
-  int32_t* num_tokens_post_pad;     // [1]  rows used (a multiple of block_size)
-  int32_t* scatter_idx;             // [numel]  i for a pair that takes part, else -1
+  const int32_t* topk_ids;       // [numel]
+  int64_t numel;                 // pairs, < 2^24
+  int32_t num_experts;           // must equal the instance's (SGLang: without its -1 bucket)
+  int32_t block_size;            // 16, 32, 64 or 128
+  int64_t capacity;              // elements of sorted_token_ids (>= the op's capacity rule)
+  int32_t* sorted_token_ids;     // [capacity]  i; padding and rows past the total = numel
+  int32_t* expert_ids;           // [ceil(capacity / block_size)]  -1 past the used blocks
+  int32_t* num_tokens_post_pad;  // [1]  rows used (a multiple of block_size)
+  int32_t* scatter_idx;          // [numel]  i for a pair that takes part, else -1
   // vLLM with ignore_invalid_experts: the pair's expert is expert_map[id] (ids in
   // [0, num_global_experts)); NULL: the id.
   const int32_t* expert_map;
@@ -153,7 +154,8 @@ static inline int64_t aiter_aux_vllm_align_capacity(int64_t numel, int64_t num_e
 }
 static inline int64_t aiter_aux_sglang_align_capacity(int64_t numel, int64_t num_experts,
                                                       int64_t block_size) {
-  return numel < num_experts + 1 ? numel * block_size : numel + (num_experts + 1) * (block_size - 1);
+  return numel < num_experts + 1 ? numel * block_size
+                                 : numel + (num_experts + 1) * (block_size - 1);
 }
 // The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
 // (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
@@ -166,18 +168,18 @@ enum AiterAuxDType {
 };
 
 typedef struct AiterAuxSumArgs {
-  const void* input;                 // [num_tokens, topk, model_dim] of `dtype`, row-major
+  const void* input;  // [num_tokens, topk, model_dim] of `dtype`, row-major
   int64_t num_tokens;
   int64_t model_dim;
-  int64_t topk;                      // >= 1
-  int32_t dtype;                     // AiterAuxDType of input and output
-  float routed_scaling_factor;       // out = round(fp32 sum * factor); 1.0: plain sum
+  int64_t topk;                 // >= 1
+  int32_t dtype;                // AiterAuxDType of input and output
+  float routed_scaling_factor;  // out = round(fp32 sum * factor); 1.0: plain sum
   // Optional (NULL: every slot is summed): slot (t, k) is skipped when topk_ids[t, k] < 0,
   // or with expert_map when the id is >= num_global_experts or expert_map[id] < 0.
-  const int32_t* topk_ids;           // [num_tokens, topk] or NULL
-  const int32_t* expert_map;         // [num_global_experts] or NULL
+  const int32_t* topk_ids;    // [num_tokens, topk] or NULL
+  const int32_t* expert_map;  // [num_global_experts] or NULL
   int64_t num_global_experts;
-  void* output;                      // [num_tokens, model_dim] of `dtype`
+  void* output;  // [num_tokens, model_dim] of `dtype`
 } AiterAuxSumArgs;
 
 static inline int64_t aiter_aux_sort_capacity(int64_t num_tokens, int64_t topk, int64_t num_experts,
@@ -192,28 +194,28 @@ typedef int (*AiterAuxFn)(const void* args, void* stream);
 #define AITER_AUX_MAX_PARAMS 3  // compile-time parameters of any op (codegen MAX_PARAMS)
 
 typedef struct AiterAuxInstance {
-  const char* key;                         // e.g. "moe_sort_e257_k9"
-  int32_t op;                              // op_id of the op table
-  int32_t params[AITER_AUX_MAX_PARAMS];    // compile-time values, template order (rest 0)
+  const char* key;                       // e.g. "moe_sort_e257_k9"
+  int32_t op;                            // op_id of the op table
+  int32_t params[AITER_AUX_MAX_PARAMS];  // compile-time values, template order (rest 0)
   AiterAuxFn fn;
 } AiterAuxInstance;
 
 // Exported by the generated lookup translation unit.
 int aiter_aux_abi_version(void);
-const char* aiter_aux_backend(void);             // "cpu", "cuda" or "rocm"
+const char* aiter_aux_backend(void);  // "cpu", "cuda" or "rocm"
 int aiter_aux_num_instances(void);
 const AiterAuxInstance* aiter_aux_instance(int index);
-const char* aiter_aux_instance_key(int index);   // key of instance `index` (NULL if out of range)
+const char* aiter_aux_instance_key(int index);  // key of instance `index` (NULL if out of range)
 const AiterAuxInstance* aiter_aux_find(const char* key);  // NULL if absent
-const char* aiter_aux_last_error(void);          // message of the last failing call
-int64_t aiter_aux_kernel_calls(void);            // instance calls so far (tests: "no kernel ran")
+const char* aiter_aux_last_error(void);                   // message of the last failing call
+int64_t aiter_aux_kernel_calls(void);  // instance calls so far (tests: "no kernel ran")
 void aiter_aux_count_kernel_call(void);
 // Programmatic dependent launch (PDL): 1 launches every later kernel with the
 // programmatic-stream-serialization attribute, 0 (the initial value) plain launches.  The
 // switch is read at each launch; it takes effect only in CUDA builds whose every target is
 // sm_90 or newer (gpu/hip_compat.h); on HIP and the CPU it changes nothing.
 void aiter_aux_set_pdl(int on);
-int aiter_aux_pdl(void);                          // the switch's value (0 or 1)
+int aiter_aux_pdl(void);  // the switch's value (0 or 1)
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -45,10 +45,10 @@ AITER_AUX_HD uint8_t encode(uint32_t x, uint32_t s) {
   // |x| = mant * 2^lsb exactly; mant has 8 bits (normal) or fewer (subnormal)
   const uint32_t mant = e == 0 ? (a & 0x7Fu) : (0x80u | (a & 0x7Fu));
   const int lsb = (e == 0 ? -133 : e - 134) + 127 - static_cast<int>(s);  // of q = |x| 2^(127-s)
-  const int nb = bit_width(mant);            // significant bits of mant
-  const int eq = lsb + nb - 1;               // q = 1.f * 2^eq
-  const int ulp = eq < -6 ? -9 : eq - 3;     // E4M3 step at q's binade
-  const int sh = ulp - lsb;                  // q / 2^ulp = mant >> sh
+  const int nb = bit_width(mant);         // significant bits of mant
+  const int eq = lsb + nb - 1;            // q = 1.f * 2^eq
+  const int ulp = eq < -6 ? -9 : eq - 3;  // E4M3 step at q's binade
+  const int sh = ulp - lsb;               // q / 2^ulp = mant >> sh
   uint32_t n;
   if (sh <= 0) {
     n = mant << (-sh);  // exact: sh >= -3 (normal binade: sh = nb - 4; subnormal: sh >= nb - 3)

@@ -11,7 +11,11 @@ namespace aiter_aux {
 
 inline std::atomic<int> g_pdl_enabled{0};
 
-inline bool pdl_enabled() { return g_pdl_enabled.load(std::memory_order_relaxed) != 0; }
-inline void set_pdl_enabled(bool on) { g_pdl_enabled.store(on ? 1 : 0, std::memory_order_relaxed); }
+inline bool pdl_enabled() {
+  return g_pdl_enabled.load(std::memory_order_relaxed) != 0;
+}
+inline void set_pdl_enabled(bool on) {
+  g_pdl_enabled.store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 }  // namespace aiter_aux

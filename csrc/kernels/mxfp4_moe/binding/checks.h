@@ -34,8 +34,12 @@ using torch::stable::Tensor;
 // Message text from strings and integers.  No iostream: its locale machinery is shared
 // with the process's libstdc++ in ways a module built by another compiler may not match
 // (an ostream << int crashed in the module on the H200: g++ 13 module, torch 2.11).
-inline void append(std::string& s, const char* v) { s += v; }
-inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, const char* v) {
+  s += v;
+}
+inline void append(std::string& s, const std::string& v) {
+  s += v;
+}
 template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
 void append(std::string& s, I v) {
   s += std::to_string(v);
@@ -58,13 +62,52 @@ inline void shim(AOTITorchError err, const char* what) {
 
 // Python's str(torch.<dtype>) of a c10::ScalarType code (the shim's dtype int).
 inline const char* dtype_name(int32_t d) {
-  static const char* const kNames[] = {
-      "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
-      "complex32", "complex64", "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16",
-      "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16",
-      "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "uint16", "uint32",
-      "uint64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7", "int1", "int2",
-      "int3", "int4", "int5", "int6", "int7", "float8_e8m0fnu", "float4_e2m1fn_x2"};
+  static const char* const kNames[] = {"uint8",
+                                       "int8",
+                                       "int16",
+                                       "int32",
+                                       "int64",
+                                       "float16",
+                                       "float32",
+                                       "float64",
+                                       "complex32",
+                                       "complex64",
+                                       "complex128",
+                                       "bool",
+                                       "qint8",
+                                       "quint8",
+                                       "qint32",
+                                       "bfloat16",
+                                       "quint4x2",
+                                       "quint2x4",
+                                       "bits1x8",
+                                       "bits2x4",
+                                       "bits4x2",
+                                       "bits8",
+                                       "bits16",
+                                       "float8_e5m2",
+                                       "float8_e4m3fn",
+                                       "float8_e5m2fnuz",
+                                       "float8_e4m3fnuz",
+                                       "uint16",
+                                       "uint32",
+                                       "uint64",
+                                       "uint1",
+                                       "uint2",
+                                       "uint3",
+                                       "uint4",
+                                       "uint5",
+                                       "uint6",
+                                       "uint7",
+                                       "int1",
+                                       "int2",
+                                       "int3",
+                                       "int4",
+                                       "int5",
+                                       "int6",
+                                       "int7",
+                                       "float8_e8m0fnu",
+                                       "float4_e2m1fn_x2"};
   constexpr int32_t n = sizeof(kNames) / sizeof(kNames[0]);
   return (d >= 0 && d < n) ? kNames[d] : "unknown";
 }
@@ -72,17 +115,26 @@ inline const char* dtype_name(int32_t d) {
 // The dtypes the ops take, as shim codes: one dtype, or (kFloats) any of three.
 struct DType {
   int32_t code;
-  const char* name;  // without "torch."
+  const char* name;            // without "torch."
   int32_t also[2] = {-1, -1};  // further accepted codes (-1: none)
   bool accepts(int32_t c) const { return c == code || c == also[0] || c == also[1]; }
 };
-inline DType kInt32() { return {aoti_torch_dtype_int32(), "int32"}; }
-inline DType kFloat32() { return {aoti_torch_dtype_float32(), "float32"}; }
-inline DType kBFloat16() { return {aoti_torch_dtype_bfloat16(), "bfloat16"}; }
-inline DType kUInt8() { return {aoti_torch_dtype_uint8(), "uint8"}; }
+inline DType kInt32() {
+  return {aoti_torch_dtype_int32(), "int32"};
+}
+inline DType kFloat32() {
+  return {aoti_torch_dtype_float32(), "float32"};
+}
+inline DType kBFloat16() {
+  return {aoti_torch_dtype_bfloat16(), "bfloat16"};
+}
+inline DType kUInt8() {
+  return {aoti_torch_dtype_uint8(), "uint8"};
+}
 // The op table's "float": float32, float16 or bfloat16 (the message lists all three).
 inline DType kFloats() {
-  return {aoti_torch_dtype_float32(), "float32, torch.float16 or torch.bfloat16",
+  return {aoti_torch_dtype_float32(),
+          "float32, torch.float16 or torch.bfloat16",
           {aoti_torch_dtype_float16(), aoti_torch_dtype_bfloat16()}};
 }
 
@@ -154,8 +206,8 @@ struct Meta {
 inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
                          const char* layout = nullptr) {
   if (!dtype.accepts(t.dtype))
-    fail("TypeError", cat(t.name, " must have dtype torch.", dtype.name, ", got torch.",
-                          dtype_name(t.dtype)));
+    fail("TypeError",
+         cat(t.name, " must have dtype torch.", dtype.name, ", got torch.", dtype_name(t.dtype)));
   if (ndim >= 0 && t.dim != ndim)
     fail("ValueError", cat(t.name, " must be a ", ndim, "-D tensor", layout ? " " : "",
                            layout ? layout : "", ", got ", t.dim, "-D shape ", t.shape()));
@@ -165,7 +217,9 @@ inline void check_tensor(const Meta& t, DType dtype, int64_t ndim = -1,
 }
 
 // The op table's "=<tensor>": the dtype of that (checked) tensor.
-inline DType same_dtype(const Meta& t) { return {t.dtype, dtype_name(t.dtype)}; }
+inline DType same_dtype(const Meta& t) {
+  return {t.dtype, dtype_name(t.dtype)};
+}
 
 // The kernels' AiterAuxDType of a tensor of the op table's "float" (checked before).
 inline int32_t dtype_code(const Meta& t) {
@@ -196,8 +250,8 @@ inline void check_shape(const Meta& t, std::initializer_list<int64_t> shape, con
 
 // validation.tensors._buffer: an output buffer (cols < 0: no column rule), on the device of
 // the call's first tensor `on`
-inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta& on,
-                         int64_t ndim, int64_t cols = -1) {
+inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta& on, int64_t ndim,
+                         int64_t cols = -1) {
   check_tensor(b, dtype, ndim);
   check_device(b, on);
   if (cols >= 0 && b.size(b.dim - 1) != cols)
@@ -207,8 +261,8 @@ inline void check_buffer(const Meta& b, DType dtype, int64_t needed, const Meta&
     fail("ValueError", cat("buffer too small: ", b.name, " needs >= ", needed, " elements, got ",
                            b.numel, " (>= ", (needed + cols - 1) / cols, " rows of ", cols, ")"));
   if (b.numel < needed)
-    fail("ValueError", cat("buffer too small: ", b.name, " needs >= ", needed,
-                           " elements, got ", b.numel));
+    fail("ValueError",
+         cat("buffer too small: ", b.name, " needs >= ", needed, " elements, got ", b.numel));
 }
 
 // validation.tensors.check_no_overlap: every written tensor (outputs, then written options) against

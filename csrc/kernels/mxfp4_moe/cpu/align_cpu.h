@@ -24,8 +24,7 @@ namespace detail {
 template <int E>
 int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
   if (a.num_experts != E)
-    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts,
-                       E);
+    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts, E);
   if (!valid_block_m(a.block_size))
     return invalid_arg("%s: block_size=%d not in {16, 32, 64, 128}", op, a.block_size);
   if (a.numel < 0 || a.numel >= kMaxTokens)
@@ -114,8 +113,10 @@ int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
 template <int NumExperts>
 int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
   if constexpr (NumExperts + 1 > AITER_AUX_MAX_NUM_EXPERTS) {
-    return detail::invalid_arg("moe_align_block_size_sglang: num_experts + 1 = %d buckets "
-                               "exceed %d", NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
+    return detail::invalid_arg(
+        "moe_align_block_size_sglang: num_experts + 1 = %d buckets "
+        "exceed %d",
+        NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
   } else {
     const int rc = detail::check_align<NumExperts>(
         a, "moe_align_block_size_sglang",

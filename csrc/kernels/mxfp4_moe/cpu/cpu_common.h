@@ -19,8 +19,7 @@ namespace detail {
 
 // Formats the message into a thread-local buffer (so it outlives the call even
 // if the setter keeps the pointer) and returns AITER_AUX_ERR_INVALID_ARGUMENT.
-__attribute__((format(printf, 1, 2), noinline, cold)) inline int invalid_arg(const char* fmt,
-                                                                              ...) {
+__attribute__((format(printf, 1, 2), noinline, cold)) inline int invalid_arg(const char* fmt, ...) {
   static thread_local char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -30,10 +29,16 @@ __attribute__((format(printf, 1, 2), noinline, cold)) inline int invalid_arg(con
   return AITER_AUX_ERR_INVALID_ARGUMENT;
 }
 
-inline bool valid_block_m(int32_t bm) { return bm == 16 || bm == 32 || bm == 64 || bm == 128; }
+inline bool valid_block_m(int32_t bm) {
+  return bm == 16 || bm == 32 || bm == 64 || bm == 128;
+}
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+inline int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+inline int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 
 // The scatter kernels do fp32 arithmetic whose results must not depend on the
 // caller's floating-point environment: subnormal operands and results must be

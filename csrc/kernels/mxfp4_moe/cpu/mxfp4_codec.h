@@ -91,8 +91,8 @@ struct E8m0Delta {
   int8_t d[128];
   constexpr E8m0Delta() : d{} {
     for (uint32_t m = 0; m < 128; ++m)
-      d[m] = static_cast<int8_t>(static_cast<int>(e8m0_scale_from_amax_bits_exact((100u << 7) | m)) -
-                                 100);
+      d[m] = static_cast<int8_t>(
+          static_cast<int>(e8m0_scale_from_amax_bits_exact((100u << 7) | m)) - 100);
   }
 };
 inline constexpr E8m0Delta kE8m0Delta{};
@@ -175,17 +175,15 @@ inline uint8_t quant_block32(const uint16_t* __restrict x, uint8_t* __restrict q
                                            (v > t5) + (v > t6));
     code[i] = static_cast<int16_t>(c | ((x[i] >> 12) & 8));
   }
-  for (int j = 0; j < 16; ++j)
-    q[j] = static_cast<uint8_t>(code[2 * j] | (code[2 * j + 1] << 4));
+  for (int j = 0; j < 16; ++j) q[j] = static_cast<uint8_t>(code[2 * j] | (code[2 * j + 1] << 4));
   return static_cast<uint8_t>(s);
 }
 
 // -------------------------------------------------------------- e2m1 decode
 
 // e2m1 code -> fp32 value (sign bit 0x8).
-inline constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
-                                          4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
-                                          -2.0f, -3.0f, -4.0f, -6.0f};
+inline constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // byte of two e2m1 codes -> {value of the low nibble, value of the high nibble}
 struct E2m1Pairs {

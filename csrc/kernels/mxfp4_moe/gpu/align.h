@@ -61,8 +61,8 @@ inline int launch_align(const AiterAuxAlignArgs& a, void* stream, const char* op
   static_assert(NB >= 1 && NB <= kMaxSortExperts, "buckets must be in [1, 1024]");
   static_assert(sort_smem_bytes<NB>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   const AlignSortArgs<F> k = align_sort_args<F>(a, NB);
-  const SortProblem p{a.numel, 1, NB, a.block_size, a.expert_map != nullptr, QuantFormat::None,
-                      0, false, false};
+  const SortProblem p{a.numel,           1, NB,    a.block_size, a.expert_map != nullptr,
+                      QuantFormat::None, 0, false, false};
   const SortChoice c = choose_sort_path(host_sort_policy(), p, device_sm_count);
   const AiterAuxQuantArgs none = {};
   return launch_choice<NB, 1, QuantFormat::None, 0>(c, k, none, static_cast<hipStream_t>(stream),

@@ -44,13 +44,17 @@ inline bool is_aligned(const void* p, size_t n) {
   return (reinterpret_cast<uintptr_t>(p) % n) == 0;
 }
 
-inline int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div_i64(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 inline int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
-inline bool valid_block_m(int bm) { return bm == 16 || bm == 32 || bm == 64 || bm == 128; }
+inline bool valid_block_m(int bm) {
+  return bm == 16 || bm == 32 || bm == 64 || bm == 128;
+}
 
 // Capacity of the sorted buffers (docs/ops.md; the ABI header's one definition).
 inline int64_t sort_capacity(int64_t m, int64_t topk, int64_t e, int64_t bm) {
@@ -145,7 +149,8 @@ __device__ __forceinline__ void init_fill_bf16(uint16_t* buf, const uint16_t* in
   if (buf == nullptr || n <= 0) return;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(buf);
   const bool same = ((addr ^ reinterpret_cast<uintptr_t>(init)) & 15u) == 0;
-  int64_t head = (!same || (addr & 1u)) ? n : static_cast<int64_t>(((16u - (addr & 15u)) & 15u) >> 1);
+  int64_t head =
+      (!same || (addr & 1u)) ? n : static_cast<int64_t>(((16u - (addr & 15u)) & 15u) >> 1);
   if (head > n) head = n;
   const int64_t nvec = (n - head) >> 3;
   const int64_t tail_begin = head + (nvec << 3);

@@ -220,8 +220,12 @@ __device__ __forceinline__ int block_idx() {
 }
 
 // Blocks are 1-D and a multiple of kWarpSize, so the lane is the low bits.
-__device__ __forceinline__ int lane_id() { return thread_idx() & (kWarpSize - 1); }
-__device__ __forceinline__ int warp_id() { return thread_idx() / kWarpSize; }
+__device__ __forceinline__ int lane_id() {
+  return thread_idx() & (kWarpSize - 1);
+}
+__device__ __forceinline__ int warp_id() {
+  return thread_idx() / kWarpSize;
+}
 
 __device__ __forceinline__ lane_mask_t lanemask_lt(int lane) {
   return (static_cast<lane_mask_t>(1) << lane) - 1;

@@ -163,7 +163,9 @@ inline GpuTarget device_target() {
 
 // Grids tuned as "2 blocks per SM" (sort_scales' decode threshold, the quant
 // kernels' small-tensor grid): 264 on an H200.
-inline int two_blocks_per_sm() { return 2 * device_sm_count(); }
+inline int two_blocks_per_sm() {
+  return 2 * device_sm_count();
+}
 
 // ------------------------------------------------- occupancy targets ----
 // moe_scatter_reduce_q's kernel (64-thread blocks = 1 warp on CDNA, 2 on

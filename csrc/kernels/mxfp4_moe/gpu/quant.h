@@ -59,7 +59,7 @@ __device__ __forceinline__ void quant_step(const uint16_t* px, uint8_t* pq, uint
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) {
     amax[t] = 0u;
-    if (!kFull && t * kTileBlocks >= rem) break;  // warp-uniform
+    if (!kFull && t * kTileBlocks >= rem) break;             // warp-uniform
     const bool act = kFull || t * kTileBlocks + pair < rem;  // whole pairs in or out
     uint32_t m = w[t][0] & 0x7FFF7FFFu;
 #pragma unroll
@@ -135,8 +135,8 @@ __device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t 
     ps += stride;
   }
   if (bw < nblocks)
-    quant_step<kTiles, kAligned, false>(px, pq, ps, odd, pair, static_cast<int>(nblocks - bw), x_al16,
-                                q_al4);
+    quant_step<kTiles, kAligned, false>(px, pq, ps, odd, pair, static_cast<int>(nblocks - bw),
+                                        x_al16, q_al4);
 }
 
 template <int D, int kTiles>

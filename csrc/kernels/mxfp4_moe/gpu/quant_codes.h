@@ -62,8 +62,12 @@ __host__ __device__ __forceinline__ uint32_t scale_threshold(uint32_t tbits, uin
 }
 
 // |x| (bf16 bits) > T  <=>  a16 > (T >> 16);  |x| >= T  <=>  a16 > ceil(T / 2^16) - 1.
-__host__ __device__ __forceinline__ uint32_t gt_bound(uint32_t t) { return t >> 16; }
-__host__ __device__ __forceinline__ uint32_t ge_bound(uint32_t t) { return ((t + 0xFFFFu) >> 16) - 1u; }
+__host__ __device__ __forceinline__ uint32_t gt_bound(uint32_t t) {
+  return t >> 16;
+}
+__host__ __device__ __forceinline__ uint32_t ge_bound(uint32_t t) {
+  return ((t + 0xFFFFu) >> 16) - 1u;
+}
 
 // The seven 16-bit bounds of block exponent s: code(|x|) = #{i : a16 > U[i]}.
 // Magnitude code: |q| <= 0.25 -> 0; < 0.75 -> 1; <= 1.25 -> 2; < 1.75 -> 3;
@@ -160,7 +164,7 @@ __host__ __device__ __forceinline__ uint32_t mx_scale_exponent_normal(uint32_t a
 // (prmt with sign replication of the bytes holding bits 15 and 31).
 __host__ __device__ __forceinline__ void mx_pk_consts(uint32_t s, uint32_t* kp, uint32_t* fp) {
   *kp = byte_perm(0x4400u - (s << 7), 0u, 0x1010u);  // (136 - s) << 7 in each int16 half
-  *fp = ((257u - s) << 7) * 0x10001u;           // bf16x2 2^(130-s)
+  *fp = ((257u - s) << 7) * 0x10001u;                // bf16x2 2^(130-s)
 }
 
 __host__ __device__ __forceinline__ uint32_t mx_pack8_pk(const uint32_t w[4], uint32_t kp,
@@ -174,10 +178,13 @@ __host__ __device__ __forceinline__ uint32_t mx_pack8_pk(const uint32_t w[4], ui
   // bytes: codes of elements 0, 2, 1, 3 (4, 6, 5, 7), then their signs as
   // 0x00 / 0xFF, merged at bit 3 of each byte
   const uint32_t m8 = 0x08080808u;
-  const uint32_t v01 = bit_select(m8, byte_perm(c[0], c[1], 0x6240u), byte_perm(w[0], w[1], 0xFBD9u));
-  const uint32_t v23 = bit_select(m8, byte_perm(c[2], c[3], 0x6240u), byte_perm(w[2], w[3], 0xFBD9u));
-  const uint32_t even = byte_perm(v01, v23, 0x5410u);  // nibbles of elements 0, 2, 4, 6 (bits 0-3 of each byte)
-  const uint32_t odd = byte_perm(v01, v23, 0x7632u);   // elements 1, 3, 5, 7
+  const uint32_t v01 =
+      bit_select(m8, byte_perm(c[0], c[1], 0x6240u), byte_perm(w[0], w[1], 0xFBD9u));
+  const uint32_t v23 =
+      bit_select(m8, byte_perm(c[2], c[3], 0x6240u), byte_perm(w[2], w[3], 0xFBD9u));
+  const uint32_t even =
+      byte_perm(v01, v23, 0x5410u);  // nibbles of elements 0, 2, 4, 6 (bits 0-3 of each byte)
+  const uint32_t odd = byte_perm(v01, v23, 0x7632u);  // elements 1, 3, 5, 7
   return bit_select(0xF0F0F0F0u, even, odd << 4);
 }
 
@@ -197,7 +204,7 @@ __host__ __device__ __forceinline__ uint32_t mx_scale_byte(uint32_t amax16) {
 // 8 elements of a block whose max |x| bits (after the pair reduction) are
 // amax16.  Returns the 4 a_q bytes; *s_out = the block's scale byte.
 __device__ __forceinline__ uint32_t quant8(const uint32_t w[4], uint32_t amax16, uint32_t* s_out) {
-  if (amax16 >= 0x7F80u) {  // a NaN or an Inf in the block
+  if (amax16 >= 0x7F80u) {           // a NaN or an Inf in the block
     *s_out = mx_scale_byte(amax16);  // 255
     return 0u;
   }

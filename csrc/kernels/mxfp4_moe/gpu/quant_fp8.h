@@ -51,7 +51,8 @@ __device__ __forceinline__ void quant8_fp8(const uint32_t w[4], uint32_t s, uint
   for (int j = 0; j < 4; ++j) {
     const float lo = f32_mul_rn(as_f32(w[j] << 16), mult);
     const float hi = f32_mul_rn(as_f32(w[j] & 0xFFFF0000u), mult);
-    h[j] = cvt_rn_satfinite_e4m3x2_f32(hi, lo);  // byte 0: element 2j (operand b), byte 1: element 2j + 1 (operand a)
+    h[j] = cvt_rn_satfinite_e4m3x2_f32(
+        hi, lo);  // byte 0: element 2j (operand b), byte 1: element 2j + 1 (operand a)
   }
   out[0] = h[0] | (h[1] << 16);
   out[1] = h[2] | (h[3] << 16);
@@ -95,7 +96,7 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
     for (int j = 1; j < 8; ++j) m = pk_max_u16(m, w[t][j] & 0x7FFF7FFFu);
     m = pk_max_u16(m, pair_other(m));
     const uint32_t amax16 = (m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16);
-    const bool bad = amax16 >= 0x7F80u;  // a NaN or an Inf in the block
+    const bool bad = amax16 >= 0x7F80u;                      // a NaN or an Inf in the block
     const uint32_t s = bad ? 255u : fp8_scale_byte(amax16);  // (folds to the encoder's scale)
     uint32_t q0[2] = {0u, 0u}, q1[2] = {0u, 0u};
     if (!bad) {
@@ -148,8 +149,8 @@ __device__ __forceinline__ void quant_steps_fp8(const AiterAuxQuantArgs& a, int6
     ps += stride;
   }
   if (bw < nblocks)
-    quant_step_fp8<kTiles, kAligned, false>(px, pq, ps, odd, pair,
-                                            static_cast<int>(nblocks - bw), x_al16, q_al4);
+    quant_step_fp8<kTiles, kAligned, false>(px, pq, ps, odd, pair, static_cast<int>(nblocks - bw),
+                                            x_al16, q_al4);
 }
 
 template <int D, int kTiles>

@@ -115,7 +115,8 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
       store_bf16x8(dst, out_al16, w);
     } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) dst[i] = static_cast<uint16_t>(f32_bits_to_bf16_rne(as_u32(acc[i])));
+      for (int i = 0; i < V; ++i)
+        dst[i] = static_cast<uint16_t>(f32_bits_to_bf16_rne(as_u32(acc[i])));
     }
   }
 }
@@ -141,7 +142,8 @@ __global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_r
     for (Idx u = static_cast<Idx>(block_idx()) * kThreadsQ + tid; u < units; u += stride) {
       const uint32_t z[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int g = 0; g < 4; ++g) store_bf16x8(a.out + static_cast<int64_t>(u) * 32 + 8 * g, out_al16, z);
+      for (int g = 0; g < 4; ++g)
+        store_bf16x8(a.out + static_cast<int64_t>(u) * 32 + 8 * g, out_al16, z);
     }
     return;
   }
@@ -202,9 +204,11 @@ __global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_r
           // table read per element (keeps the register footprint of the fast path)
 #pragma unroll 1
           for (int m = 0; m < 8; ++m) {
-            const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), sc[i])), wt[i]);
+            const float pr =
+                f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), sc[i])), wt[i]);
             tab[m][tid] = pr;
-            tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
+            tab[m + 8][tid] =
+                as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
           }
 #pragma unroll
           for (int j = 0; j < 32; ++j) {
@@ -231,18 +235,21 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
   if (a.model_dim != D)
     return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
-  if (a.topk != K) return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
+  if (a.topk != K)
+    return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
   if (a.num_tokens < 0 || a.num_rows < 0)
     return fail_invalid("%s: negative num_tokens / num_rows", op);
   if (a.num_tokens == 0) return AITER_AUX_OK;
-  if (a.reverse_sorted == nullptr || a.out == nullptr) return fail_invalid("%s: null tensor pointer", op);
+  if (a.reverse_sorted == nullptr || a.out == nullptr)
+    return fail_invalid("%s: null tensor pointer", op);
   if (a.num_rows > 0) {
     const bool missing = kQ ? (a.expert_out_q == nullptr || a.expert_out_scale == nullptr)
                             : (a.expert_out == nullptr);
     if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
   }
   const bool out_al16 = is_aligned(a.out, 16);
-  if (a.num_tokens <= small_max_tokens<kQ>()) return launch_scatter_small_auto<D, K, kQ>(a, stream, op);
+  if (a.num_tokens <= small_max_tokens<kQ>())
+    return launch_scatter_small_auto<D, K, kQ>(a, stream, op);
   if constexpr (kQ) {
     const int64_t units = a.num_tokens * (D / 32);
     const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreadsQ), 1, 65535));

@@ -72,7 +72,8 @@ __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w
 // false sends the pair through the general decode.  Exact: s <= 252 and either
 // w is +-0, Inf or NaN (W = w) or w is normal and so is W (its exponent field
 // ew + s - 113 in [1, 254]).  Branch-free.
-__host__ __device__ __forceinline__ bool q_fast_weight(uint32_t w_bits, uint32_t s, uint32_t* big_w) {
+__host__ __device__ __forceinline__ bool q_fast_weight(uint32_t w_bits, uint32_t s,
+                                                       uint32_t* big_w) {
   const uint32_t ew = (w_bits >> 23) & 0xFFu;
   const bool normal = ew - 1u < 254u && ew + s - 114u < 254u;  // unsigned: wraps below
   const bool keep = ew == 255u || (w_bits << 1) == 0u;
@@ -125,7 +126,8 @@ __device__ __forceinline__ void pack_bf16x8(const float* v, uint32_t w[4]) {
 #endif
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    w[j] = f32_bits_to_bf16_rne(as_u32(v[2 * j])) | (f32_bits_to_bf16_rne(as_u32(v[2 * j + 1])) << 16);
+    w[j] =
+        f32_bits_to_bf16_rne(as_u32(v[2 * j])) | (f32_bits_to_bf16_rne(as_u32(v[2 * j + 1])) << 16);
 }
 
 }  // namespace scatter_detail

@@ -191,9 +191,11 @@ __global__ __launch_bounds__(kT) void scatter_reduce_small_kernel(AiterAuxScatte
               // large-M kernel: keeps the unrolled pair loop small)
 #pragma unroll 1
               for (int n = 0; n < 8; ++n) {
-                const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(n), sc[i])), wt[i]);
+                const float pr =
+                    f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(n), sc[i])), wt[i]);
                 tab[n][tid] = pr;
-                tab[n + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
+                tab[n + 8][tid] =
+                    as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
               }
 #pragma unroll
               for (int j = 0; j < V; ++j) {

@@ -59,10 +59,10 @@ namespace sort_detail {
 // Kernel shapes (compile time; the tuning values are the SortPolicy's, sort_policy.h).
 constexpr int kSortWarps = 16;
 constexpr int kSortThreads = kSortWarps * kWarpSize;  // 1024 on CDNA, 512 on NVIDIA
-constexpr int kMaxChunk = 32768;  // large path: chunks of < 2 kMaxChunk pairs (uint16 counters)
+constexpr int kMaxChunk = 32768;   // large path: chunks of < 2 kMaxChunk pairs (uint16 counters)
 constexpr int kScanThreads = 256;  // large-path scan: one warp per expert
 constexpr int kScanWarps = kScanThreads / kWarpSize;
-constexpr int kBatch = 8;  // warp steps whose topk_ids are loaded together
+constexpr int kBatch = 8;           // warp steps whose topk_ids are loaded together
 constexpr int kTinyThreads = 1024;  // tiny path: one pair per thread
 constexpr int kPairMax = 64;        // pair path: pairs at most (its tables' size)
 constexpr int kPairThreads = 256;   // pair path: threads of a block, which writes
@@ -114,8 +114,10 @@ static_assert(sort_smem_bytes<kMaxSortExperts>() <= kStaticSmemBytes,
 template <int E, int K>
 inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   if (a.num_experts != E)
-    return fail_invalid("%s: num_experts %d does not match the instance (%d)", op, a.num_experts, E);
-  if (a.topk != K) return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
+    return fail_invalid("%s: num_experts %d does not match the instance (%d)", op, a.num_experts,
+                        E);
+  if (a.topk != K)
+    return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
   if (!valid_block_m(a.block_m))
     return fail_invalid("%s: block_m %d not in {16, 32, 64, 128}", op, a.block_m);
   if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))
@@ -124,8 +126,9 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   // Rows and pair indices are int32 on the device (with some headroom for
   // index arithmetic past the end of a range).
   if (a.max_rows < cap || a.max_rows % a.block_m != 0 || a.max_rows > INT32_MAX - 65536)
-    return fail_invalid("%s: max_rows %lld must be a multiple of block_m, >= %lld and < 2^31 - 2^16",
-                        op, (long long)a.max_rows, (long long)cap);
+    return fail_invalid(
+        "%s: max_rows %lld must be a multiple of block_m, >= %lld and < 2^31 - 2^16", op,
+        (long long)a.max_rows, (long long)cap);
   if (a.sorted_token_ids == nullptr || a.sorted_weights == nullptr || a.m_indices == nullptr ||
       a.sorted_expert_ids == nullptr || a.num_valid_ids == nullptr)
     return fail_invalid("%s: null output pointer", op);
@@ -146,8 +149,7 @@ template <int E, int K, QuantFormat F, int D>
 inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
   // the tiny one-launch kernel's shared memory fits every E of the catalog with topk >= 2
   constexpr bool kTinyFits = sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes;
-  return {a.num_tokens, K,  E, a.block_m, a.expert_map != nullptr, F, D, fused_scales,
-          kTinyFits};
+  return {a.num_tokens, K, E, a.block_m, a.expert_map != nullptr, F, D, fused_scales, kTinyFits};
 }
 
 // One launch per path; each returns check_launch's status.
@@ -158,8 +160,8 @@ inline int launch_pairs(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
                         const char* op) {
   const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
   AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kPairThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
-                                           x.q_al4);
+                   dim3(kPairThreads),
+                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
@@ -177,8 +179,8 @@ inline int launch_tiny(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, i
                        const char* op) {
   const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kTinyThreads, 1);
   AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kTinyThreads), st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16,
-                                           x.q_al4);
+                   dim3(kTinyThreads),
+                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
@@ -226,16 +228,16 @@ inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
   const int q32 = static_cast<int>(cq);
   const int r32 = static_cast<int>(cr);
 
-  AITER_AUX_LAUNCH((sort_count_kernel<E, K, A>), dim3(nc + x.zero_blocks), dim3(kSortThreads),
-                   st)(a, q32, r32, nc, x.zero_blocks);
+  AITER_AUX_LAUNCH((sort_count_kernel<E, K, A>), dim3(nc + x.zero_blocks), dim3(kSortThreads), st)(
+      a, q32, r32, nc, x.zero_blocks);
   int rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   AITER_AUX_LAUNCH((sort_scan_kernel<E>), dim3((E + kScanWarps - 1) / kScanWarps),
                    dim3(kScanThreads), st)(static_cast<const AiterAuxSortArgs&>(a), q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH((sort_place_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks), dim3(kSortThreads),
-                   st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
+  AITER_AUX_LAUNCH((sort_place_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks),
+                   dim3(kSortThreads), st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
   return check_launch(op);
 }
 
@@ -266,8 +268,8 @@ inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, vo
   static_assert(E >= 1 && E <= kMaxSortExperts, "num_experts must be in [1, 1024]");
   static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
-  const SortChoice c = choose_sort_path(host_sort_policy(), sort_problem<E, K, F, D>(a, false),
-                                        device_sm_count);
+  const SortChoice c =
+      choose_sort_path(host_sort_policy(), sort_problem<E, K, F, D>(a, false), device_sm_count);
   return launch_choice<E, K, F, D>(c, a, q, static_cast<hipStream_t>(stream), op);
 }
 

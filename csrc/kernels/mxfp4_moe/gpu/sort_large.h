@@ -14,9 +14,8 @@ namespace sort_detail {
 // 1. Grid: num_chunks + zero_blocks.  Block g < num_chunks writes its chunk's per-expert
 // counts to reverse_sorted[chunk_begin(g) + e].
 template <int E, int K, class A = AiterAuxSortArgs>
-__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(A a, int cq,
-                                                                  int cr, int num_chunks,
-                                                                  int zero_blocks) {
+__global__ __launch_bounds__(kSortThreads) void sort_count_kernel(A a, int cq, int cr,
+                                                                  int num_chunks, int zero_blocks) {
   const PdlScope pdl;
   __shared__ ChunkSmem<E> sm;
   const int b = block_idx();
@@ -52,8 +51,8 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(A a, int cq,
 // finds all totals in its own home (q >= 2E).  A warp only touches column e, so there
 // is no dependency between warps or blocks.
 template <int E>
-__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq,
-                                                                 int cr, int num_chunks) {
+__global__ __launch_bounds__(kScanThreads) void sort_scan_kernel(AiterAuxSortArgs a, int cq, int cr,
+                                                                 int num_chunks) {
   const PdlScope pdl;
   const int e = block_idx() * kScanWarps + warp_id();
   if (e >= E) return;  // warp-uniform
@@ -105,8 +104,7 @@ struct PlaceSmem {
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
 // reverse entries (no other block touches that range).
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a,
-                                                                  AiterAuxQuantArgs q, int cq,
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQuantArgs q, int cq,
                                                                   int cr, int num_chunks,
                                                                   int quant_blocks, bool x_al16,
                                                                   bool q_al4) {
@@ -116,7 +114,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a,
   const int b = block_idx();
   if (b >= num_chunks) {
     aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
-                                                        x_al16, q_al4);
+                                                       x_al16, q_al4);
     return;
   }
   const int tid = thread_idx();
@@ -140,8 +138,8 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a,
   warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
   block_sync();
   warp_bases<E>(sm.c.wcnt, nullptr);
-  const int rows = chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end,
-                                    sm.c.warp_tot);
+  const int rows =
+      chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end, sm.c.warp_tot);
   warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
   chunk_pads<E, K>(a, b, num_chunks, sm.pad_end);
   fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);

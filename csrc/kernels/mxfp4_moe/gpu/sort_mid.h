@@ -77,11 +77,10 @@ __device__ __forceinline__ void micro_sort_block(const A& a) {
 
 // Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(A a,
-                                                                   AiterAuxQuantArgs q,
-                                                                   int quant_blocks,
-                                                                   int zero_blocks, bool x_al16,
-                                                                   bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(A a, AiterAuxQuantArgs q,
+                                                                          int quant_blocks,
+                                                                          int zero_blocks,
+                                                                          bool x_al16, bool q_al4) {
   const PdlScope pdl;
   const int b = block_idx();
   if (b == 0) {
@@ -201,11 +200,11 @@ __device__ __forceinline__ void mid_sort_block(const A& a, MidSmem<E>& sm, int g
 // of >= SortPolicy::wide_quant_elems elements): the quant blocks take two tiles a step,
 // under the register bound of kFusedSortMinOccupancy; else one, unbounded.
 template <int E, int K, QuantFormat F, int D, bool kWide, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(A a,
-                                                                AiterAuxQuantArgs q, int cq,
-                                                                int cr, int num_chunks,
-                                                                int quant_blocks, int zero_blocks,
-                                                                bool x_al16, bool q_al4) {
+__global__ AITER_AUX_FUSED_BOUNDS(kSortThreads,
+                                  kWide) void sort_mid_kernel(A a, AiterAuxQuantArgs q, int cq,
+                                                              int cr, int num_chunks,
+                                                              int quant_blocks, int zero_blocks,
+                                                              bool x_al16, bool q_al4) {
   const PdlScope pdl;
   __shared__ MidSmem<E> sm;
   const int b = block_idx();
@@ -213,9 +212,8 @@ __global__ AITER_AUX_FUSED_BOUNDS(kSortThreads, kWide) void sort_mid_kernel(A a,
     mid_sort_block<E, K>(a, sm, b, num_chunks, cq, cr);
     return;
   }
-  aux_block<F, D, kSortThreads, kWide ? quant_detail::kStepTiles : 1>(b - num_chunks, a, q,
-                                                                       quant_blocks, zero_blocks,
-                                                                       x_al16, q_al4);
+  aux_block<F, D, kSortThreads, kWide ? quant_detail::kStepTiles : 1>(
+      b - num_chunks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);
 }
 
 }  // namespace sort_detail

@@ -169,8 +169,8 @@ __device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int
     if (r.key[s] < E) {
       sm.pair[r.pos[s]] = {Fmt::encode(j, K), r.wt[s]};
       if ((r.row[s] & ((1 << lg) - 1)) == 0)  // the first row of a block
-        sm.blk[r.row[s] >> lg] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s],
-                                  r.row[s] - r.pos[s], 0};
+        sm.blk[r.row[s] >> lg] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s], r.row[s] - r.pos[s],
+                                  0};
       if (kOutputs) a.reverse_sorted[j] = Fmt::reverse(r.row[s], j);
     } else if (kOutputs && j < n) {
       a.reverse_sorted[j] = -1;
@@ -235,11 +235,10 @@ __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g,
 
 // Grid: num_g + quant_blocks + zero_blocks (blocks of kPairThreads).
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kPairThreads, F) void sort_pairs_kernel(A a,
-                                                                    AiterAuxQuantArgs q, int num_g,
-                                                                    int quant_blocks,
-                                                                    int zero_blocks, bool x_al16,
-                                                                    bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kPairThreads,
+                                 F) void sort_pairs_kernel(A a, AiterAuxQuantArgs q, int num_g,
+                                                           int quant_blocks, int zero_blocks,
+                                                           bool x_al16, bool q_al4) {
   const PdlScope pdl;
   __shared__ PairSmem sm;
   const int b = block_idx();

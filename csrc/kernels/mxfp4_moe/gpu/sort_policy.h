@@ -20,29 +20,29 @@ namespace sort_detail {
 
 struct SortPolicy {
   // Paths by n = M * topk pairs.
-  int micro_pairs;          // micro path up to here (one warp ranks all pairs; 0: none), then
-  int pairs_max;            // the pair path up to here (<= kPairMax), then
-  int tiny_pairs;           // tiny path up to here, the mid path above ...
-  int tiny_map_pairs;       // ... up to here with an expert map (each mid block would map every
-                            // id), and the one-launch sorted scales
-  int tiny_rows_per_block;  // tiny path: G = ceil(capacity / this) sort blocks ...
-  int tiny_max_blocks;      // ... at most this many
-  int64_t mid_base;         // mid path up to mid_base + mid_per_expert * E pairs (the large
-  int64_t mid_per_expert;   // path's 3 launches cost more with E), large above; with a fused
-  int mid_fused_dim_per_topk;  // quant also where model_dim >= this * topk (the quant is the
-                               // longer part), up to kMidMaxChunkPairs pairs per chunk
-  int mid_chunk_pairs;        // mid chunks: ~this many pairs each up to half the SMs,
-  int mid_large_chunk_pairs;  // then ~this many up to one per SM
-  int mid_max_chunks;         // 0: the SM count bounds the mid chunks; else also this
-  int64_t wide_quant_elems;   // fused MXFP4 quant of the mid path: two tiles a step under the
-                              // register bound kFusedSortMinOccupancy from this many elements
-  int large_min_chunk;        // large path: chunks of a multiple of this (>= 2E) pairs, about
+  int micro_pairs;              // micro path up to here (one warp ranks all pairs; 0: none), then
+  int pairs_max;                // the pair path up to here (<= kPairMax), then
+  int tiny_pairs;               // tiny path up to here, the mid path above ...
+  int tiny_map_pairs;           // ... up to here with an expert map (each mid block would map every
+                                // id), and the one-launch sorted scales
+  int tiny_rows_per_block;      // tiny path: G = ceil(capacity / this) sort blocks ...
+  int tiny_max_blocks;          // ... at most this many
+  int64_t mid_base;             // mid path up to mid_base + mid_per_expert * E pairs (the large
+  int64_t mid_per_expert;       // path's 3 launches cost more with E), large above; with a fused
+  int mid_fused_dim_per_topk;   // quant also where model_dim >= this * topk (the quant is the
+                                // longer part), up to kMidMaxChunkPairs pairs per chunk
+  int mid_chunk_pairs;          // mid chunks: ~this many pairs each up to half the SMs,
+  int mid_large_chunk_pairs;    // then ~this many up to one per SM
+  int mid_max_chunks;           // 0: the SM count bounds the mid chunks; else also this
+  int64_t wide_quant_elems;     // fused MXFP4 quant of the mid path: two tiles a step under the
+                                // register bound kFusedSortMinOccupancy from this many elements
+  int large_min_chunk;          // large path: chunks of a multiple of this (>= 2E) pairs, about
   int large_chunks_per_sm_num;  // num / den chunks per SM for the count and place launches
   int large_chunks_per_sm_den;
-  int scan_tile_chunks;       // large-path scan: chunks of a warp's tile (a multiple of the
-                              // warp size; device code, compile time)
-  int zero_blocks_max;        // zero_buf blocks of a sort launch, at most
-  int quant_blocks_max;       // fused quant blocks of a sort launch, at most
+  int scan_tile_chunks;  // large-path scan: chunks of a warp's tile (a multiple of the
+                         // warp size; device code, compile time)
+  int zero_blocks_max;   // zero_buf blocks of a sort launch, at most
+  int quant_blocks_max;  // fused quant blocks of a sort launch, at most
   // The one-launch sorted scales (sort_tiny_scales.h).
   int scale_tile_pairs;       // scale blocks of a column group: one per this many pairs,
   int scale_max_parts;        // at most this many, and all blocks in one wave
@@ -80,8 +80,12 @@ constexpr SortPolicy sm90_sort_policy() {
 }
 
 // gfx942 (MI300X) and gfx950 (MI355X): untuned: sm_90's values until measured on that hardware.
-constexpr SortPolicy gfx942_sort_policy() { return sm90_sort_policy(); }
-constexpr SortPolicy gfx950_sort_policy() { return sm90_sort_policy(); }
+constexpr SortPolicy gfx942_sort_policy() {
+  return sm90_sort_policy();
+}
+constexpr SortPolicy gfx950_sort_policy() {
+  return sm90_sort_policy();
+}
 
 // The CPU emulation of the self-test (tests/emu.h): sm_90's path rule, with at most 8 mid
 // chunks and one scan chunk per lane, so that small inputs run the loops of both.
@@ -96,16 +100,14 @@ constexpr SortPolicy emulation_sort_policy() {
 constexpr bool sort_policy_fits(const SortPolicy& p) {
   return p.micro_pairs <= kWarpSize && p.pairs_max <= kPairMax &&
          p.tiny_pairs <= p.tiny_map_pairs && p.tiny_map_pairs <= kTinyThreads &&
-         p.tiny_rows_per_block > 0 && p.tiny_max_blocks > 0 &&
-         p.mid_chunk_pairs > 0 && p.mid_large_chunk_pairs > 0 && p.mid_max_chunks >= 0 &&
-         p.large_min_chunk > 0 &&
+         p.tiny_rows_per_block > 0 && p.tiny_max_blocks > 0 && p.mid_chunk_pairs > 0 &&
+         p.mid_large_chunk_pairs > 0 && p.mid_max_chunks >= 0 && p.large_min_chunk > 0 &&
          (2 * kMaxSortExperts + p.large_min_chunk - 1) / p.large_min_chunk * p.large_min_chunk <=
              kMaxChunk &&
-         p.large_chunks_per_sm_num > 0 &&
-         p.large_chunks_per_sm_den > 0 && p.scan_tile_chunks >= kWarpSize &&
-         p.scan_tile_chunks % kWarpSize == 0 && p.zero_blocks_max > 0 && p.quant_blocks_max > 0 &&
-         p.scale_tile_pairs > 0 && p.scale_max_parts > 0 && p.scale_zero_blocks_max > 0 &&
-         p.scale_zero_stores > 0;
+         p.large_chunks_per_sm_num > 0 && p.large_chunks_per_sm_den > 0 &&
+         p.scan_tile_chunks >= kWarpSize && p.scan_tile_chunks % kWarpSize == 0 &&
+         p.zero_blocks_max > 0 && p.quant_blocks_max > 0 && p.scale_tile_pairs > 0 &&
+         p.scale_max_parts > 0 && p.scale_zero_blocks_max > 0 && p.scale_zero_stores > 0;
 }
 static_assert(sort_policy_fits(sm90_sort_policy()) && sort_policy_fits(gfx942_sort_policy()) &&
                   sort_policy_fits(gfx950_sort_policy()) &&
@@ -149,13 +151,13 @@ enum class SortPath { Micro, Pairs, Tiny, Mid, Large };
 struct SortProblem {
   int64_t num_tokens;  // M
   int topk;
-  int num_experts;     // E
+  int num_experts;  // E
   int block_m;
-  bool expert_map;     // ids mapped through expert_map
-  QuantFormat quant;   // the fused quant (None: moe_sort)
-  int model_dim;       // of the fused quant (0 without)
-  bool fused_scales;   // sorted_scales asked for, and a one-launch kernel can write them
-                       // (16-byte aligned, model_dim % 256 == 0)
+  bool expert_map;       // ids mapped through expert_map
+  QuantFormat quant;     // the fused quant (None: moe_sort)
+  int model_dim;         // of the fused quant (0 without)
+  bool fused_scales;     // sorted_scales asked for, and a one-launch kernel can write them
+                         // (16-byte aligned, model_dim % 256 == 0)
   bool tiny_scales_fit;  // the tiny one-launch kernel's shared memory fits (the pair one's
                          // always does)
 };
@@ -235,8 +237,8 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
                    (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
                     ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs);
   if (mid) {
-    const bool wide = s.quant == QuantFormat::Mxfp4 &&
-                      s.num_tokens * int64_t(s.model_dim) >= p.wide_quant_elems;
+    const bool wide =
+        s.quant == QuantFormat::Mxfp4 && s.num_tokens * int64_t(s.model_dim) >= p.wide_quant_elems;
     return {SortPath::Mid, mid_chunks(p, n, mid_sms, s.quant != QuantFormat::None), wide, false};
   }
   return {SortPath::Large, large_chunks(p, n, s.num_experts, sm), false, false};

@@ -11,7 +11,9 @@ namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
 
-__host__ __device__ constexpr int bit_width(int x) { return x == 0 ? 0 : 1 + bit_width(x >> 1); }
+__host__ __device__ constexpr int bit_width(int x) {
+  return x == 0 ? 0 : 1 + bit_width(x >> 1);
+}
 
 // log2(block_m) for the valid block_m (16, 32, 64, 128): row -> block is r >> lg.
 __device__ __forceinline__ int log2_block_m(int bm) {
@@ -80,7 +82,9 @@ __device__ __forceinline__ void load_keys(const A& a, int j0, int stride, int en
 // N split evenly (q = N / num_chunks, r = N % num_chunks; the first r chunks have q + 1
 // pairs).  The host keeps every chunk at most 65535 pairs (uint16 counters); the large path's
 // chunks also have at least 2E pairs (room for a count row and the E totals).
-__device__ __forceinline__ int chunk_begin(int g, int q, int r) { return g * q + (g < r ? g : r); }
+__device__ __forceinline__ int chunk_begin(int g, int q, int r) {
+  return g * q + (g < r ? g : r);
+}
 
 // Contiguous range of warp `warp` inside the chunk [cb, ce).
 __device__ __forceinline__ void warp_range(int cb, int ce, int warp, int* wb, int* we) {
@@ -283,7 +287,8 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int lo = 16 * v + 4 * i;
-      const uint32_t mask = w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
+      const uint32_t mask =
+          w >= lo + 4 ? 0xFFFFFFFFu : (w <= lo ? 0u : (1u << (8 * (w - lo))) - 1u);
       const uint32_t x4 = xs[i] & mask;
       if constexpr (4 * kWarpSize <= 255) {
         sum += static_cast<int>((x4 * 0x01010101u) >> 24);  // 4 bytes <= 4*32: no carry out
@@ -301,7 +306,9 @@ __device__ __forceinline__ int byte_prefix(const uint8_t* row, int w) {
 // [0, w)), so that a pair's rank needs one byte read instead of byte_prefix.
 // (With a total <= 255 no partial sum carries out of its byte: one multiply by
 // 0x01010101 gives a word's inclusive byte prefixes.)
-__host__ __device__ constexpr bool row_as_prefix(int total) { return total > 1 && total <= 255; }
+__host__ __device__ constexpr bool row_as_prefix(int total) {
+  return total > 1 && total <= 255;
+}
 
 __device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
   const int total = byte_prefix(row, kTinyWarps);
@@ -326,7 +333,7 @@ __device__ __forceinline__ int byte_total_then_prefix(uint8_t* row) {
 
 // Sum of bytes [0, w) of a row that byte_total_then_prefix returned `total` for.
 __device__ __forceinline__ int byte_sum_before(const uint8_t* row, int total, int w) {
-  if (total <= 1) return 0;  // a lone pair (or none)
+  if (total <= 1) return 0;                            // a lone pair (or none)
   return total <= 255 ? row[w] : byte_prefix(row, w);  // i.e. row_as_prefix(total)
 }
 

@@ -43,14 +43,14 @@ namespace scales_detail {
 
 constexpr int kThreads = 128;
 constexpr int kSubWarps = kThreads / 32;  // tiles in flight per block
-constexpr int kKuWide = 32;    // KuMax of the large-problem kernel: 256 bytes of a row per slab
-constexpr int kKuNarrow = 8;   // KuMax when the tiles alone would not fill the GPU
+constexpr int kKuWide = 32;   // KuMax of the large-problem kernel: 256 bytes of a row per slab
+constexpr int kKuNarrow = 8;  // KuMax when the tiles alone would not fill the GPU
 // KuMax at prefill when a wide slab would have more than kMaxWideSlots slots:
 // with 16-byte slots, 5 per slab, so step 1's 5 x 32 slot loads are 32 rows x 5
 // with no idle lane (D = 7168: slabs of 10, 10, 8 ku)
 constexpr int kKuMid = 10;
 // Below two_blocks_per_sm() blocks of wide slabs (launch_traits.h; 264 on an H200): narrow slabs
-constexpr int kMaxWideSlots = 6;    // above it, narrow slabs at every size
+constexpr int kMaxWideSlots = 6;  // above it, narrow slabs at every size
 // Grid cap.  Below it, one unit per sub-warp: the hardware's block scheduler
 // keeps the SMs evenly fed (a grid capped at 2048 blocks that looped was 5-8 %
 // slower at D = 7168).  Past it (more than 2^22 units)
@@ -145,10 +145,10 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
   __shared__ Slot smem[kSubWarps][32 * L::kPitch];
   Slot* buf = smem[thread_idx() / 32];
   const int lane = lane_id();
-  const int sl = lane & 31;         // row of the tile this lane loads the token of
-  const int sub0 = lane & ~31;      // first lane of this sub-warp
-  const int nl = sl & 15;           // step 2: rows nl and 16 + nl
-  const int e = sl >> 4;            // step 2: dwords kl = e and e + 2
+  const int sl = lane & 31;     // row of the tile this lane loads the token of
+  const int sub0 = lane & ~31;  // first lane of this sub-warp
+  const int nl = sl & 15;       // step 2: rows nl and 16 + nl
+  const int e = sl >> 4;        // step 2: dwords kl = e and e + 2
   const int sh = 8 * e;
   const uint32_t m = static_cast<uint32_t>(a.num_tokens);
   const int64_t stride = static_cast<int64_t>(num_blocks) * kSubWarps;
@@ -167,12 +167,14 @@ __global__ __launch_bounds__(kThreads) void sort_scales_kernel(AiterAuxSortScale
     const int slab = static_cast<int>(unit - tile * L::kSlabs);
     const uint32_t t24 = static_cast<uint32_t>(raw) & 0xFFFFFFu;
     const int tok = (tile * 32 + sl < lim && t24 < m) ? static_cast<int>(t24) : -1;
-    raw = load_token_id(a, (unit + stride) / L::kSlabs * 32 + sl);  // next unit: in flight meanwhile
+    raw =
+        load_token_id(a, (unit + stride) / L::kSlabs * 32 + sl);  // next unit: in flight meanwhile
     uint8_t* dst_tile = a.sorted_scales + tile * D;
     {
       const int ku0 = slab * L::kKuSlab;
       const int slab_ku = L::kCK1 - ku0 < L::kKuSlab ? L::kCK1 - ku0 : L::kKuSlab;
-      const int slots = L::kSlabs == 1 ? L::kSlots : slab_ku / L::kKuPerSlot;  // used slots of a row
+      const int slots =
+          L::kSlabs == 1 ? L::kSlots : slab_ku / L::kKuPerSlot;  // used slots of a row
       // 1. row-contiguous loads of the tile's rows into the buffer
       uint32_t w[L::kPitch][L::kWords];
 #pragma unroll
@@ -252,11 +254,13 @@ void launch_sort_scales(const AiterAuxSortScalesArgs& a, int64_t total_tiles, hi
 
 template <int ModelDim>
 int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
-  static_assert(ModelDim > 0 && ModelDim % 256 == 0, "model_dim must be a positive multiple of 256");
+  static_assert(ModelDim > 0 && ModelDim % 256 == 0,
+                "model_dim must be a positive multiple of 256");
   using namespace scales_detail;
   const char* op = "moe_sort_scales";
   if (a.model_dim != ModelDim)
-    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, ModelDim);
+    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim,
+                        ModelDim);
   if (!valid_block_m(a.block_m))
     return fail_invalid("%s: block_m %d not in {16, 32, 64, 128}", op, a.block_m);
   if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))

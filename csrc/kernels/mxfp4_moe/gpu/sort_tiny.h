@@ -20,8 +20,8 @@ __device__ __forceinline__ void aux_block(int b, const AiterAuxSortArgs& a,
     if (b < quant_blocks) {
       constexpr int kWarps = kThreads / kWarpSize;
       quant_detail::quant_tensor<F, D, kTiles>(q, static_cast<int64_t>(b) * kWarps + warp_id(),
-                                               static_cast<int64_t>(quant_blocks) * kWarps,
-                                               x_al16, q_al4);
+                                               static_cast<int64_t>(quant_blocks) * kWarps, x_al16,
+                                               q_al4);
       return;
     }
   } else {
@@ -56,8 +56,8 @@ inline AuxGrid aux_grid(const SortPolicy& p, const AiterAuxSortArgs& a, const Ai
   }
   if (F != QuantFormat::None && q.num_tokens > 0) {
     const int64_t units = q.num_tokens * static_cast<int64_t>(D / 8);
-    g.quant_blocks = static_cast<int>(clamp_i64(
-        ceil_div_i64(units, int64_t(threads) * units_per_thread), 1, p.quant_blocks_max));
+    g.quant_blocks = static_cast<int>(
+        clamp_i64(ceil_div_i64(units, int64_t(threads) * units_per_thread), 1, p.quant_blocks_max));
     g.x_al16 = is_aligned(q.x, 16);
     g.q_al4 = is_aligned(q.a_q, 4);
   }
@@ -233,11 +233,10 @@ constexpr int kFusedQuantTiles = F == QuantFormat::Mxfp8 ? 1 : quant_detail::kSt
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(A a,
-                                                                   AiterAuxQuantArgs q, int num_g,
-                                                                   int quant_blocks,
-                                                                   int zero_blocks, bool x_al16,
-                                                                   bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(A a, AiterAuxQuantArgs q,
+                                                                        int num_g, int quant_blocks,
+                                                                        int zero_blocks,
+                                                                        bool x_al16, bool q_al4) {
   const PdlScope pdl;
   __shared__ TinySmem<E> sm;
   const int b = block_idx();

@@ -42,8 +42,8 @@ struct ScalesPlan {
 template <int E, int K>
 struct TinyScalesSmem {
   TinySmem<E> t;
-  uint16_t cstart[E];               // each expert's first pair in expert-major order
-  uint16_t sorted_t[kTinyThreads];  // the tokens of the pairs in that (row) order
+  uint16_t cstart[E];                           // each expert's first pair in expert-major order
+  uint16_t sorted_t[kTinyThreads];              // the tokens of the pairs in that (row) order
   alignas(8) uint8_t sc[kTinyThreads / K * 8];  // scale bytes [token][8] of the column group
 };
 
@@ -125,8 +125,8 @@ __device__ __forceinline__ void scales_zero_fill(const ScalesPlan& sp, int rows,
   const int zrow = (rows + 31) & ~31;
   const int64_t end = static_cast<int64_t>(sp.out_rows / 32) * (D / 16);
   uint4* o = reinterpret_cast<uint4*>(sp.out);
-  for (int64_t i = static_cast<int64_t>(zrow / 32) * (D / 16) +
-                   static_cast<int64_t>(b) * kThreads + thread_idx();
+  for (int64_t i = static_cast<int64_t>(zrow / 32) * (D / 16) + static_cast<int64_t>(b) * kThreads +
+                   thread_idx();
        i < end; i += static_cast<int64_t>(sp.z_blocks) * kThreads)
     o[i] = make_uint4(0u, 0u, 0u, 0u);
 }
@@ -323,11 +323,11 @@ inline int launch_fused_scales(const SortPolicy& p, const SortChoice& c,
     const AuxGrid x = aux_grid<F, D>(p, a.sort, a.quant, kPairThreads, 1);
     const ScalesPlan sp = plan_scales<D>(p, a.sort, a.sorted_scales, kPairThreads, num_g,
                                          x.quant_blocks + x.zero_blocks, device_sm_count());
-    AITER_AUX_LAUNCH((sort_pairs_scales_kernel<E, K, F, D>),
-                     dim3(num_g + D / 256 * sp.parts + sp.z_blocks + x.quant_blocks +
-                          x.zero_blocks),
-                     dim3(kPairThreads), st)(a.sort, a.quant, sp, num_g, x.quant_blocks,
-                                             x.zero_blocks, x.x_al16, x.q_al4);
+    AITER_AUX_LAUNCH(
+        (sort_pairs_scales_kernel<E, K, F, D>),
+        dim3(num_g + D / 256 * sp.parts + sp.z_blocks + x.quant_blocks + x.zero_blocks),
+        dim3(kPairThreads),
+        st)(a.sort, a.quant, sp, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
     return check_launch(op);
   }
   if constexpr (sizeof(TinyScalesSmem<E, K>) <= kStaticSmemBytes) {
@@ -335,11 +335,11 @@ inline int launch_fused_scales(const SortPolicy& p, const SortChoice& c,
     const AuxGrid x = aux_grid<F, D>(p, a.sort, a.quant, kTinyThreads, quant_detail::kQuantUnroll);
     const ScalesPlan sp = plan_scales<D>(p, a.sort, a.sorted_scales, kTinyThreads, num_g,
                                          x.quant_blocks + x.zero_blocks, device_sm_count());
-    AITER_AUX_LAUNCH((sort_tiny_scales_kernel<E, K, F, D>),
-                     dim3(num_g + D / 256 * sp.parts + sp.z_blocks + x.quant_blocks +
-                          x.zero_blocks),
-                     dim3(kTinyThreads), st)(a.sort, a.quant, sp, num_g, x.quant_blocks,
-                                             x.zero_blocks, x.x_al16, x.q_al4);
+    AITER_AUX_LAUNCH(
+        (sort_tiny_scales_kernel<E, K, F, D>),
+        dim3(num_g + D / 256 * sp.parts + sp.z_blocks + x.quant_blocks + x.zero_blocks),
+        dim3(kTinyThreads),
+        st)(a.sort, a.quant, sp, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
     return check_launch(op);
   }
   return fail_invalid("%s: internal: no one-launch sorted scales for this instance", op);

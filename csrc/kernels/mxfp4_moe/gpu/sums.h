@@ -79,7 +79,8 @@ __device__ __forceinline__ float elem_f32(const uint32_t* w, int j) {
     return as_f32(w[j]);
   } else {
     const uint32_t x = w[j / 2];
-    if constexpr (kDT == AITER_AUX_DTYPE_BF16) return as_f32((j % 2) ? (x & 0xFFFF0000u) : (x << 16));
+    if constexpr (kDT == AITER_AUX_DTYPE_BF16)
+      return as_f32((j % 2) ? (x & 0xFFFF0000u) : (x << 16));
     return (j % 2) ? f16_half_to_f32<true>(x) : f16_half_to_f32<false>(x);
   }
 }
@@ -88,7 +89,7 @@ __device__ __forceinline__ float elem_f32(const uint32_t* w, int j) {
 // kKB: slots whose loads are issued together.
 template <int kDT, int V, int kT, int kKB>
 __global__ __launch_bounds__(kT) void sum_kernel(AiterAuxSumArgs a, int num_blocks, bool in_al,
-                                                  bool out_al) {
+                                                 bool out_al) {
   const PdlScope pdl;
   constexpr int kB = V * elem_bytes<kDT>();
   constexpr int kWords = kB < 4 ? 1 : kB / 4;
@@ -185,7 +186,8 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
 // moe_sum: one instance for every shape and dtype.
 inline int moe_sum(const AiterAuxSumArgs& a, void* stream) {
   const char* op = "moe_sum";
-  if (a.num_tokens < 0 || a.model_dim < 0) return fail_invalid("%s: negative num_tokens / model_dim", op);
+  if (a.num_tokens < 0 || a.model_dim < 0)
+    return fail_invalid("%s: negative num_tokens / model_dim", op);
   if (a.topk < 1) return fail_invalid("%s: topk %lld < 1", op, static_cast<long long>(a.topk));
   if (a.dtype < AITER_AUX_DTYPE_F32 || a.dtype > AITER_AUX_DTYPE_BF16)
     return fail_invalid("%s: unknown dtype code %d", op, a.dtype);

@@ -176,9 +176,9 @@ inline uint32_t emu_round_bf16(double hi, double lo) {
     sign = 0x8000u;
   }
   int e;
-  (void)__builtin_frexp(hi, &e);  // hi = f * 2^e, f in [0.5, 1)
+  (void)__builtin_frexp(hi, &e);               // hi = f * 2^e, f in [0.5, 1)
   const int qe = e - 8 > -133 ? e - 8 : -133;  // bf16 quantum at hi (normal or subnormal)
-  const double t = __builtin_ldexp(hi, -qe);  // exact
+  const double t = __builtin_ldexp(hi, -qe);   // exact
   const double fl = __builtin_floor(t);
   const double fr = t - fl;  // exact
   // lo cannot carry hi across a rounding boundary unless hi lies on one
@@ -290,7 +290,8 @@ __device__ __forceinline__ float f16_half_to_f32(uint32_t h2) {
 #elif defined(AITER_AUX_GPU_EMU)
   return f16_bits_to_f32_any(kHigh ? h2 >> 16 : h2 & 0xFFFFu);
 #else
-  return static_cast<float>(__builtin_bit_cast(_Float16, static_cast<uint16_t>(kHigh ? h2 >> 16 : h2)));
+  return static_cast<float>(
+      __builtin_bit_cast(_Float16, static_cast<uint16_t>(kHigh ? h2 >> 16 : h2)));
 #endif
 }
 

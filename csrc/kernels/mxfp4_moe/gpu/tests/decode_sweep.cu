@@ -19,12 +19,13 @@ __global__ __launch_bounds__(sd::kTinyThreads) void only_scales(AiterAuxSortArgs
                                                                 sd::ScalesPlan sp) {
   __shared__ sd::TinyScalesSmem<E, K> sm;
   sd::scale_group_block<E, K, QuantFormat::Mxfp4, D>(a, q, sp, sm, block_idx() % (D / 256),
-                                                      block_idx() / (D / 256), true);
+                                                     block_idx() / (D / 256), true);
 }
 
 // Its z blocks alone.
 template <int E, int K, int D>
-__global__ __launch_bounds__(sd::kTinyThreads) void only_zero(AiterAuxSortArgs a, sd::ScalesPlan sp) {
+__global__ __launch_bounds__(sd::kTinyThreads) void only_zero(AiterAuxSortArgs a,
+                                                              sd::ScalesPlan sp) {
   __shared__ sd::TinyScalesSmem<E, K> sm;
   sd::scales_zero_block<E, K, D>(a, sp, sm.t, block_idx());
 }
@@ -36,7 +37,7 @@ __global__ __launch_bounds__(sd::kPairThreads) void only_pair_scales(AiterAuxSor
                                                                      sd::ScalesPlan sp) {
   __shared__ sd::PairScalesSmem sm;
   sd::pair_scale_block<E, K, QuantFormat::Mxfp4, D>(a, q, sp, sm, block_idx() % (D / 256),
-                                                     block_idx() / (D / 256), true);
+                                                    block_idx() / (D / 256), true);
 }
 
 // Its z blocks alone.
@@ -95,8 +96,10 @@ void decode_case(int m) {
   const sd::SortChoice pair_c = {sd::SortPath::Pairs, sd::pair_blocks(prob), false, true};
   const int sms = device_sm_count();
   // the plans the one-launch kernels take (no quant blocks: the parts alone)
-  const sd::ScalesPlan tsp = sd::plan_scales<D>(pol, a.sort, ss, sd::kTinyThreads, tiny_c.blocks, 0, sms);
-  const sd::ScalesPlan psp = sd::plan_scales<D>(pol, a.sort, ss, sd::kPairThreads, pair_c.blocks, 0, sms);
+  const sd::ScalesPlan tsp =
+      sd::plan_scales<D>(pol, a.sort, ss, sd::kTinyThreads, tiny_c.blocks, 0, sms);
+  const sd::ScalesPlan psp =
+      sd::plan_scales<D>(pol, a.sort, ss, sd::kPairThreads, pair_c.blocks, 0, sms);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   auto time = [&](const char* name, auto launch) {
@@ -127,14 +130,13 @@ void decode_case(int m) {
              [&]() { return moe_sort_quant<E, K, D>(a, st); });
   constexpr QuantFormat kF = QuantFormat::Mxfp4;
   if (n <= sd::kPairMax) {
-    one_launch("one_launch:pairs", [&]() {
-      return sd::launch_fused_scales<E, K, kF, D>(pol, pair_c, a, st, "x");
-    });
-    one_launch("one_launch:tiny", [&]() {
-      return sd::launch_fused_scales<E, K, kF, D>(pol, tiny_c, a, st, "x");
-    });
+    one_launch("one_launch:pairs",
+               [&]() { return sd::launch_fused_scales<E, K, kF, D>(pol, pair_c, a, st, "x"); });
+    one_launch("one_launch:tiny",
+               [&]() { return sd::launch_fused_scales<E, K, kF, D>(pol, tiny_c, a, st, "x"); });
     time("parts:pair_scales", [&]() {
-      only_pair_scales<E, K, D><<<D / 256 * psp.parts, sd::kPairThreads, 0, st>>>(a.sort, a.quant, psp);
+      only_pair_scales<E, K, D>
+          <<<D / 256 * psp.parts, sd::kPairThreads, 0, st>>>(a.sort, a.quant, psp);
       return int(cudaGetLastError());
     });
     time("parts:pair_zero", [&]() {

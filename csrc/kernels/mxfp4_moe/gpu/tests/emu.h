@@ -65,14 +65,20 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return uint4{x, y, z, w};
+}
 
 struct aiter_aux_emu_stream;
 typedef aiter_aux_emu_stream* hipStream_t;
 typedef int hipError_t;
 #define hipSuccess 0
-inline hipError_t hipGetLastError() { return hipSuccess; }
-inline const char* hipGetErrorString(hipError_t) { return "no error"; }
+inline hipError_t hipGetLastError() {
+  return hipSuccess;
+}
+inline const char* hipGetErrorString(hipError_t) {
+  return "no error";
+}
 
 namespace aiter_aux_emu {
 
@@ -134,8 +140,12 @@ inline Emu& emu() {
   return e;
 }
 
-inline int thread_idx() { return emu().cur; }
-inline int block_idx() { return emu().block; }
+inline int thread_idx() {
+  return emu().cur;
+}
+inline int block_idx() {
+  return emu().block;
+}
 
 inline void yield_now() {
   Emu& e = emu();
@@ -183,11 +193,15 @@ inline uint64_t warp_exchange(int kind, uint64_t v, int src) {
   return w.res[lane];
 }
 
-inline uint64_t ballot(bool pred) { return warp_exchange(kBallot, pred ? 1 : 0, 0); }
+inline uint64_t ballot(bool pred) {
+  return warp_exchange(kBallot, pred ? 1 : 0, 0);
+}
 inline uint32_t shfl(uint32_t v, int src_lane) {
   return static_cast<uint32_t>(warp_exchange(kShfl, v, src_lane));
 }
-inline void warp_barrier() { warp_exchange(kWarpSync, 0, 0); }
+inline void warp_barrier() {
+  warp_exchange(kWarpSync, 0, 0);
+}
 
 inline void block_barrier() {
   Emu& e = emu();
@@ -211,7 +225,9 @@ inline float add_rn(float a, float b) {
   return s;
 }
 
-inline void pdl_wait() { emu().fibers[emu().cur].waits++; }
+inline void pdl_wait() {
+  emu().fibers[emu().cur].waits++;
+}
 
 inline void pdl_launch_dependents() {
   Fiber& f = emu().fibers[emu().cur];
@@ -219,7 +235,9 @@ inline void pdl_launch_dependents() {
   f.triggers++;
 }
 
-inline void reset_pdl() { emu().pdl = PdlCounts(); }
+inline void reset_pdl() {
+  emu().pdl = PdlCounts();
+}
 
 inline void fiber_entry() {
   Emu& e = emu();

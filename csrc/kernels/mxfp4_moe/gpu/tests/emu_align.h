@@ -77,7 +77,8 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   std::vector<int32_t> map(E + 2);
   for (auto& v : map) v = static_cast<int32_t>(rng() % (E + 3)) - 2;  // -2 .. E: some dropped
   const int64_t cap = (kSglang ? aiter_aux_sglang_align_capacity(n, E, bs)
-                               : aiter_aux_vllm_align_capacity(n, E, bs)) + extra;
+                               : aiter_aux_vllm_align_capacity(n, E, bs)) +
+                      extra;
   AlignBufs got = align_prefilled(cap, bs, n), want = align_prefilled(cap, bs, n);
   AiterAuxAlignArgs a = {};
   a.topk_ids = ids.data();
@@ -101,9 +102,9 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   ref_align(ids, E, bs, cap, kSglang, map_kind == 1 ? &map : nullptr,
             map_kind == 2 ? &map : nullptr, want);
   const std::string tag = std::string(kSglang ? "align_sglang<" : "align_vllm<") +
-                          std::to_string(E) + "> n=" + std::to_string(n) + " bs=" +
-                          std::to_string(bs) + " mode=" + std::to_string(mode) + " map=" +
-                          std::to_string(map_kind) + " extra=" + std::to_string(extra);
+                          std::to_string(E) + "> n=" + std::to_string(n) +
+                          " bs=" + std::to_string(bs) + " mode=" + std::to_string(mode) +
+                          " map=" + std::to_string(map_kind) + " extra=" + std::to_string(extra);
   check(rc == AITER_AUX_OK, tag + ": status " + std::to_string(rc) + " " + g_last_error);
   compare_align(got, want, tag);
   // Every other path that can take this n, launched directly.
@@ -126,13 +127,18 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   const sd::SortProblem prob{n, 1, NB, bs, map_kind == 1, kNone, 0, false, false};
   if (n <= sd::kPairMax) {
     const int ng = sd::pair_blocks(prob);
-    forced("pairs", [&](const auto& k) { return sd::launch_pairs<NB, 1, kNone, 0>(k, none, nullptr, ng, "t"); });
+    forced("pairs", [&](const auto& k) {
+      return sd::launch_pairs<NB, 1, kNone, 0>(k, none, nullptr, ng, "t");
+    });
   }
   if (n <= kWarpSize)
-    forced("micro", [&](const auto& k) { return sd::launch_micro<NB, 1, kNone, 0>(k, none, nullptr, "t"); });
+    forced("micro",
+           [&](const auto& k) { return sd::launch_micro<NB, 1, kNone, 0>(k, none, nullptr, "t"); });
   if (n <= sd::kTinyThreads) {
     const int ng = sd::tiny_blocks(pol, prob);
-    forced("tiny", [&](const auto& k) { return sd::launch_tiny<NB, 1, kNone, 0>(k, none, nullptr, ng, "t"); });
+    forced("tiny", [&](const auto& k) {
+      return sd::launch_tiny<NB, 1, kNone, 0>(k, none, nullptr, ng, "t");
+    });
   }
   for (int g : {1, sd::mid_chunks(pol, n, 8, false)}) {
     if (g > 1 && n < g) continue;
@@ -143,7 +149,9 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   }
   if (n >= sd::large_unit(pol, NB)) {
     const int nc = sd::large_chunks(pol, n, NB, aiter_aux::gpu::device_sm_count());
-    forced("large", [&](const auto& k) { return sd::launch_large<NB, 1, kNone, 0>(k, none, nullptr, nc, "t"); });
+    forced("large", [&](const auto& k) {
+      return sd::launch_large<NB, 1, kNone, 0>(k, none, nullptr, nc, "t");
+    });
   }
 }
 
@@ -162,7 +170,7 @@ void test_align() {
   run_align_case<896, false>(300, 128, 0, 215, 2, 7);
   run_align_case<8, false>(20000, 16, 0, 216, 1);  // large path
   run_align_case<8, true>(20000, 64, 3, 217, 0, 100);
-  run_align_case<8, true>(20000, 32, 2, 220);  // large path, bucket 0 (the -1 ids) the largest
+  run_align_case<8, true>(20000, 32, 2, 220);   // large path, bucket 0 (the -1 ids) the largest
   run_align_case<1023, true>(700, 32, 0, 218);  // 1024 buckets
   run_align_case<385, false>(8192, 128, 2, 219, 2);
 }

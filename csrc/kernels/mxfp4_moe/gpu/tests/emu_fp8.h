@@ -22,7 +22,10 @@ uint8_t ref_e4m3(uint16_t x, uint32_t s) {
   } else {
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (e4m3_value(mid) <= v) lo = mid; else hi = mid - 1;
+      if (e4m3_value(mid) <= v)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const double d0 = v - e4m3_value(lo), d1 = e4m3_value(lo + 1) - v;
     if (d1 < d0 || (d1 == d0 && (lo & 1))) ++lo;
@@ -91,8 +94,9 @@ void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int gri
   int rc = AITER_AUX_OK;
   aiter_aux_emu::reset_pdl();
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp8, D, quant_detail::kStepTiles>), dim3(grid),
-                     dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp8, D, quant_detail::kStepTiles>),
+                     dim3(grid), dim3(quant_detail::kQuantThreads),
+                     nullptr)(a, grid, !mis_x, !mis_q);
   } else {
     rc = mxfp8_quant<D>(a, nullptr);
   }
@@ -121,7 +125,8 @@ void run_sort_quant_fp8_case(int m, int bm, uint32_t seed) {
   SortBufs want = prefilled(max_rows, bm, ids.size());
   std::vector<uint8_t> q(m * D + 8, 0xAB), s(m * D / 32 + 8, 0xCD), wq(m * D), ws(m * D / 32);
   std::vector<uint16_t> zb(static_cast<size_t>(m) * 64, 0x1234);
-  const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
+  const AiterAuxSortQuantArgs a =
+      sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_quant_fp8<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
@@ -146,18 +151,18 @@ void test_fp8() {
   run_quant_fp8_case<7168>(3, 123, false, 0);
   run_quant_fp8_case<2560>(9, 124, true, 0);
   run_quant_fp8_case<32>(17, 125, false, 1);
-  run_quant_fp8_case<96>(11, 126, false, 4);   // 4-aligned a_q: the 4-byte store path
+  run_quant_fp8_case<96>(11, 126, false, 4);  // 4-aligned a_q: the 4-byte store path
   run_quant_fp8_case<256>(40, 136, false, 8);
   run_quant_fp8_case<256>(0, 127, false, 0);
   run_quant_fp8_case<256>(333, 128, false, 0, 3);
   run_quant_fp8_case<96>(101, 137, false, 0, 2);  // partial steps, several per warp
   run_quant_fp8_case<7168>(70, 129, false, 0);
-  run_sort_quant_fp8_case<257, 9, 512>(40, 32, 131);       // tiny path
-  run_sort_quant_fp8_case<257, 9, 256>(1000, 64, 132);     // mid path
-  run_sort_quant_fp8_case<8, 2, 256>(21000, 32, 136);      // large path (42000 pairs)
+  run_sort_quant_fp8_case<257, 9, 512>(40, 32, 131);    // tiny path
+  run_sort_quant_fp8_case<257, 9, 256>(1000, 64, 132);  // mid path
+  run_sort_quant_fp8_case<8, 2, 256>(21000, 32, 136);   // large path (42000 pairs)
   run_sort_quant_fp8_case<8, 2, 7168>(2, 16, 133);
   run_sort_quant_fp8_case<896, 16, 3584>(64, 32, 134);
-  run_sort_quant_fp8_case<257, 9, 256>(600, 16, 135);      // small path (5400 pairs)
+  run_sort_quant_fp8_case<257, 9, 256>(600, 16, 135);  // small path (5400 pairs)
 }
 
 }  // namespace

@@ -56,9 +56,9 @@ void run_pairs_case(int m, int bm, int mode, uint32_t seed, int map_mode, int ze
   const int64_t max_rows = sort_capacity(m, K, E, bm) + (seed % 2 ? bm : 0);
   SortBufs want = prefilled(max_rows, bm, ep.ids.size());
   ref_sort(ep.local, w, m, K, E, bm, want);
-  const std::string tag = "pairs<" + std::to_string(E) + "," + std::to_string(K) + "> M=" +
-                          std::to_string(m) + " bm=" + std::to_string(bm) + " mode=" +
-                          std::to_string(mode) + " map=" + std::to_string(map_mode) +
+  const std::string tag = "pairs<" + std::to_string(E) + "," + std::to_string(K) +
+                          "> M=" + std::to_string(m) + " bm=" + std::to_string(bm) +
+                          " mode=" + std::to_string(mode) + " map=" + std::to_string(map_mode) +
                           " zero=" + std::to_string(zero_mode);
   const AiterAuxQuantArgs none = {};
   constexpr QuantFormat kNone = QuantFormat::None;
@@ -117,8 +117,7 @@ void run_pairs_fused_case(int m, int bm, int mode, uint32_t seed, int map_mode, 
   std::vector<uint8_t> wq(static_cast<size_t>(m) * qcols), ws(static_cast<size_t>(m) * D / 32);
   std::vector<uint16_t> zb(static_cast<size_t>(m) * 64 + 8, 0x1234), init(zb.size());
   for (auto& v : init) v = static_cast<uint16_t>(rng());
-  AiterAuxSortQuantArgs a =
-      sort_quant_args(ep.ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
+  AiterAuxSortQuantArgs a = sort_quant_args(ep.ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   if (map_mode != 0) {
     a.sort.expert_map = ep.map.data();
     a.sort.num_global_experts = static_cast<int64_t>(ep.map.size());
@@ -145,9 +144,9 @@ void run_pairs_fused_case(int m, int bm, int mode, uint32_t seed, int map_mode, 
     ref_quant(xs.data(), m, D, wq, ws);
   }
   const std::string tag = std::string(kFp8 ? "pairs fp8<" : "pairs quant<") + std::to_string(E) +
-                          "," + std::to_string(K) + "," + std::to_string(D) + "> M=" +
-                          std::to_string(m) + " bm=" + std::to_string(bm) + " mode=" +
-                          std::to_string(mode) + " map=" + std::to_string(map_mode) +
+                          "," + std::to_string(K) + "," + std::to_string(D) +
+                          "> M=" + std::to_string(m) + " bm=" + std::to_string(bm) +
+                          " mode=" + std::to_string(mode) + " map=" + std::to_string(map_mode) +
                           (scales ? " scales" : "") + (init_zero ? " init" : "");
   check(c.path == sd::SortPath::Pairs && c.fused_scales == scales,
         tag + ": the chooser takes the pair path");

@@ -18,7 +18,8 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
   SortBufs got = prefilled(max_rows, bm, ids.size());
   SortBufs want = prefilled(max_rows, bm, ids.size());
   const int qcols = kFp8 ? D : D / 2;
-  std::vector<uint8_t> q(static_cast<size_t>(m) * qcols, 0xAB), s(static_cast<size_t>(m) * D / 32, 0xCD);
+  std::vector<uint8_t> q(static_cast<size_t>(m) * qcols, 0xAB),
+      s(static_cast<size_t>(m) * D / 32, 0xCD);
   std::vector<uint8_t> wq(q.size()), ws(s.size());
   std::vector<uint16_t> zb(static_cast<size_t>(m) * 64 + 8, 0x1234);
   const int BM = bm > 32 ? bm : 32;
@@ -32,7 +33,8 @@ void run_sort_quant_scales_case(int m, int bm, int mode, uint32_t seed, int out_
   AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   a.sorted_scales = ss;
   aiter_aux_emu::reset_pdl();
-  const int rc = kFp8 ? moe_sort_quant_fp8<E, K, D>(a, nullptr) : moe_sort_quant<E, K, D>(a, nullptr);
+  const int rc =
+      kFp8 ? moe_sort_quant_fp8<E, K, D>(a, nullptr) : moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
   if (kFp8) {
     ref_quant_fp8(xs.data(), m, D, wq, ws);

@@ -22,7 +22,9 @@
 #include "gpu/mxfp4_moe_aux_gpu.h"
 
 static std::string g_last_error;
-extern "C" void aiter_aux_set_error(const char* msg) { g_last_error = msg; }
+extern "C" void aiter_aux_set_error(const char* msg) {
+  g_last_error = msg;
+}
 
 namespace {
 
@@ -70,7 +72,9 @@ float u2f(uint32_t u) {
   memcpy(&f, &u, 4);
   return f;
 }
-float bf2f(uint16_t h) { return u2f(uint32_t(h) << 16); }
+float bf2f(uint16_t h) {
+  return u2f(uint32_t(h) << 16);
+}
 
 // ------------------------------------------------------------ references ----
 // e8m0 exponent per the spec (host fp: IEEE, subnormals kept).
@@ -84,16 +88,25 @@ uint32_t ref_scale(uint32_t amax16) {
 
 // e2m1 nibble of bf16 h in a finite block of exponent s, per the spec.
 uint32_t ref_code(uint16_t h, uint32_t s) {
-  const double q = std::fabs(static_cast<double>(bf2f(h))) * std::ldexp(1.0, 127 - static_cast<int>(s));
+  const double q =
+      std::fabs(static_cast<double>(bf2f(h))) * std::ldexp(1.0, 127 - static_cast<int>(s));
   uint32_t c;
-  if (q <= 0.25) c = 0;
-  else if (q < 0.75) c = 1;
-  else if (q <= 1.25) c = 2;
-  else if (q < 1.75) c = 3;
-  else if (q <= 2.5) c = 4;
-  else if (q < 3.5) c = 5;
-  else if (q <= 5.0) c = 6;
-  else c = 7;
+  if (q <= 0.25)
+    c = 0;
+  else if (q < 0.75)
+    c = 1;
+  else if (q <= 1.25)
+    c = 2;
+  else if (q < 1.75)
+    c = 3;
+  else if (q <= 2.5)
+    c = 4;
+  else if (q < 3.5)
+    c = 5;
+  else if (q <= 5.0)
+    c = 6;
+  else
+    c = 7;
   return c | ((h & 0x8000u) ? 8u : 0u);
 }
 
@@ -120,8 +133,8 @@ uint32_t model_hw_code(uint16_t h, uint32_t s, bool flush) {
     exp = static_cast<int>(e) - 127;
   }
   const int x = exp - (static_cast<int>(s) - 127);  // exponent of q = x_val / 2^(s-127)
-  const uint32_t full = 0x80u | man;                 // q = full * 2^(x-7)
-  if (x > 2) return sign | 7u;                       // >= 8: saturate
+  const uint32_t full = 0x80u | man;                // q = full * 2^(x-7)
+  if (x > 2) return sign | 7u;                      // >= 8: saturate
   uint32_t code, round, sticky;
   if (x >= 0) {  // normal e2m1: 1.m1 * 2^x, code = (x+1)*2 + m1
     code = (static_cast<uint32_t>(x + 1) << 1) | ((full >> 6) & 1u);
@@ -226,7 +239,8 @@ uint16_t ref_bf16(float f) {
 float ref_decode(uint32_t nib, uint32_t s) {
   static const float lut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-  const float scale = s == 255 ? NAN : static_cast<float>(std::ldexp(1.0, static_cast<int>(s) - 127));
+  const float scale =
+      s == 255 ? NAN : static_cast<float>(std::ldexp(1.0, static_cast<int>(s) - 127));
   volatile float v = lut[nib] * scale;
   return v;
 }
@@ -237,8 +251,9 @@ void test_helpers() {
   int bad = 0;
   for (uint32_t a = 0; a < 0x7F80u; ++a)
     if (quant_detail::mx_scale_exponent(a) != ref_scale(a)) {
-      if (++bad < 5) fprintf(stderr, "  scale mismatch amax16=%#x: %u vs %u\n", a,
-                             quant_detail::mx_scale_exponent(a), ref_scale(a));
+      if (++bad < 5)
+        fprintf(stderr, "  scale mismatch amax16=%#x: %u vs %u\n", a,
+                quant_detail::mx_scale_exponent(a), ref_scale(a));
     }
   check(bad == 0, "mx_scale_exponent == spec for every finite amax");
 
@@ -292,7 +307,8 @@ void test_helpers() {
       }
     }
   }
-  check(bad == 0, "packed bf16x2 quantisation == spec for every s in [3, 253] and |x| <= 6*2^(s-127)");
+  check(bad == 0,
+        "packed bf16x2 quantisation == spec for every s in [3, 253] and |x| <= 6*2^(s-127)");
   // the fast path's scale (no clamp, amax16 in [0x0C00, 0x7F80))
   bad = 0;
   for (uint32_t a = 0x0C00u; a < 0x7F80u; ++a)
@@ -301,7 +317,9 @@ void test_helpers() {
   bool q6 = true;
   for (uint32_t a = 1; a < 0x7F80u; ++a) {
     const uint32_t s = quant_detail::mx_scale_exponent(a);
-    q6 = q6 && s <= 253 && static_cast<double>(bf2f(static_cast<uint16_t>(a))) <= 6.0 * std::ldexp(1.0, static_cast<int>(s) - 127);
+    q6 = q6 && s <= 253 &&
+         static_cast<double>(bf2f(static_cast<uint16_t>(a))) <=
+             6.0 * std::ldexp(1.0, static_cast<int>(s) - 127);
   }
   check(q6, "every finite amax: s <= 253 and amax <= 6 * 2^(s-127)");
   // and quant8's threshold: amax >= 0x0400 gives s >= 3
@@ -349,22 +367,25 @@ void test_helpers() {
             volatile float spec = ref_decode(word, s) * u2f(wb);
             const uint32_t g = f2u(prod), w = f2u(spec);
             if (g != w && !(std::isnan(u2f(g)) && std::isnan(u2f(w)))) {
-              if (++bad < 5) fprintf(stderr, "  q fast mismatch w=%#x s=%u nib=%u: %#x vs %#x\n", wb, s, word, g, w);
+              if (++bad < 5)
+                fprintf(stderr, "  q fast mismatch w=%#x s=%u nib=%u: %#x vs %#x\n", wb, s, word, g,
+                        w);
             }
           }
         }
       }
     }
-  check(bad == 0, "scatter_q fast product == spec product for every nibble, s and " + std::to_string(fast) +
-                      " accepted (w, s) of " + std::to_string(tried));
+  check(bad == 0, "scatter_q fast product == spec product for every nibble, s and " +
+                      std::to_string(fast) + " accepted (w, s) of " + std::to_string(tried));
   check(usual, "scatter_q fast path accepts |w| in [2^-27, 2^14), s in [40, 200]");
   // e2m1x8_as_f16x2: nibble j of any word lands, alone, in half j % 4 (j < 4: low) of
   // word j % 4 as e2m1_as_f16 (the neighbours' bits must not leak in)
   bad = 0;
   std::mt19937 xrng(12);
   for (int rep = 0; rep < 200000; ++rep) {
-    const uint32_t x = rep < 65536 ? static_cast<uint32_t>(rep) * 0x10001u ^ (rep < 256 ? 0u : xrng())
-                                   : static_cast<uint32_t>(xrng());
+    const uint32_t x = rep < 65536
+                           ? static_cast<uint32_t>(rep) * 0x10001u ^ (rep < 256 ? 0u : xrng())
+                           : static_cast<uint32_t>(xrng());
     uint32_t hs[4];
     scatter_detail::e2m1x8_as_f16x2(x, hs);
     for (int j = 0; j < 8; ++j) {
@@ -415,12 +436,18 @@ std::vector<int32_t> make_ids(int m, int k, int e, std::mt19937& rng, int mode) 
     } else if (mode == 3) {  // one expert takes every pair
       v = e / 2;
     } else if (mode == 4) {  // no local pair at all: -1 or out of range
-      v = r < 50 ? -1 : (r < 75 ? e + static_cast<int32_t>(rng() % 1000) : INT32_MIN + static_cast<int32_t>(r));
+      v = r < 50 ? -1
+                 : (r < 75 ? e + static_cast<int32_t>(rng() % 1000)
+                           : INT32_MIN + static_cast<int32_t>(r));
     } else {
-      if (r < 8) v = -1;
-      else if (r < 10) v = e + static_cast<int32_t>(rng() % 5);
-      else if (r < 11) v = -2 - static_cast<int32_t>(rng() % 1000);
-      else v = static_cast<int32_t>(rng() % e);
+      if (r < 8)
+        v = -1;
+      else if (r < 10)
+        v = e + static_cast<int32_t>(rng() % 5);
+      else if (r < 11)
+        v = -2 - static_cast<int32_t>(rng() % 1000);
+      else
+        v = static_cast<int32_t>(rng() % e);
     }
   }
   return ids;
@@ -432,8 +459,8 @@ std::vector<float> make_weights(size_t n, std::mt19937& rng) {
   return w;
 }
 
-AiterAuxSortArgs sort_args(const std::vector<int32_t>& ids, const std::vector<float>& w, int m, int k,
-                           int e, int bm, int64_t max_rows, SortBufs& o) {
+AiterAuxSortArgs sort_args(const std::vector<int32_t>& ids, const std::vector<float>& w, int m,
+                           int k, int e, int bm, int64_t max_rows, SortBufs& o) {
   AiterAuxSortArgs a = {};
   a.topk_ids = ids.data();
   a.topk_weights = w.data();
@@ -497,9 +524,9 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
   aiter_aux_emu::reset_pdl();
   const int rc = moe_sort<E, K>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
-  const std::string tag = "moe_sort<" + std::to_string(E) + "," + std::to_string(K) + "> M=" +
-                          std::to_string(m) + " bm=" + std::to_string(bm) + " mode=" +
-                          std::to_string(mode);
+  const std::string tag = "moe_sort<" + std::to_string(E) + "," + std::to_string(K) +
+                          "> M=" + std::to_string(m) + " bm=" + std::to_string(bm) +
+                          " mode=" + std::to_string(mode);
   check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status " + std::to_string(rc) + " " + g_last_error);
   compare_sort(got, want, tag);
@@ -523,23 +550,32 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
   const sd::SortPolicy pol = sd::host_sort_policy();
   if (n <= sd::kPairMax) {
     const int ng = sd::pair_blocks(sd::sort_problem<E, K, kNone, 0>(a, false));
-    forced("pairs", [&](const AiterAuxSortArgs& fa) { return sd::launch_pairs<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+    forced("pairs", [&](const AiterAuxSortArgs& fa) {
+      return sd::launch_pairs<E, K, kNone, 0>(fa, none, nullptr, ng, "t");
+    });
   }
   if (n <= kWarpSize)
-    forced("micro", [&](const AiterAuxSortArgs& fa) { return sd::launch_micro<E, K, kNone, 0>(fa, none, nullptr, "t"); });
+    forced("micro", [&](const AiterAuxSortArgs& fa) {
+      return sd::launch_micro<E, K, kNone, 0>(fa, none, nullptr, "t");
+    });
   if (n <= sd::kTinyThreads) {
     const int ng = sd::tiny_blocks(pol, sd::sort_problem<E, K, kNone, 0>(a, false));
-    forced("tiny", [&](const AiterAuxSortArgs& fa) { return sd::launch_tiny<E, K, kNone, 0>(fa, none, nullptr, ng, "t"); });
+    forced("tiny", [&](const AiterAuxSortArgs& fa) {
+      return sd::launch_tiny<E, K, kNone, 0>(fa, none, nullptr, ng, "t");
+    });
   }
   for (int g : {1, sd::mid_chunks(pol, n, 8, false)}) {
     if (g > 1 && n < g) continue;
     if ((n + g - 1) / g > 65535) continue;
-    forced("mid/" + std::to_string(g),
-           [&](const AiterAuxSortArgs& fa) { return sd::launch_mid<E, K, kNone, 0>(fa, none, nullptr, g, false, "t"); });
+    forced("mid/" + std::to_string(g), [&](const AiterAuxSortArgs& fa) {
+      return sd::launch_mid<E, K, kNone, 0>(fa, none, nullptr, g, false, "t");
+    });
   }
   if (n >= sd::large_unit(pol, E)) {
     const int nc = sd::large_chunks(pol, n, E, aiter_aux::gpu::device_sm_count());
-    forced("large", [&](const AiterAuxSortArgs& fa) { return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t"); });
+    forced("large", [&](const AiterAuxSortArgs& fa) {
+      return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t");
+    });
   }
 }
 
@@ -555,12 +591,25 @@ std::vector<uint16_t> make_x(int64_t m, int d, std::mt19937& rng) {
         uint16_t h;
         const uint32_t r2 = rng();
         switch (kind) {
-          case 0: h = static_cast<uint16_t>(r2 & 0x807Fu); break;  // zeros and subnormals
-          case 1: h = static_cast<uint16_t>(r2 & 0x8000u); break;  // +-0 only
-          case 2: h = static_cast<uint16_t>((r2 & 0x8000u) | ((r2 >> 16) % 0x0500u)); break;  // tiny
-          case 3: h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0x7F80u : static_cast<uint16_t>(r2); break;    // +Inf
-          case 4: h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0xFFC1u : static_cast<uint16_t>(r2 & 0x3FFFu); break;  // NaN
-          case 5: h = static_cast<uint16_t>((r2 & 0x8000u) | (0x7F00u + (r2 >> 16) % 0x80u)); break;  // huge
+          case 0:
+            h = static_cast<uint16_t>(r2 & 0x807Fu);
+            break;  // zeros and subnormals
+          case 1:
+            h = static_cast<uint16_t>(r2 & 0x8000u);
+            break;  // +-0 only
+          case 2:
+            h = static_cast<uint16_t>((r2 & 0x8000u) | ((r2 >> 16) % 0x0500u));
+            break;  // tiny
+          case 3:
+            h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0x7F80u : static_cast<uint16_t>(r2);
+            break;  // +Inf
+          case 4:
+            h = (static_cast<uint32_t>(i) == (r2 >> 8) % 32) ? 0xFFC1u
+                                                             : static_cast<uint16_t>(r2 & 0x3FFFu);
+            break;  // NaN
+          case 5:
+            h = static_cast<uint16_t>((r2 & 0x8000u) | (0x7F00u + (r2 >> 16) % 0x80u));
+            break;  // huge
           default: {
             const uint32_t e = (ebase + (r2 >> 20) % 6) % 255;
             h = static_cast<uint16_t>((r2 & 0x8000u) | (e << 7) | (r2 & 0x7Fu));
@@ -596,8 +645,9 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   int rc = AITER_AUX_OK;
   aiter_aux_emu::reset_pdl();
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, quant_detail::kStepTiles>), dim3(grid),
-                     dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, !mis_q);
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, quant_detail::kStepTiles>),
+                     dim3(grid), dim3(quant_detail::kQuantThreads),
+                     nullptr)(a, grid, !mis_x, !mis_q);
   } else if (grid < 0) {
     AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, 1>), dim3(-grid),
                      dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, !mis_q);
@@ -634,7 +684,8 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
   SortBufs want = prefilled(max_rows, bm, ids.size());
   std::vector<uint8_t> q(m * D / 2, 0xAB), s(m * D / 32, 0xCD), wq(q.size()), ws(s.size());
   std::vector<uint16_t> zb(static_cast<size_t>(m) * D, 0x1234);
-  const AiterAuxSortQuantArgs a = sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
+  const AiterAuxSortQuantArgs a =
+      sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   aiter_aux_emu::reset_pdl();
   const int rc = moe_sort_quant<E, K, D>(a, nullptr);
   ref_sort(ids, w, m, K, E, bm, want);
@@ -677,8 +728,8 @@ void ref_sorted_scales(const uint8_t* as, int m, int d, int bm, const std::vecto
 }
 
 template <int D>
-void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid,
-                     int in_off = 0, int out_off = 0) {
+void run_scales_case(int m, int bm, int e, int k, uint32_t seed, bool shrink_valid, int in_off = 0,
+                     int out_off = 0) {
   std::mt19937 rng(seed);
   const auto ids = make_ids(m, k, e, rng, 0);
   const auto w = make_weights(ids.size(), rng);
@@ -744,24 +795,31 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool
     rev[2 * K] = rows + 3;
   }
   std::vector<float> sw(rows);
-  for (auto& v : sw) v = extreme ? u2f(rng()) : rand_weight(rng);  // extreme: any bits, every exponent
+  for (auto& v : sw)
+    v = extreme ? u2f(rng()) : rand_weight(rng);  // extreme: any bits, every exponent
   std::vector<uint16_t> eo(static_cast<size_t>(rows) * D);
   for (auto& h : eo) {
     const uint32_t r = rng();
     h = static_cast<uint16_t>(r);
-    if (r % 97 == 0) h = 0x7F80u;  // inf
-    else if (r % 89 == 0) h = 0xFFC0u;  // nan
-    else if (r % 13 == 0) h = static_cast<uint16_t>(r & 0x807Fu);  // subnormal
-    else if ((h & 0x7F80u) == 0x7F80u) h = static_cast<uint16_t>(h & 0xBFFFu);
+    if (r % 97 == 0)
+      h = 0x7F80u;  // inf
+    else if (r % 89 == 0)
+      h = 0xFFC0u;  // nan
+    else if (r % 13 == 0)
+      h = static_cast<uint16_t>(r & 0x807Fu);  // subnormal
+    else if ((h & 0x7F80u) == 0x7F80u)
+      h = static_cast<uint16_t>(h & 0xBFFFu);
   }
-  std::vector<uint8_t> eq(static_cast<size_t>(rows) * D / 2), es(static_cast<size_t>(rows) * (D / 32 > 0 ? D / 32 : 1));
+  std::vector<uint8_t> eq(static_cast<size_t>(rows) * D / 2),
+      es(static_cast<size_t>(rows) * (D / 32 > 0 ? D / 32 : 1));
   for (auto& v : eq) v = static_cast<uint8_t>(rng());
   for (auto& v : es) {
     const uint32_t r = rng() % 50;
     v = r == 0 ? 255 : (r == 1 ? 0 : (r == 2 ? 254 : static_cast<uint8_t>(100 + rng() % 40)));
     if (extreme) v = static_cast<uint8_t>(rng());  // every scale, incl. 0..2 and 252..255
   }
-  std::vector<uint16_t> got_buf(static_cast<size_t>(m) * D + 2, 0x5555), want(static_cast<size_t>(m) * D);
+  std::vector<uint16_t> got_buf(static_cast<size_t>(m) * D + 2, 0x5555),
+      want(static_cast<size_t>(m) * D);
   // misalign: expert_out and out 2 bytes, expert_out_q 1 byte past an aligned address
   const int off = misalign ? 1 : 0;
   std::vector<uint16_t> eo_buf(eo.size() + 1);
@@ -785,9 +843,12 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool
   a.routed_scaling_factor = scale;
   int rc;
   aiter_aux_emu::reset_pdl();
-  if constexpr (kV > 0) rc = scatter_detail::launch_scatter_small<D, K, kQ, kV, kT>(a, nullptr, "shape");
-  else if constexpr (kQ) rc = moe_scatter_reduce_q<D, K>(a, nullptr);
-  else rc = moe_scatter_reduce<D, K>(a, nullptr);
+  if constexpr (kV > 0)
+    rc = scatter_detail::launch_scatter_small<D, K, kQ, kV, kT>(a, nullptr, "shape");
+  else if constexpr (kQ)
+    rc = moe_scatter_reduce_q<D, K>(a, nullptr);
+  else
+    rc = moe_scatter_reduce<D, K>(a, nullptr);
   for (int t = 0; t < m; ++t) {
     for (int c = 0; c < D; ++c) {
       float acc = 0.0f;
@@ -797,7 +858,8 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool
         float v;
         if (kQ) {
           const uint32_t byte = eq[static_cast<size_t>(p) * (D / 2) + c / 2];
-          v = ref_decode((c % 2) ? (byte >> 4) : (byte & 0xFu), es[static_cast<size_t>(p) * (D / 32) + c / 32]);
+          v = ref_decode((c % 2) ? (byte >> 4) : (byte & 0xFu),
+                         es[static_cast<size_t>(p) * (D / 32) + c / 32]);
         } else {
           v = bf2f(eo[static_cast<size_t>(p) * D + c]);
         }
@@ -812,11 +874,11 @@ void run_scatter_case(int m, int rows, uint32_t seed, bool extreme = false, bool
       want[static_cast<size_t>(t) * D + c] = ref_bf16(acc);
     }
   }
-  const std::string tag = std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") +
-                          std::to_string(D) + "," + std::to_string(K) + "> M=" + std::to_string(m) +
-                          (extreme ? " (extreme w, s)" : "") +
-                          (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
-                          (misalign ? " misaligned" : "");
+  const std::string tag =
+      std::string(kQ ? "moe_scatter_reduce_q<" : "moe_scatter_reduce<") + std::to_string(D) + "," +
+      std::to_string(K) + "> M=" + std::to_string(m) + (extreme ? " (extreme w, s)" : "") +
+      (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
+      (misalign ? " misaligned" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   check_pdl(tag);
   std::vector<uint16_t> g(got, got + want.size());
@@ -848,20 +910,25 @@ void test_arg_checks() {
   g_last_error.clear();
   check(moe_sort<8, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT && !g_last_error.empty(),
         "moe_sort: num_experts mismatch rejected");
-  check(moe_sort<4, 3>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: topk mismatch rejected");
+  check(moe_sort<4, 3>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT,
+        "moe_sort: topk mismatch rejected");
   a.block_m = 8;
-  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: block_m 8 rejected");
+  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT,
+        "moe_sort: block_m 8 rejected");
   a.block_m = 16;
   a.max_rows = 16;
-  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "moe_sort: small max_rows rejected");
+  check(moe_sort<4, 2>(a, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT,
+        "moe_sort: small max_rows rejected");
   check(aiter_aux_emu::emu().launches == launches, "nothing launched for rejected arguments");
   AiterAuxQuantArgs q = {};
   q.model_dim = 64;
-  check(mxfp4_quant<32>(q, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "mxfp4_quant: model_dim mismatch");
+  check(mxfp4_quant<32>(q, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT,
+        "mxfp4_quant: model_dim mismatch");
   AiterAuxScatterArgs s = {};
   s.model_dim = 64;
   s.topk = 2;
-  check(moe_scatter_reduce<64, 3>(s, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT, "scatter: topk mismatch");
+  check(moe_scatter_reduce<64, 3>(s, nullptr) == AITER_AUX_ERR_INVALID_ARGUMENT,
+        "scatter: topk mismatch");
 
   // no expert rows at all (every pair remote): zeros, nothing read
   std::vector<int32_t> rv(3 * 2, -1);
@@ -880,7 +947,7 @@ void test_arg_checks() {
 
 }  // namespace
 
-#include "emu_fp8.h"  // the MXFP8 cases (uses the helpers above)
+#include "emu_fp8.h"     // the MXFP8 cases (uses the helpers above)
 #include "emu_scales.h"  // moe_sort_quant[_fp8] with sorted_scales (uses both)
 #include "emu_pairs.h"   // the pair path (uses all of the above)
 #include "emu_sums.h"    // moe_sum
@@ -892,8 +959,10 @@ int main() {
   // AITER_AUX_EMU_ONLY=moe_sum / =align: only those cases
   const char* only = getenv("AITER_AUX_EMU_ONLY");
   if (only != nullptr && (strcmp(only, "moe_sum") == 0 || strcmp(only, "align") == 0)) {
-    if (strcmp(only, "moe_sum") == 0) test_sums();
-    else test_align();
+    if (strcmp(only, "moe_sum") == 0)
+      test_sums();
+    else
+      test_align();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail == 0 ? 0 : 1;
   }
@@ -935,13 +1004,13 @@ int main() {
   run_sort_case<8, 2>(5000, 16, 0, 16, false);
   run_sort_case<1024, 8>(1100, 32, 0, 17, false);
   run_sort_case<896, 16>(700, 128, 1, 18, false);
-  run_sort_case<896, 16>(4000, 32, 2, 60, true);  // 31 chunks of 2064
+  run_sort_case<896, 16>(4000, 32, 2, 60, true);   // 31 chunks of 2064
   run_sort_case<513, 11>(3000, 16, 0, 61, false);  // 2048-pair chunks, tail rows
-  run_sort_case<1, 1>(20000, 64, 1, 62, false);  // 19 chunks, a single scan warp
+  run_sort_case<1, 1>(20000, 64, 1, 62, false);    // 19 chunks, a single scan warp
   // large-path chunking (N split evenly into N / chunk chunks; chunk row + pad ends in the
   // chunk's own pair range): just above the threshold, k*chunk, k*chunk + small tail, more
   // chunks than experts, E=896 with many chunks, one expert / no local pair at all
-  run_sort_case<8, 1>(8193, 16, 0, 63, true);      // 8 chunks, one of 1025
+  run_sort_case<8, 1>(8193, 16, 0, 63, true);       // 8 chunks, one of 1025
   run_sort_case<1024, 1>(8193, 128, 0, 64, false);  // 4 chunks of >= 2E, 256 pad slots each
   run_sort_case<1024, 8>(1025, 32, 1, 65, false);   // 4 chunks, E=1024 skewed
   run_sort_case<257, 9>(1024, 64, 0, 66, false);    // 9 chunks of exactly 1024
@@ -965,10 +1034,10 @@ int main() {
   run_sort_case<1024, 8>(512, 16, 2, 53, false);
   run_sort_case<1024, 8>(513, 64, 0, 54, false);
   run_sort_case<896, 16>(64, 32, 0, 55, false);
-  run_sort_case<896, 16>(100, 32, 0, 56, true);  // 1600 pairs < the 2048-pair granule: lean
+  run_sort_case<896, 16>(100, 32, 0, 56, true);    // 1600 pairs < the 2048-pair granule: lean
   run_sort_case<1024, 1>(1500, 64, 1, 57, false);  // lean, skewed
-  run_sort_case<8, 2>(513, 16, 0, 58, true);  // 1026 pairs, E = 8: large with one chunk
-  run_sort_case<1024, 8>(128, 32, 1, 56, true);  // tiny path, largest E
+  run_sort_case<8, 2>(513, 16, 0, 58, true);       // 1026 pairs, E = 8: large with one chunk
+  run_sort_case<1024, 8>(128, 32, 1, 56, true);    // tiny path, largest E
   // tiny path: a hot expert's rows across several blocks' row slices; one expert; none local
   run_sort_case<257, 9>(113, 128, 1, 73, false);
   run_sort_case<8, 8>(128, 16, 3, 74, true);
@@ -979,8 +1048,8 @@ int main() {
   run_sort_case<8, 1>(255, 16, 3, 79, false);
   run_sort_case<8, 1>(256, 32, 3, 80, false);
   run_sort_case<8, 4>(256, 16, 3, 81, false);
-  run_sort_case<1024, 8>(129, 16, 0, 57, false);  // just past the tiny path
-  run_sort_case<257, 9>(32768, 32, 0, 19, false);  // 8192-pair chunks
+  run_sort_case<1024, 8>(129, 16, 0, 57, false);                  // just past the tiny path
+  run_sort_case<257, 9>(32768, 32, 0, 19, false);                 // 8192-pair chunks
   if (long_mode) run_sort_case<257, 16>(65536, 32, 0, 20, true);  // 7168-pair chunks
 
   run_quant_case<256>(5, 21, false);
@@ -993,8 +1062,8 @@ int main() {
   run_sort_quant_case<257, 9, 256>(1000, 64, 27);
   run_sort_quant_case<8, 2, 7168>(2, 16, 28);
   run_sort_quant_case<896, 16, 3584>(64, 32, 29);
-  run_sort_quant_case<8, 2, 256>(21000, 32, 91);   // large path: the quant beside the place launch
-  run_sort_quant_case<8, 2, 7168>(2400, 64, 92);   // mid path, wide MXFP4 quant (two tiles a step)
+  run_sort_quant_case<8, 2, 256>(21000, 32, 91);  // large path: the quant beside the place launch
+  run_sort_quant_case<8, 2, 7168>(2400, 64, 92);  // mid path, wide MXFP4 quant (two tiles a step)
   run_quant_case<7168>(70, 33, true);
   // partial tiles / steps (a step is kWarpSize blocks of 32), M = 0, one-sided
   // misalignment, and several grid-stride steps per warp (small direct grids)
@@ -1048,7 +1117,7 @@ int main() {
   run_scatter_case<7168, 9, false>(3, 30, 43);
   run_scatter_case<64, 3, true>(17, 40, 44);
   run_scatter_case<2560, 16, true>(2, 40, 45);
-  run_scatter_case<2560, 11, true>(3, 40, 58);  // batches 4 + 4 + 3: a pad slot in the last
+  run_scatter_case<2560, 11, true>(3, 40, 58);        // batches 4 + 4 + 3: a pad slot in the last
   run_scatter_case<256, 9, true>(40, 300, 48, true);  // fast and general decode mixed in a warp
   run_scatter_case<7168, 9, true>(5, 60, 49);
   // the cases above take the small-M launch shape (M <= 1024 bf16, <= 256 MXFP4); more of
@@ -1072,7 +1141,7 @@ int main() {
   run_scatter_case<7168, 16, false, 8, 128>(2, 60, 95);
   run_scatter_case<2560, 11, false, 8, 256>(4, 50, 96);
   run_scatter_case<3072, 8, false, 4, 128>(3, 40, 97);
-  run_scatter_case<100, 2, false, 8, 64>(9, 20, 98);  // D % 8 != 0: V = 4
+  run_scatter_case<100, 2, false, 8, 64>(9, 20, 98);     // D % 8 != 0: V = 4
   run_scatter_case<4096, 17, false, 8, 256>(3, 60, 99);  // 16 + 1 pairs
   run_scatter_case<7168, 9, true, 16, 64>(1, 30, 100);
   run_scatter_case<7168, 9, true, 32, 64>(2, 30, 101);

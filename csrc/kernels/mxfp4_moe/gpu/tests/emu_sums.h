@@ -35,7 +35,9 @@ void test_sum_codec() {
   int bad = 0;
   for (uint32_t h = 0; h < 65536u; ++h) {
     const float want = ref_sum_in(h, AITER_AUX_DTYPE_F16);
-    if (want == want ? f16_to_f32_bits(h) != f2u(want) : (f16_to_f32_bits(h) & 0x7FFFFFFFu) <= 0x7F800000u) ++bad;
+    if (want == want ? f16_to_f32_bits(h) != f2u(want)
+                     : (f16_to_f32_bits(h) & 0x7FFFFFFFu) <= 0x7F800000u)
+      ++bad;
   }
   check(bad == 0, "moe_sum: float16 -> fp32 bits == the compiler's for every pattern");
   bad = 0;
@@ -84,7 +86,8 @@ void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, floa
   std::vector<int32_t> ids(static_cast<size_t>(m * k));
   for (auto& v : ids) {
     const uint32_t r = rng() % 8;
-    v = r == 0 ? -1 : (r == 1 ? 11 + static_cast<int32_t>(rng() % 5) : static_cast<int32_t>(rng() % 11));
+    v = r == 0 ? -1
+               : (r == 1 ? 11 + static_cast<int32_t>(rng() % 5) : static_cast<int32_t>(rng() % 11));
   }
   const std::vector<int32_t> map = {0, -1, 3, 2, -7, 1, 0, 4, -1, 5, 6};  // 11 global ids
   // input and output at an element offset of 1 (misaligned) or 0 inside poisoned buffers
@@ -108,8 +111,10 @@ void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, floa
   a.output = out_base + off * kE;
   aiter_aux_emu::reset_pdl();
   int rc;
-  if constexpr (kV > 0) rc = sum_detail::launch_sum_shape<kDT, kV, kT, kKB>(a, nullptr, blocks);
-  else rc = moe_sum(a, nullptr);
+  if constexpr (kV > 0)
+    rc = sum_detail::launch_sum_shape<kDT, kV, kT, kKB>(a, nullptr, blocks);
+  else
+    rc = moe_sum(a, nullptr);
   std::vector<uint8_t> want(n_out * kE);
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t c = 0; c < d; ++c) {
@@ -127,17 +132,18 @@ void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, floa
     }
   }
   const char* names[] = {"f32", "f16", "bf16"};
-  const std::string tag = std::string("moe_sum ") + names[kDT] + " M=" + std::to_string(m) +
-                          " topk=" + std::to_string(k) + " D=" + std::to_string(d) + " mode " +
-                          std::to_string(mode) +
-                          (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
-                          (misalign ? " misaligned" : "");
+  const std::string tag =
+      std::string("moe_sum ") + names[kDT] + " M=" + std::to_string(m) +
+      " topk=" + std::to_string(k) + " D=" + std::to_string(d) + " mode " + std::to_string(mode) +
+      (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
+      (misalign ? " misaligned" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   if (m * d > 0) check_pdl(tag);
   check(memcmp(out_base + off * kE, want.data(), want.size()) == 0, tag + ": output bytes");
   bool guard = true;
   for (size_t i = 0; i < static_cast<size_t>(off * kE); ++i) guard = guard && out_base[i] == 0x5A;
-  for (size_t i = (n_out + off) * kE; i < out_store.size() * 16; ++i) guard = guard && out_base[i] == 0x5A;
+  for (size_t i = (n_out + off) * kE; i < out_store.size() * 16; ++i)
+    guard = guard && out_base[i] == 0x5A;
   check(guard, tag + ": no write outside output");
 }
 

@@ -118,9 +118,9 @@ void sweep_case(int m, cudaStream_t st) {
   shapes.emplace_back("auto", run_auto);
   auto add = [&](auto v, auto t) {  // std::integral_constant shape (kV, kT)
     constexpr int kV = decltype(v)::value, kT = decltype(t)::value;
-    shapes.emplace_back(std::to_string(sc::small_v<D, kQ, kV>()) + "x" + std::to_string(kT), [&a, st]() {
-      return sc::launch_scatter_small<D, K, kQ, kV, kT>(a, st, "shape");
-    });
+    shapes.emplace_back(
+        std::to_string(sc::small_v<D, kQ, kV>()) + "x" + std::to_string(kT),
+        [&a, st]() { return sc::launch_scatter_small<D, K, kQ, kV, kT>(a, st, "shape"); });
   };
   if constexpr (kQ) {
     add(std::integral_constant<int, 8>(), std::integral_constant<int, 64>());
@@ -160,8 +160,8 @@ void sweep_case(int m, cudaStream_t st) {
       }
     }
     char line[256];
-    snprintf(line, sizeof(line), "best,%s,%d,%d,%d,%d,%d,%s,%.3f,%.3f", op, D, K, m, pdl,
-             kTrigger, best.c_str(), best_us, auto_us);
+    snprintf(line, sizeof(line), "best,%s,%d,%d,%d,%d,%d,%s,%.3f,%.3f", op, D, K, m, pdl, kTrigger,
+             best.c_str(), best_us, auto_us);
     g_best.push_back(line);
   }
   aiter_aux::set_pdl_enabled(false);

@@ -30,18 +30,20 @@
 #include "gpu/mxfp4_moe_aux_gpu.h"
 
 static std::string g_last_error;
-extern "C" void aiter_aux_set_error(const char* msg) { g_last_error = msg ? msg : ""; }
+extern "C" void aiter_aux_set_error(const char* msg) {
+  g_last_error = msg ? msg : "";
+}
 
 using namespace aiter_aux::gpu;
 namespace sd = aiter_aux::gpu::sort_detail;
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
-      exit(1);                                                                       \
-    }                                                                                \
+#define CK(x)                                                                    \
+  do {                                                                           \
+    cudaError_t e_ = (x);                                                        \
+    if (e_ != cudaSuccess) {                                                     \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 // Router-like ids: Zipf(1.1) popularity over a random ranking, distinct experts per token;
@@ -167,7 +169,8 @@ static int g_only_chunks = 0;
 template <int E, int K, int D = 0, bool F8 = false>
 static void sweep(int m) {
   constexpr size_t kQB = F8 ? D : D / 2;
-  constexpr QuantFormat F = D == 0 ? QuantFormat::None : (F8 ? QuantFormat::Mxfp8 : QuantFormat::Mxfp4);
+  constexpr QuantFormat F =
+      D == 0 ? QuantFormat::None : (F8 ? QuantFormat::Mxfp8 : QuantFormat::Mxfp4);
   const int bm = 32;
   std::vector<int32_t> ids;
   std::vector<float> w;
@@ -200,7 +203,8 @@ static void sweep(int m) {
   const int tiny_g = sd::tiny_blocks(pol, prob);
   const int pair_g = sd::pair_blocks(prob);
   const bool wide = F == QuantFormat::Mxfp4 && int64_t(m) * D >= pol.wide_quant_elems;
-  const int large_g = n >= sd::large_unit(pol, E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
+  const int large_g =
+      n >= sd::large_unit(pol, E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
 
   std::vector<char> first;
   auto snapshot = [&]() {
@@ -241,7 +245,8 @@ static void sweep(int m) {
     CK(cudaMemsetAsync(b.sti, 0xAB, cap * 4, st));
     CK(cudaMemsetAsync(b.rev, 0xAB, std::max<int64_t>(n, 1) * 4, st));
     if (launch() != 0) {
-      printf("%d,%d,%d,%lld,%s,%d,FAIL %s\n", E, K, m, (long long)n, path, chunks, g_last_error.c_str());
+      printf("%d,%d,%d,%lld,%s,%d,FAIL %s\n", E, K, m, (long long)n, path, chunks,
+             g_last_error.c_str());
       return;
     }
     CK(cudaStreamSynchronize(st));
@@ -261,16 +266,17 @@ static void sweep(int m) {
         size_t i = 0, bad = 0;
         while (qs[i] == qfirst[i]) ++i;
         for (size_t k = 0; k < qs.size(); ++k) bad += qs[k] != qfirst[k];
-        printf("# %s/%d: a_q/a_scale differ at byte %zu of %zu (%s; got %02x want %02x), %zu bytes\n",
-               path, chunks, i, qs.size(), i < size_t(m) * kQB ? "a_q" : "a_scale",
-               qs[i] & 0xff, qfirst[i] & 0xff, bad);
+        printf(
+            "# %s/%d: a_q/a_scale differ at byte %zu of %zu (%s; got %02x want %02x), %zu bytes\n",
+            path, chunks, i, qs.size(), i < size_t(m) * kQB ? "a_q" : "a_scale", qs[i] & 0xff,
+            qfirst[i] & 0xff, bad);
       }
       if (qfirst.empty()) qfirst = qs;
     }
     if (!same && s != first) printf("# %s/%d: the sort outputs differ\n", path, chunks);
     const float us = getenv("SWEEP_NO_TIME") ? 0.f : graph_us(st, launch);
-    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n, D > 0 ? (F8 ? "fp8-" : "fused-") : "", path, chunks, us,
-           same ? "" : ",MISMATCH");
+    printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n,
+           D > 0 ? (F8 ? "fp8-" : "fused-") : "", path, chunks, us, same ? "" : ",MISMATCH");
   };
   if constexpr (D > 0) {
     run("quant", 0, [&]() { return F8 ? mxfp8_quant<D>(none, st) : mxfp4_quant<D>(none, st); });
@@ -278,11 +284,15 @@ static void sweep(int m) {
     run("auto", 0, [&]() { return sd::launch_sort<E, K, F, D>(a, none, st, "x"); });
     const bool all = getenv("SWEEP_AUTO_ONLY") == nullptr;  // else quant and auto only
     if (all && n <= sd::kPairMax) {
-      run("pairs", pair_g, [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g, "x"); });
-      run("pairs", pair_g + 1, [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g + 1, "x"); });
+      run("pairs", pair_g,
+          [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g, "x"); });
+      run("pairs", pair_g + 1,
+          [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g + 1, "x"); });
     }
-    if (all && n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, F, D>(a, none, st, "x"); });
-    if (all && n <= sd::kTinyThreads) run("tiny", tiny_g, [&]() { return sd::launch_tiny<E, K, F, D>(a, none, st, tiny_g, "x"); });
+    if (all && n <= kWarpSize)
+      run("micro", 0, [&]() { return sd::launch_micro<E, K, F, D>(a, none, st, "x"); });
+    if (all && n <= sd::kTinyThreads)
+      run("tiny", tiny_g, [&]() { return sd::launch_tiny<E, K, F, D>(a, none, st, tiny_g, "x"); });
     std::vector<int> gf;
     for (int c : {4, 8, 16, 32, 64}) {
       const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), 132));
@@ -293,26 +303,38 @@ static void sweep(int m) {
       run("mid", g, [&]() { return sd::launch_mid<E, K, F, D>(a, none, st, g, wide, "x"); });
     }
     if (all && !g_decode_only && large_g > 0) {
-      run("large", large_g, [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, "x"); });
+      run("large", large_g,
+          [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, "x"); });
     }
   } else {
-  if (g_only_path != nullptr) {
+    if (g_only_path != nullptr) {
       const std::string p = g_only_path;
       const int g = g_only_chunks;
-      if (p == "pairs") run("pairs", g, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, g, "x"); });
-      if (p == "micro") run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
-      if (p == "single") run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
-      if (p == "mid") run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
-      if (p == "large") run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
+      if (p == "pairs")
+        run("pairs", g, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, g, "x"); });
+      if (p == "micro")
+        run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+      if (p == "single")
+        run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
+      if (p == "mid")
+        run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+      if (p == "large")
+        run("large", large_g,
+            [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
       return;
     }
     run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
     if (n <= sd::kPairMax) {
-      run("pairs", pair_g, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g, "x"); });
-      run("pairs", pair_g + 1, [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g + 1, "x"); });
+      run("pairs", pair_g,
+          [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g, "x"); });
+      run("pairs", pair_g + 1,
+          [&]() { return sd::launch_pairs<E, K, F, 0>(a, none, st, pair_g + 1, "x"); });
     }
-    if (n <= kWarpSize) run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
-    if (n <= sd::kTinyThreads) run("single", tiny_g, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
+    if (n <= kWarpSize)
+      run("micro", 0, [&]() { return sd::launch_micro<E, K, F, 0>(a, none, st, "x"); });
+    if (n <= sd::kTinyThreads)
+      run("single", tiny_g,
+          [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
     if (g_decode_only) {
       fflush(stdout);
       free_bufs(b);
@@ -322,12 +344,17 @@ static void sweep(int m) {
     std::vector<int> gs;
     for (int c : {8, 16, 32, 64}) {
       for (int cap : {66, 132}) {
-        const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), cap));
-        if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535) gs.push_back(g);
+        const int g =
+            static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + c - 1) / c, 1), cap));
+        if (std::find(gs.begin(), gs.end(), g) == gs.end() && (n + g - 1) / g <= 65535)
+          gs.push_back(g);
       }
     }
-    for (int g : gs) run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
-    if (large_g > 0) run("large", large_g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
+    for (int g : gs)
+      run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
+    if (large_g > 0)
+      run("large", large_g,
+          [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
   }
   fflush(stdout);
   free_bufs(b);
