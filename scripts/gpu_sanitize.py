@@ -15,6 +15,7 @@ import torch
 
 from aiter_aux import ops
 from aiter_aux import reference as ref
+from aiter_aux.compat import sglang, vllm
 from aiter_aux.jit.spec import loaded_modules
 from aiter_aux.pipeline import draw_routing
 
@@ -27,7 +28,7 @@ def same(a, b) -> bool:
 
 def main() -> int:
     dev = torch.device("cuda")
-    ops.mxfp4_quant(torch.zeros(1, 256, dtype=torch.bfloat16, device=dev))  # loads the module
+    ops.mxfp4_quant(torch.zeros(1, 3072, dtype=torch.bfloat16, device=dev))  # loads the module
     module = loaded_modules()["cuda"]
     bad = 0
     for pdl in (False, True):
@@ -137,10 +138,47 @@ def run_all(dev) -> int:
                 eo, want.reverse_sorted, want.sorted_weights, k, routed_scaling_factor=2.5
             ),
         )
+        ok &= check_compat(dev, g, ids, gids, emap, e, k, d, m)
         torch.cuda.synchronize()
         print(f"shape {shape} M={m}: {'ok' if ok else 'MISMATCH'}", flush=True)
         bad += not ok
     return bad
+
+
+def check_compat(dev, g, ids, gids, emap, e, k, d, m) -> bool:
+    """The peers' formats (every sort path again) and the sums, against the references."""
+    R = ref.compat
+    ok = all(
+        map(
+            same,
+            vllm.moe_align_block_size(ids, 32, e),
+            R.vllm_moe_align_block_size(ids.cpu(), 32, e),
+        )
+    )
+    # vLLM's expert_map: global ids in [-1, e), half of them local (ids [0, e // 2))
+    vids = gids.clamp(max=e - 1)
+    vmap = torch.full((e,), -1, dtype=torch.int32)
+    vmap[torch.randperm(e, generator=g)[: e // 2]] = torch.arange(e // 2, dtype=torch.int32)
+    for ignore in (False, True):  # with and without ignore_invalid_experts
+        args = (vids.to(dev), 32, e, vmap.to(dev), True, ignore, ignore)
+        want = R.vllm_moe_align_block_size(vids, 32, e, vmap, True, ignore, ignore)
+        ok &= all(map(same, vllm.moe_align_block_size(*args), want))
+    want = R.sglang_moe_align_block_size(ids.cpu(), 32, e)
+    got = [torch.full_like(t, 0x5A5A5A5A, device=dev) for t in want]
+    sglang.moe_align_block_size(
+        ids, e + 1, 32, *got, torch.empty(e + 2, dtype=torch.int32, device=dev), True
+    )
+    ok &= all(map(same, got, want))
+    # the sums on at most 64 tokens (their rows are [M, topk, model_dim])
+    t = min(m, 64)
+    inp = torch.randn(t, k, d, generator=g).bfloat16()
+    out, want = torch.empty(t, d, dtype=torch.bfloat16, device=dev), torch.empty(t, d).bfloat16()
+    vllm.moe_sum(inp.to(dev), out, ids[:t], emap[:e].to(dev))
+    R.vllm_moe_sum(inp, want, ids[:t].cpu(), emap[:e])
+    ok &= same(out, want)
+    sglang.moe_sum_reduce(inp.to(dev), out, 2.5)
+    R.sglang_moe_sum_reduce(inp, want, 2.5)
+    return ok & same(out, want)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@
 #define AITER_AUX_AMDGCN_DEVICE 0
 #define AITER_AUX_LAUNCH(kern, grid, block, stream) \
   ::aiter_aux_emu::make_launch((kern), (grid), (block), (stream))
+#define AITER_AUX_LAUNCH_SERIAL(kern, grid, block, stream) \
+  ::aiter_aux_emu::make_launch((kern), (grid), (block), (stream))
 
 #elif defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 // ---------------------------------------------------------------- CUDA ----
@@ -88,7 +90,9 @@ typedef cudaError_t hipError_t;
 //   AITER_AUX_LAUNCH(kernel_ptr, grid, block, stream)(args...);
 // CUDA: with programmatic dependent launch (PDL) when the run-time switch is on
 // (../pdl_switch.h) and every target of the build is sm_90 or newer (launch_detail below);
-// else, and on HIP, a plain launch.
+// else, and on HIP, a plain launch.  AITER_AUX_LAUNCH_SERIAL: always a plain launch (the
+// kernel's PDL points are then no-ops), for the later launches of a multi-launch op where
+// PDL measured slower.
 #if defined(AITER_AUX_GPU_CUDA)
 #include <utility>
 
@@ -120,10 +124,11 @@ struct Launch {
   void (*kern)(P...);
   dim3 grid, block;
   cudaStream_t stream;
+  bool allow_pdl;
   // Errors are left for check_launch (cudaGetLastError), as a <<<>>> launch leaves them.
   template <class... A>
   void operator()(A&&... args) const {
-    if (kPdlBuild && ::aiter_aux::pdl_enabled()) {
+    if (kPdlBuild && allow_pdl && ::aiter_aux::pdl_enabled()) {
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -142,8 +147,9 @@ struct Launch {
 };
 
 template <class... P>
-Launch<P...> make_launch(void (*kern)(P...), dim3 grid, dim3 block, cudaStream_t stream) {
-  return Launch<P...>{kern, grid, block, stream};
+Launch<P...> make_launch(void (*kern)(P...), dim3 grid, dim3 block, cudaStream_t stream,
+                         bool allow_pdl = true) {
+  return Launch<P...>{kern, grid, block, stream, allow_pdl};
 }
 
 }  // namespace launch_detail
@@ -152,10 +158,16 @@ Launch<P...> make_launch(void (*kern)(P...), dim3 grid, dim3 block, cudaStream_t
 
 #define AITER_AUX_LAUNCH(kern, grid, block, stream) \
   ::aiter_aux::gpu::launch_detail::make_launch((kern), (grid), (block), (stream))
+#define AITER_AUX_LAUNCH_SERIAL(kern, grid, block, stream) \
+  ::aiter_aux::gpu::launch_detail::make_launch((kern), (grid), (block), (stream), false)
 #endif
 
 #ifndef AITER_AUX_LAUNCH
 #define AITER_AUX_LAUNCH(kern, grid, block, stream) kern<<<(grid), (block), 0, (stream)>>>
+#endif
+#ifndef AITER_AUX_LAUNCH_SERIAL
+#define AITER_AUX_LAUNCH_SERIAL(kern, grid, block, stream) \
+  AITER_AUX_LAUNCH(kern, grid, block, stream)
 #endif
 
 // aiter_aux_unreachable(): a path that cannot be taken (an invariant the host
