@@ -245,6 +245,8 @@ def test_quick_on_cpu(cpu_module, tmp_path, capsys):
         # the peers' formats over our sort
         "moe_align_vllm": lambda e, m: ours["moe_sort", e, m],
         "moe_align_sglang": lambda e, m: ours["moe_sort", e, m],
+        # the peers' reduce layout over our reduce
+        "moe_sum": lambda e, m: ours["moe_scatter_reduce", e, m],
     }
     n = 0
     for r in rows:

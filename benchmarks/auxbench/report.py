@@ -23,6 +23,7 @@ FUSED_PARTS = {
     "moe_sort_quant_fp8": (("moe_sort", "mxfp8_quant"), max),
     "decode_pipeline": (("moe_sort_quant", "moe_sort_scales"), sum),
     # not fused: the peers' formats over our native sort (goal: <= 1.03 at every M)
+    "moe_sum": (("moe_scatter_reduce",), max),
     "moe_align_vllm": (("moe_sort",), max),
     "moe_align_sglang": (("moe_sort",), max),
 }
