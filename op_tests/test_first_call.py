@@ -308,3 +308,16 @@ def test_trace_counts_the_issue_measure():
         "files": ["a.py", "b.py"],
         "reentries": 2,
     }, p.stderr
+
+
+def test_first_build_note_when_every_object_exists(tmp_path):
+    """Objects from an earlier build whose sources changed: not "0 of N" but the bound."""
+    from aiter_aux.jit.progress import OTHER_TUS, first_build_note
+
+    (tmp_path / "obj").mkdir()
+    names = ["inst_a", "inst_b", *OTHER_TUS]
+    for n in names:
+        (tmp_path / "obj" / f"{n}.o").write_text("")
+    note = first_build_note("cpu", tmp_path, ["a", "b"])
+    assert f"up to {len(names)} translation units: the sources changed" in note
+    assert " 0 of " not in note

@@ -225,6 +225,9 @@ def first_build_note(backend: str, directory: Path, keys, jobs: int | None = Non
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = max(1, min(cores or 1, jobs or cores or 1))
     what = f"{todo} of {len(names)} translation units"
+    if todo == 0:  # every object exists: the sources changed since they were built
+        todo = len(names)
+        what = f"up to {todo} translation units: the sources changed since the last build"
     if backend in COMPILE_CPU_S:
         seconds = todo * COMPILE_CPU_S[backend] / cores
         what += f", about {_duration(seconds)} on {cores} idle core{'s' * (cores > 1)}"
