@@ -41,7 +41,11 @@ def validate_shape(shape: object) -> list[str]:
     if not 1 <= expert <= MAX_EXPERTS:
         errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
     if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
-        errors.append(f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}")
+        msg = f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}"
+        if model_dim > 0:
+            padded = -(-model_dim // MODEL_DIM_ALIGN) * MODEL_DIM_ALIGN
+            msg += f"; pad the hidden size to {padded} (add-shape --from-config does so)"
+        errors.append(msg)
     if inter <= 0 or inter % INTER_ALIGN:
         errors.append(f"{shape}: inter_rounded must be a positive multiple of {INTER_ALIGN}")
     if not 1 <= topk <= min(expert, MAX_TOPK):

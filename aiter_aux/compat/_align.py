@@ -31,6 +31,16 @@ if TYPE_CHECKING:
 
 __all__ = ["vllm_moe_align_block_size", "sglang_moe_align_block_size"]
 
+_SGLANG_PLUS_ONE = (
+    "SGLang's num_experts counts the routed experts plus one, the bucket of the -1 ids: "
+    "pass E + 1 for E routed experts (under expert parallelism, E is this rank's local count "
+    "and topk_ids hold local ids)"
+)
+_ANY_SHAPE = (
+    "the align ops are keyed on num_experts alone: any catalog shape with that E serves "
+    "them, so `aiter-aux add-shape` with the model's (E, model_dim, inter, topk) adds it"
+)
+
 
 def _ids32(topk_ids):
     """int32 ids with the same meaning: int64 values past int32 are clamped to ids that are
@@ -62,7 +72,7 @@ def vllm_moe_align_block_size(
     """
     import torch
 
-    from ..ops import moe_align_block_size_vllm_out
+    from ..ops import UnsupportedShapeError, moe_align_block_size_vllm_out
     from ..reference import compat as R
     from ..validation import check_expert_map
 
@@ -93,7 +103,11 @@ def vllm_moe_align_block_size(
     maps = {}
     if expert_map is not None:
         maps["expert_map" if ignore else "block_expert_map"] = expert_map
-    moe_align_block_size_vllm_out(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx, **maps)
+    try:
+        moe_align_block_size_vllm_out(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx,
+                                      **maps)  # fmt: skip
+    except UnsupportedShapeError as err:
+        raise UnsupportedShapeError(f"{err} ({_ANY_SHAPE})") from None
     if want_scatter:
         return sorted_ids, expert_ids, total, scatter_idx.view(-1, 1)
     return sorted_ids, expert_ids, total
@@ -125,7 +139,7 @@ def sglang_moe_align_block_size(
     """
     import torch
 
-    from ..ops import moe_align_block_size_sglang_out
+    from ..ops import UnsupportedShapeError, moe_align_block_size_sglang_out
     from ..reference import compat as R
     from ..validation import validate_int
 
@@ -151,10 +165,16 @@ def sglang_moe_align_block_size(
         if t.numel() < need:
             raise ValueError(f"{name} must have >= {need} elements, got {t.numel()}")
     if topk_ids.device.type == "cpu":
-        R._check_values(topk_ids, -1, e, "topk_ids", f"in [-1, {e})")
+        try:
+            R._check_values(topk_ids, -1, e, "topk_ids", f"in [-1, {e})")
+        except ValueError as err:
+            raise ValueError(f"{err} ({_SGLANG_PLUS_ONE})") from None
     ids = _ids32(topk_ids).reshape(-1, 1)
     scatter_idx = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
-    moe_align_block_size_sglang_out(
-        ids, e, bs, sorted_token_ids.view(-1), experts_ids.view(-1),
-        num_tokens_post_pad.view(-1)[:1], scatter_idx,
-    )  # fmt: skip
+    try:
+        moe_align_block_size_sglang_out(
+            ids, e, bs, sorted_token_ids.view(-1), experts_ids.view(-1),
+            num_tokens_post_pad.view(-1)[:1], scatter_idx,
+        )  # fmt: skip
+    except UnsupportedShapeError as err:
+        raise UnsupportedShapeError(f"{err} ({_SGLANG_PLUS_ONE}; {_ANY_SHAPE})") from None
