@@ -1,6 +1,6 @@
 """The argument checks of one op call, from the op table, as C++ and as Python source.
 
-:class:`CallPlan` walks an :class:`~codegen.ops.OpSpec` once, in the order the op table's
+:class:`CallPlan` walks an :class:`~codegen.opspec.OpSpec` once, in the order the op table's
 docstring defines, and emits the same steps in both languages: the binding's function body
 (``templates/binding.j2``) and the Python validator (``aiter_aux/validation/_checks.py``),
 so the compiled ops and the reference reject a call with the same error and message.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import exprs
 from .limits import LIMITS
-from .ops import Float, Int, Limit, OpSpec, Rule, Size, Tensor
+from .opspec import Float, Int, Limit, OpSpec, Rule, Size, Tensor
 
 CPP_DTYPE = {"int32": "kInt32()", "float32": "kFloat32()", "bfloat16": "kBFloat16()",
              "uint8": "kUInt8()", "float": "kFloats()"}  # fmt: skip

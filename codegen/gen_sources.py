@@ -4,9 +4,11 @@
     python codegen/gen_sources.py --check   # exit 1 if one is out of date (a test runs it)
 
 The generated files are checked in and stamped "generated ... do not edit":
-``aiter_aux/validation/_checks.py`` and ``aiter_aux/ops/_ops.py`` (:mod:`codegen.gen_python`)
-and ``csrc/kernels/mxfp4_moe/aiter_aux_limits.h`` (:mod:`codegen.limits`); the environment
-list of docs/build.md, between its ``env-list`` markers (``aiter_aux/env.py``).  The torch
+``aiter_aux/validation/_checks.py`` and ``aiter_aux/ops/_ops.py`` (:mod:`codegen.gen_python`),
+``csrc/kernels/mxfp4_moe/aiter_aux_limits.h`` (:mod:`codegen.limits`) and
+``aiter_aux/reference/_table.py`` (:mod:`codegen.registry`); between markers, the include
+lists of the kernel aggregator headers (:mod:`codegen.registry`) and the environment list of
+docs/build.md (``aiter_aux/env.py``).  The torch
 binding is generated at build time instead (templates/binding.j2), into the build
 directory.  It also runs ``scripts/gen_api_md.py`` (docs/api.md, from the generated
 wrappers): after editing the op table, this one command regenerates everything.
@@ -24,6 +26,7 @@ if __name__ == "__main__" and not __package__:  # run as a script: load our pack
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     __package__ = "codegen"  # noqa: A001
 
+from . import registry  # noqa: E402
 from .gen_python import render_checks, render_ops  # noqa: E402
 from .limits import render_header  # noqa: E402
 from .ops import OPS  # noqa: E402
@@ -45,12 +48,7 @@ def render_env_doc() -> str:
         spec.loader.exec_module(env)
     finally:
         del sys.modules[spec.name]
-    doc = (ROOT / ENV_DOC).read_text()
-    head, sep, rest = doc.partition(ENV_BEGIN)
-    _, sep2, tail = rest.partition(ENV_END)
-    if not (sep and sep2):
-        raise SystemExit(f"{ENV_DOC}: the env-list markers are missing")
-    return head + ENV_BEGIN + env.render_markdown() + ENV_END + tail
+    return registry.splice(ENV_DOC, ENV_BEGIN, ENV_END, env.render_markdown())
 
 
 TARGETS = {
@@ -58,6 +56,9 @@ TARGETS = {
     "aiter_aux/ops/_ops.py": render_ops,
     "csrc/kernels/mxfp4_moe/aiter_aux_limits.h": render_header,
     ENV_DOC: render_env_doc,
+    registry.CPU_AGGREGATOR: lambda: registry.render_cpu_aggregator(OPS),
+    registry.GPU_AGGREGATOR: lambda: registry.render_gpu_aggregator(OPS),
+    registry.REFERENCE_TABLE: lambda: registry.render_reference_table(OPS),
 }
 
 

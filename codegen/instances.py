@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .ops import MAX_PARAMS, OPS, OpSpec
+from .ops import OPS
+from .opspec import MAX_PARAMS, OpSpec
 
 BACKENDS = ("cpu", "cuda", "rocm")
 

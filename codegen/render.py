@@ -14,7 +14,8 @@ import jinja2
 
 from .checks import cpp_function
 from .instances import BACKENDS, Instance
-from .ops import OPS, cpp_signature, schemas
+from .ops import OPS
+from .opspec import cpp_signature, schemas
 from .validate import validate
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"

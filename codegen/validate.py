@@ -8,7 +8,8 @@ from __future__ import annotations
 from . import exprs
 from .checks import CPP_DTYPE, CallPlan
 from .limits import LIMITS
-from .ops import Float, Int, Limit, OpSpec, Rule, Size, Tensor
+from .opspec import Float, Int, Limit, OpSpec, Rule, Size, Tensor
+from .registry import KERNELS, ROOT
 
 HELPERS = ("numel", "shape", "sort_capacity", "sort_scales_rows", "max", "rows_in_range",
            "expert_map_ptr", "min", "vllm_align_capacity", "sglang_align_capacity")  # fmt: skip
@@ -110,6 +111,28 @@ def _validate_args(spec: OpSpec, where: str) -> None:
         raise OpTableError(f"{where}: python_select needs python_name (the shared function)")
     if not [t for t in spec.tensors() if not t.optional]:
         raise OpTableError(f"{where}: an op needs a required tensor input (it gives the device)")
+    _validate_sources(spec, where)
+
+
+def _validate_sources(spec: OpSpec, where: str) -> None:
+    """``kernels`` and ``reference`` name files that exist (they register the op)."""
+    cpu, gpu = spec.kernels
+    wanted = (
+        [(f"{KERNELS}/cpu/{cpu}", 'kernels[0], the CPU header under cpu/ ("": the ' "aggregator)")]
+        if cpu
+        else []
+    )
+    wanted.append((f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/"))
+    wanted.append(
+        (
+            f"aiter_aux/reference/{spec.reference}.py",
+            "reference, the module of aiter_aux/reference defining the op",
+        )
+    )
+    for rel, what in wanted:
+        if not rel.endswith(("/", "/.py")) and (ROOT / rel).is_file():
+            continue
+        raise OpTableError(f"{where}: {what} must name an existing file, got {rel!r}")
 
 
 def _message_names(rule: Rule, where: str) -> set[str]:

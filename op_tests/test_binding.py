@@ -35,10 +35,10 @@ def test_abi_version_is_the_headers():
 def test_torch_schemas_are_the_op_tables():
     """Every op of the op table, both forms, is defined with the table's schema (the
     generated SCHEMAS of aiter_aux/ops/_ops.py are the table's)."""
-    table = codegen_module("ops")
+    table, opspec = codegen_module("ops"), codegen_module("opspec")
     want = {}
     for spec in table.OPS.values():
-        for schema in table.schemas(spec):
+        for schema in opspec.schemas(spec):
             want[schema.split("(")[0]] = schema
     assert _ops.SCHEMAS == want
     for name, schema in want.items():
@@ -48,28 +48,28 @@ def test_torch_schemas_are_the_op_tables():
 
 
 def test_cpp_signatures_follow_the_schemas():
-    table = codegen_module("ops")
-    _alloc, out = table.schemas(table.OPS["moe_sort"])
-    assert table.cpp_signature(out) == (
+    table, opspec = codegen_module("ops"), codegen_module("opspec")
+    _alloc, out = opspec.schemas(table.OPS["moe_sort"])
+    assert opspec.cpp_signature(out) == (
         "void(const Tensor&, const Tensor&, int64_t, int64_t, " + "const Tensor&, " * 6
         + ", ".join(["const std::optional<Tensor>&"] * 3) + ")"
     )  # fmt: skip
     # the fused ops take a fourth optional tensor, sorted_scales
     for op in ("moe_sort_quant", "moe_sort_quant_fp8"):
-        alloc, out = table.schemas(table.OPS[op])
+        alloc, out = opspec.schemas(table.OPS[op])
         assert out.endswith("Tensor(s!)? sorted_scales=None) -> ()")
-        assert table.cpp_signature(out) == (
+        assert opspec.cpp_signature(out) == (
             "void(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, "
             + "const Tensor&, " * 8
             + ", ".join(["const std::optional<Tensor>&"] * 4)
             + ")"
         )
-        assert table.cpp_signature(alloc) == (
+        assert opspec.cpp_signature(alloc) == (
             f"std::tuple<{', '.join(['Tensor'] * 8)}>(const Tensor&, const Tensor&, "
             "const Tensor&, int64_t, int64_t, " + ", ".join(["const std::optional<Tensor>&"] * 4)
             + ")"
         )  # fmt: skip
-    assert "sorted_scales" not in table.schemas(table.OPS["moe_sort"])[0]
+    assert "sorted_scales" not in opspec.schemas(table.OPS["moe_sort"])[0]
 
 
 def _sort_case(m=4):

@@ -35,8 +35,11 @@ def test_the_table_validates():
         (dict(key_parts=("e",)), "key_parts ('e',) needs one letter per compile-time"),
         (dict(params=("num_experts", "block_mm")), "'block_mm' is neither an int argument"),
         (dict(fill=("topk_idz",)), "topk_idz is not bound at that point"),
-        (dict(checks=(codegen_module("ops").Limit("M", "num_token"),)),
+        (dict(checks=(codegen_module("opspec").Limit("M", "num_token"),)),
          "Limit 'num_token' is not one of"),
+        (dict(kernels=("", "")), "kernels[1], the GPU header under gpu/ must name an existing"),
+        (dict(kernels=("sort_cpu.h", "sort.h")), "kernels[0], the CPU header under cpu/"),
+        (dict(reference="sorts"), "'aiter_aux/reference/sorts.py'"),
     ],
 )  # fmt: skip
 def test_a_wrong_entry_names_the_op_and_the_fix(change, message):
@@ -75,3 +78,20 @@ def test_a_dtype_set_or_copy_must_name_a_known_tensor():
         bad = dict(ops.OPS, moe_sum=dataclasses.replace(spec, outputs=(out,)))
         with pytest.raises(validate.OpTableError, match="op 'moe_sum'"):
             validate.validate(bad)
+
+
+def test_each_op_is_registered_where_its_entry_says():
+    """The aggregators include each op's kernel header and the reference package exports its
+    functions from the module its entry names (both generated from the table)."""
+    import aiter_aux.reference as ref
+
+    ops, registry = codegen_module("ops"), codegen_module("registry")
+    cpu = (ROOT / registry.CPU_AGGREGATOR).read_text()
+    gpu = (ROOT / registry.GPU_AGGREGATOR).read_text()
+    for spec in ops.OPS.values():
+        header_cpu, header_gpu = spec.kernels
+        assert f'#include "{header_gpu}"' in gpu, spec.name
+        assert not header_cpu or f'#include "{header_cpu}"' in cpu, spec.name
+        module = getattr(ref, spec.reference)
+        for fn in (spec.py_name, spec.py_name + "_out"):
+            assert fn in module.__all__ and getattr(ref, fn) is getattr(module, fn), fn

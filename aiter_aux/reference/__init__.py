@@ -44,26 +44,11 @@ from __future__ import annotations
 from aiter_aux.types import MoeSortOutput
 from aiter_aux.validation import moe_sort_capacity
 
-from . import align, quant, scatter, sort, sort_scales, sums
+from . import _table
 from . import chunks as chunks  # the chunking knob (chunks.CHUNK_ELEMS)
 from . import compat as compat  # the vLLM and SGLang formats (docs/compat.md)
-from .align import *  # noqa: F403 (each op module's __all__: its ops, both forms)
+from ._table import *  # noqa: F403 (every op's module, both forms: from the op table)
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
-from .quant import *  # noqa: F403
-from .scatter import *  # noqa: F403
-from .sort import *  # noqa: F403
-from .sort_scales import *  # noqa: F403
-from .sums import *  # noqa: F403
 
-__all__ = [
-    "MoeSortOutput",
-    "moe_sort_capacity",
-    "E2M1_VALUES",
-    *sort.__all__,
-    *quant.__all__,
-    *sort_scales.__all__,
-    *scatter.__all__,
-    *sums.__all__,
-    *align.__all__,
-]
+__all__ = ["MoeSortOutput", "moe_sort_capacity", "E2M1_VALUES", *_table.__all__]
