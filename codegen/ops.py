@@ -3,8 +3,8 @@
 Each entry is an :class:`~codegen.opspec.OpSpec` (what its fields mean, and what is generated
 from them: :mod:`codegen.opspec`).  Adding an op: its entry here, its args struct in
 ``csrc/kernels/mxfp4_moe/mxfp4_moe_aux_abi.h``, its CPU and GPU kernels (the headers named by
-``kernels``), its reference (the module named by ``reference``) and its case builder in
-``op_tests/conformance_cases.py``; then ``python codegen/gen_sources.py``.
+``kernels``), its reference (the module named by ``reference``) and its case builder
+(``make_case`` in ``op_tests/fuzz_cases.py``); then ``python codegen/gen_sources.py``.
 """
 
 from __future__ import annotations

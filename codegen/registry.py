@@ -62,6 +62,12 @@ def render_gpu_aggregator(ops: dict[str, OpSpec]) -> str:
 
 
 def render_reference_table(ops: dict[str, OpSpec]) -> str:
+    for spec in ops.values():
+        if not (spec.reference and (ROOT / f"aiter_aux/reference/{spec.reference}.py").is_file()):
+            raise SystemExit(
+                f"codegen/ops.py, op {spec.name!r}: reference must name a module of "
+                f"aiter_aux/reference defining the op, got {spec.reference!r}"
+            )
     modules = _grouped(ops, lambda s: s.reference)
     lines = [
         STAMP,

@@ -115,24 +115,16 @@ def _validate_args(spec: OpSpec, where: str) -> None:
 
 
 def _validate_sources(spec: OpSpec, where: str) -> None:
-    """``kernels`` and ``reference`` name files that exist (they register the op)."""
+    """``kernels`` name headers that exist (they register the op's kernels; ``reference`` is
+    checked where it is used, :func:`codegen.registry.render_reference_table`: the trees a
+    wheel or a test builds from hold codegen/, templates/ and csrc/ only)."""
     cpu, gpu = spec.kernels
-    wanted = (
-        [(f"{KERNELS}/cpu/{cpu}", 'kernels[0], the CPU header under cpu/ ("": the ' "aggregator)")]
-        if cpu
-        else []
-    )
-    wanted.append((f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/"))
-    wanted.append(
-        (
-            f"aiter_aux/reference/{spec.reference}.py",
-            "reference, the module of aiter_aux/reference defining the op",
-        )
-    )
+    wanted = [(f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/")]
+    if cpu:
+        wanted.append((f"{KERNELS}/cpu/{cpu}", "kernels[0], the CPU header under cpu/"))
     for rel, what in wanted:
-        if not rel.endswith(("/", "/.py")) and (ROOT / rel).is_file():
-            continue
-        raise OpTableError(f"{where}: {what} must name an existing file, got {rel!r}")
+        if rel.endswith(("/", "/.py")) or not (ROOT / rel).is_file():
+            raise OpTableError(f"{where}: {what} must name an existing file, got {rel!r}")
 
 
 def _message_names(rule: Rule, where: str) -> set[str]:

@@ -1,4 +1,4 @@
-"""Input generators of ``test_fuzz_ops.py``: valid calls of every op on catalog (or chosen)
+"""Input generators of ``test_conformance.py``: valid calls of every op on catalog (or chosen)
 shapes, guarded poisoned ``out=`` buffers, and every single-argument corruption of a call
 together with the exception it must raise and the argument names its message may cite."""
 

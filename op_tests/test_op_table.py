@@ -39,7 +39,6 @@ def test_the_table_validates():
          "Limit 'num_token' is not one of"),
         (dict(kernels=("", "")), "kernels[1], the GPU header under gpu/ must name an existing"),
         (dict(kernels=("sort_cpu.h", "sort.h")), "kernels[0], the CPU header under cpu/"),
-        (dict(reference="sorts"), "'aiter_aux/reference/sorts.py'"),
     ],
 )  # fmt: skip
 def test_a_wrong_entry_names_the_op_and_the_fix(change, message):
@@ -95,3 +94,10 @@ def test_each_op_is_registered_where_its_entry_says():
         module = getattr(ref, spec.reference)
         for fn in (spec.py_name, spec.py_name + "_out"):
             assert fn in module.__all__ and getattr(ref, fn) is getattr(module, fn), fn
+
+
+def test_a_reference_module_that_does_not_exist_is_named():
+    ops, registry = codegen_module("ops"), codegen_module("registry")
+    bad = dict(ops.OPS, moe_sort=dataclasses.replace(ops.OPS["moe_sort"], reference="sorts"))
+    with pytest.raises(SystemExit, match="op 'moe_sort': reference must name a module .*'sorts'"):
+        registry.render_reference_table(bad)

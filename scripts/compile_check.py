@@ -22,9 +22,9 @@ catalog.
   moe_sort_scales' decode kernel at D = 7168 (8-byte slots) spills 4 bytes with its PDL
   trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
-  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so are
-  the ops of ``PDL_OPS``, every kernel of which must wait on its grid dependency
-  (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
+  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so is
+  every op of the op table (``PDL_OPS``), each of whose kernels must wait on its grid
+  dependency (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
   The device-side tools ``gpu/tests/sort_sweep.cu``, ``decode_sweep.cu`` and
   ``scatter_sweep.cu`` are compiled too (they call the sort's per-path launch functions, the
   decode kernel's parts and the reduce's small-M launch shapes).
@@ -58,9 +58,7 @@ FP8_OPS = ("mxfp8_quant", "moe_sort_quant_fp8")
 AMD_FP8_CVT = ("v_cvt_scalef32_pk_fp8", "v_cvt_pk_fp8", "v_cvt_scalef32_fp8", "v_cvt_sr_fp8")
 PTX_FP8 = "cvt.rn.satfinite.e4m3x2.f32"
 # ops whose every kernel waits on its grid dependency (gpu/target_ops.h PdlScope) on sm_90
-PDL_OPS = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "mxfp8_quant", "moe_sort_quant_fp8",
-           "moe_sort_scales", "moe_scatter_reduce", "moe_scatter_reduce_q",
-           "moe_sum", "moe_align_block_size_vllm", "moe_align_block_size_sglang")  # fmt: skip
+PDL_OPS = tuple(codegen_module("ops").OPS)  # every op: each GPU kernel opens with a PdlScope
 PTX_PDL_WAIT = "griddepcontrol.wait"
 
 

@@ -20,7 +20,8 @@ spec defines (rows of the sort outputs at or past ``num_valid_ids[0]`` keep what
 buffer held).  Input checks are in :mod:`aiter_aux.validation` and run before anything is
 computed or written.
 
-One op family per module:
+One op family per module (each op's table entry in codegen/ops.py names its module;
+:mod:`._table`, generated from the table, imports them and exports their ops):
 
 * :mod:`.sort`: ``moe_sort[_out]`` (routing pairs sorted by expert, block_m-padded).
 * :mod:`.mxfp4`: the e2m1/e8m0 codec (quantisation of rows, decode tables, fp32 -> bf16
