@@ -15,6 +15,7 @@
 // launch with sorted_scales, pair against tiny kernel, is in decode_sweep.cu:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep pairs
+// `sort_sweep large M...` adds large-path variants at 1.5 .. 8 chunks per SM.
 // Prints CSV: E,topk,M,pairs,path,chunks,us (chunks: the sort blocks of pairs / mid / large)
 #include <cuda_runtime.h>
 
@@ -164,6 +165,8 @@ static const char* g_only_path = nullptr;
 // `pairs` mode: the decode paths only (no mid / large variants)
 static bool g_decode_only = false;
 static int g_only_chunks = 0;
+// `large` mode: chunks per SM x 4 of the extra large-path variants
+static std::vector<int> g_large_per_sm4;
 
 // F8: moe_sort_quant_fp8 (a_q of D bytes a row).
 template <int E, int K, int D = 0, bool F8 = false>
@@ -350,11 +353,20 @@ static void sweep(int m) {
           gs.push_back(g);
       }
     }
-    for (int g : gs)
+    for (int g : g_large_per_sm4.empty() ? gs : std::vector<int>{})
       run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
     if (large_g > 0)
       run("large", large_g,
           [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
+    // `large M...`: the large path at more chunks per SM (the policy's num / den and more)
+    for (int per_sm4 : g_large_per_sm4) {
+      sd::SortPolicy p2 = pol;
+      p2.large_chunks_per_sm_num = per_sm4;
+      p2.large_chunks_per_sm_den = 4;
+      const int g = n >= sd::large_unit(p2, E) ? sd::large_chunks(p2, n, E, device_sm_count()) : 0;
+      if (g > 0 && g != large_g)
+        run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
+    }
   }
   fflush(stdout);
   free_bufs(b);
@@ -419,6 +431,19 @@ int main(int argc, char** argv) {
       if (only_e == 0 || only_e == 385) sweep<385, 9, 7168, true>(m);
       if (only_e == 0 || only_e == 513) sweep<513, 11, 2560, true>(m);
       if (only_e == 0 || only_e == 896) sweep<896, 16, 3584, true>(m);
+    }
+    return 0;
+  }
+  if (argc >= 3 && std::string(argv[1]) == "large") {  // "large M...": auto, mid, large at
+    g_large_per_sm4 = {6, 8, 12, 16, 24, 32};             // 1.5 .. 8 chunks per SM
+    printf("E,topk,M,pairs,path,chunks,us\n");
+    for (int i = 2; i < argc; ++i) {
+      const int m = atoi(argv[i]);
+      sweep<257, 9>(m);
+      sweep<385, 9>(m);
+      sweep<513, 11>(m);
+      sweep<896, 16>(m);
+      sweep<256, 8>(m);
     }
     return 0;
   }
