@@ -434,8 +434,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc >= 3 && std::string(argv[1]) == "large") {  // "large M...": auto, mid, large at
-    g_large_per_sm4 = {6, 8, 12, 16, 24, 32};             // 1.5 .. 8 chunks per SM
+  // "large M...": the chooser's path, the large path at its chunks and at 1.5 .. 8 per SM
+  if (argc >= 3 && std::string(argv[1]) == "large") {
+    g_large_per_sm4 = {6, 8, 12, 16, 24, 32};
     printf("E,topk,M,pairs,path,chunks,us\n");
     for (int i = 2; i < argc; ++i) {
       const int m = atoi(argv[i]);
