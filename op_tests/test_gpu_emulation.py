@@ -45,8 +45,13 @@ def _run(exes: dict, env: dict | None = None) -> list[str]:
     return failed
 
 
-def _build(tmp_path) -> dict:
-    exes = {w: tmp_path / f"emu{w}" for w in WARPS}
+@pytest.fixture(scope="module")
+def exes(tmp_path_factory) -> dict:
+    """The self-test compiled once per warp size (both compiles at once), for both tests."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    tmp = tmp_path_factory.mktemp("emu")
+    exes = {w: tmp / f"emu{w}" for w in WARPS}
     builds = {w: _compile(w, exe) for w, exe in exes.items()}
     for w, p in builds.items():
         out, _ = p.communicate()
@@ -54,14 +59,12 @@ def _build(tmp_path) -> dict:
     return exes
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_moe_sum_emulated(tmp_path):
-    """Only the moe_sum cases (``-k moe_sum``); the full run below includes them."""
-    failed = _run(_build(tmp_path), env={**os.environ, "AITER_AUX_EMU_ONLY": "moe_sum"})
+def test_moe_sum_emulated(exes):
+    """Only the moe_sum cases (``AITER_AUX_EMU_ONLY``); the full run below includes them."""
+    failed = _run(exes, env={**os.environ, "AITER_AUX_EMU_ONLY": "moe_sum"})
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_gpu_kernels_emulated(tmp_path):
-    failed = _run(_build(tmp_path))
+def test_gpu_kernels_emulated(exes):
+    failed = _run(exes)
     assert not failed, "\n".join(failed)
