@@ -15,7 +15,8 @@
 // launch with sorted_scales, pair against tiny kernel, is in decode_sweep.cu:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep pairs
-// `sort_sweep large M...` adds large-path variants at 1.5 .. 8 chunks per SM.
+// `sort_sweep large M...` adds large-path variants at 1.5 .. 8 chunks per SM (with
+// SWEEP_LARGE_G=g1,g2,...: at exactly those chunk counts instead).
 // Prints CSV: E,topk,M,pairs,path,chunks,us (chunks: the sort blocks of pairs / mid / large)
 #include <cuda_runtime.h>
 
@@ -167,6 +168,7 @@ static bool g_decode_only = false;
 static int g_only_chunks = 0;
 // `large` mode: chunks per SM x 4 of the extra large-path variants
 static std::vector<int> g_large_per_sm4;
+static bool g_large_mode = false;  // `large` mode: no mid variants
 
 // F8: moe_sort_quant_fp8 (a_q of D bytes a row).
 template <int E, int K, int D = 0, bool F8 = false>
@@ -353,7 +355,7 @@ static void sweep(int m) {
           gs.push_back(g);
       }
     }
-    for (int g : g_large_per_sm4.empty() ? gs : std::vector<int>{})
+    for (int g : g_large_mode ? std::vector<int>{} : gs)
       run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
     if (large_g > 0)
       run("large", large_g,
@@ -366,6 +368,15 @@ static void sweep(int m) {
       const int g = n >= sd::large_unit(p2, E) ? sd::large_chunks(p2, n, E, device_sm_count()) : 0;
       if (g > 0 && g != large_g)
         run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
+    }
+    // SWEEP_LARGE_G="132,264": the large path at exactly these chunk counts (where valid)
+    for (const char* s = getenv("SWEEP_LARGE_G"); s != nullptr && *s != '\0';) {
+      const int g = atoi(s);
+      const int64_t q = g > 0 ? n / g : 0;
+      if (g > 0 && g != large_g && q >= 2 * E && q + (n % g != 0) <= 65535)
+        run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
+      s = strchr(s, ',');
+      s = s != nullptr ? s + 1 : nullptr;
     }
   }
   fflush(stdout);
@@ -436,7 +447,8 @@ int main(int argc, char** argv) {
   }
   // "large M...": the chooser's path, the large path at its chunks and at 1.5 .. 8 per SM
   if (argc >= 3 && std::string(argv[1]) == "large") {
-    g_large_per_sm4 = {6, 8, 12, 16, 24, 32};
+    g_large_mode = true;
+    if (getenv("SWEEP_LARGE_G") == nullptr) g_large_per_sm4 = {6, 8, 12, 16, 24, 32};
     printf("E,topk,M,pairs,path,chunks,us\n");
     for (int i = 2; i < argc; ++i) {
       const int m = atoi(argv[i]);
