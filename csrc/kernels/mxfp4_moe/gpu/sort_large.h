@@ -30,7 +30,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_count_kernel(A a, int cq, i
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp_id(), &wb, &we);
-  warp_count<E>(a, wb, we, sm.wcnt[warp_id()]);
+  warp_count<E>(a, wb, we, &sm.wcnt[0][0], warp_id());
   block_sync();
   int32_t* row = a.reverse_sorted + cb;
   for (int e = thread_idx(); e < E; e += kSortThreads) {
@@ -135,7 +135,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQ
   block_sync();
   int wb, we;
   warp_range(cb, ce, warp, &wb, &we);
-  warp_count<E>(a, wb, we, sm.c.wcnt[warp]);
+  warp_count<E>(a, wb, we, &sm.c.wcnt[0][0], warp);
   block_sync();
   warp_bases<E>(sm.c.wcnt, nullptr);
   const int rows =

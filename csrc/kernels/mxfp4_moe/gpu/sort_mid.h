@@ -103,7 +103,7 @@ __global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(A a, A
 // (the host's choice: choose_sort_path, sort_policy.h).
 template <int E>
 struct MidSmem {
-  uint16_t wcnt[kSortWarps][E];  // the chunk's per-warp counts, then bases
+  alignas(4) uint16_t wcnt[kSortWarps][E];  // the chunk's per-warp counts, then bases
   union {
     struct {
       uint32_t pre[E];   // pairs of e before the chunk
@@ -166,7 +166,7 @@ __device__ __forceinline__ void mid_sort_block(const A& a, MidSmem<E>& sm, int g
     }
   } else {
     warp_range(cb, ce, warp, &wb, &we);
-    warp_count<E>(a, wb, we, sm.wcnt[warp]);
+    warp_count<E>(a, wb, we, &sm.wcnt[0][0], warp);
   }
   block_sync();
   warp_bases<E>(sm.wcnt, nullptr, rw);

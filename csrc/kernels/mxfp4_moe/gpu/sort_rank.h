@@ -24,9 +24,9 @@ __device__ __forceinline__ int log2_block_m(int bm) {
 
 template <int E>
 struct ChunkSmem {
-  uint16_t wcnt[kSortWarps][E];  // per-warp counts, then per-warp bases
-  int base[E];                   // first row of this chunk's pairs of expert e
-  int warp_tot[kSortWarps];      // block-scan scratch
+  alignas(4) uint16_t wcnt[kSortWarps][E];  // per-warp counts, then bases (warp_count: 4-aligned)
+  int base[E];                              // first row of this chunk's pairs of expert e
+  int warp_tot[kSortWarps];                 // block-scan scratch
 };
 
 // Lanes of the warp whose key equals this lane's key (keys in [0, E]).
@@ -128,26 +128,28 @@ __device__ __forceinline__ void write_pad_row(const A& a, int r, int m) {
   }
 }
 
-// Pass 1: my_cnt[e] += pairs of expert e in [wb, we).  Warp-uniform loops; the
-// keys of kBatch steps are loaded up front so that their latencies overlap.
+// Pass 1: wcnt[row][e] += pairs of expert e in [wb, we), where wcnt is the block's
+// kSortWarps x E uint16 counters (4-byte aligned) and row the calling warp's.  A count does
+// not depend on the order: one shared atomic per pair on the 32-bit word that holds the
+// counter (1 << 16 for the high half: no carry crosses the halves, a counter stays <= 65535;
+// the other half may be another row's counter, also added atomically), no match.  The word
+// is indexed from the shared array itself, so that the compiler keeps the shared-memory
+// atomic.  Warp-uniform loop; the keys of kBatch steps are loaded up front so that their
+// latencies overlap.  Ends with a warp_sync.
 template <int E, class A>
-__device__ __forceinline__ void warp_count(const A& a, int wb, int we, uint16_t* my_cnt) {
+__device__ __forceinline__ void warp_count(const A& a, int wb, int we, uint16_t* wcnt, int row) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(wcnt);
   const int lane = lane_id();
-  const lane_mask_t lt = lanemask_lt(lane);
   for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
     int keys[kBatch];
-    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
+    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);  // E past we
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) {
-      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
-      const int key = keys[s];
-      const lane_mask_t peers = match_key<E>(key);
-      if (key < E && (peers & lt) == 0) {
-        my_cnt[key] = static_cast<uint16_t>(my_cnt[key] + popc(peers));
-      }
-      warp_sync();
+      const int i = row * E + keys[s];
+      if (keys[s] < E) atomic_add_shared_u32(words + (i >> 1), 1u << ((i & 1) * 16));
     }
   }
+  warp_sync();
 }
 
 // After pass 1 (and a block_sync): per-warp counts -> per-warp exclusive
