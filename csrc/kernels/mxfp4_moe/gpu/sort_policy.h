@@ -20,29 +20,27 @@ namespace sort_detail {
 
 struct SortPolicy {
   // Paths by n = M * topk pairs.
-  int micro_pairs;              // micro path up to here (one warp ranks all pairs; 0: none), then
-  int pairs_max;                // the pair path up to here (<= kPairMax), then
-  int tiny_pairs;               // tiny path up to here, the mid path above ...
-  int tiny_map_pairs;           // ... up to here with an expert map (each mid block would map every
-                                // id), and the one-launch sorted scales
-  int tiny_rows_per_block;      // tiny path: G = ceil(capacity / this) sort blocks ...
-  int tiny_max_blocks;          // ... at most this many
-  int64_t mid_base;             // mid path up to mid_base + mid_per_expert * E pairs (the large
-  int64_t mid_per_expert;       // path's 3 launches cost more with E), large above; with a fused
-  int mid_fused_dim_per_topk;   // quant also where model_dim >= this * topk (the quant is the
-                                // longer part), up to kMidMaxChunkPairs pairs per chunk
-  int mid_chunk_pairs;          // mid chunks: ~this many pairs each up to half the SMs,
-  int mid_large_chunk_pairs;    // then ~this many up to one per SM
-  int mid_max_chunks;           // 0: the SM count bounds the mid chunks; else also this
-  int64_t wide_quant_elems;     // fused MXFP4 quant of the mid path: two tiles a step under the
-                                // register bound kFusedSortMinOccupancy from this many elements
-  int large_min_chunk;          // large path: chunks of a multiple of this (>= 2E) pairs, about
-  int large_chunks_per_sm_num;  // num / den chunks per SM for the count and place launches
-  int large_chunks_per_sm_den;
-  int scan_tile_chunks;  // large-path scan: chunks of a warp's tile (a multiple of the
-                         // warp size; device code, compile time)
-  int zero_blocks_max;   // zero_buf blocks of a sort launch, at most
-  int quant_blocks_max;  // fused quant blocks of a sort launch, at most
+  int micro_pairs;             // micro path up to here (one warp ranks all pairs; 0: none), then
+  int pairs_max;               // the pair path up to here (<= kPairMax), then
+  int tiny_pairs;              // tiny path up to here, the mid path above ...
+  int tiny_map_pairs;          // ... up to here with an expert map (each mid block would map every
+                               // id), and the one-launch sorted scales
+  int tiny_rows_per_block;     // tiny path: G = ceil(capacity / this) sort blocks ...
+  int tiny_max_blocks;         // ... at most this many
+  int64_t mid_base;            // mid path up to mid_base + mid_per_expert * E pairs (the large
+  int64_t mid_per_expert;      // path's 3 launches cost more with E), large above; with a fused
+  int mid_fused_dim_per_topk;  // quant also where model_dim >= this * topk (the quant is the
+                               // longer part), up to kMidMaxChunkPairs pairs per chunk
+  int mid_chunk_pairs;         // mid chunks: ~this many pairs each up to half the SMs,
+  int mid_large_chunk_pairs;   // then ~this many up to one per SM
+  int mid_max_chunks;          // 0: the SM count bounds the mid chunks; else also this
+  int64_t wide_quant_elems;    // fused MXFP4 quant of the mid path: two tiles a step under the
+                               // register bound kFusedSortMinOccupancy from this many elements
+  int large_chunks_per_sm;     // large path: chunks per SM (count and place launches)
+  int scan_tile_chunks;        // large-path scan: chunks of a warp's tile (a multiple of the
+                               // warp size; device code, compile time)
+  int zero_blocks_max;         // zero_buf blocks of a sort launch, at most
+  int quant_blocks_max;        // fused quant blocks of a sort launch, at most
   // The one-launch sorted scales (sort_tiny_scales.h).
   int scale_tile_pairs;       // scale blocks of a column group: one per this many pairs,
   int scale_max_parts;        // at most this many, and all blocks in one wave
@@ -66,12 +64,13 @@ constexpr SortPolicy sm90_sort_policy() {
   p.mid_large_chunk_pairs = 128;
   p.mid_max_chunks = 0;
   p.wide_quant_elems = int64_t(1) << 24;
-  p.large_min_chunk = 1024;
-  p.large_chunks_per_sm_num = 40;  // 160 chunks for 132 SMs
-  p.large_chunks_per_sm_den = 33;
+  p.large_chunks_per_sm = 1;  // one wave of place blocks (132 chunks)
   p.scan_tile_chunks = 256;
   p.zero_blocks_max = 256;
-  p.quant_blocks_max = 1024;
+  // one step per warp up to here, as mxfp4_quant: with 1024 looping blocks beside the large
+  // path's place blocks the launch measured 3-9 us slower at M = 65536 (the blocks that share
+  // an SM with a place block finish last)
+  p.quant_blocks_max = 8192;
   p.scale_tile_pairs = 128;
   p.scale_max_parts = 4;
   p.scale_zero_blocks_max = 128;
@@ -101,13 +100,11 @@ constexpr bool sort_policy_fits(const SortPolicy& p) {
   return p.micro_pairs <= kWarpSize && p.pairs_max <= kPairMax &&
          p.tiny_pairs <= p.tiny_map_pairs && p.tiny_map_pairs <= kTinyThreads &&
          p.tiny_rows_per_block > 0 && p.tiny_max_blocks > 0 && p.mid_chunk_pairs > 0 &&
-         p.mid_large_chunk_pairs > 0 && p.mid_max_chunks >= 0 && p.large_min_chunk > 0 &&
-         (2 * kMaxSortExperts + p.large_min_chunk - 1) / p.large_min_chunk * p.large_min_chunk <=
-             kMaxChunk &&
-         p.large_chunks_per_sm_num > 0 && p.large_chunks_per_sm_den > 0 &&
-         p.scan_tile_chunks >= kWarpSize && p.scan_tile_chunks % kWarpSize == 0 &&
-         p.zero_blocks_max > 0 && p.quant_blocks_max > 0 && p.scale_tile_pairs > 0 &&
-         p.scale_max_parts > 0 && p.scale_zero_blocks_max > 0 && p.scale_zero_stores > 0;
+         p.mid_large_chunk_pairs > 0 && p.mid_max_chunks >= 0 && 2 * kMaxSortExperts <= kMaxChunk &&
+         p.large_chunks_per_sm > 0 && p.scan_tile_chunks >= kWarpSize &&
+         p.scan_tile_chunks % kWarpSize == 0 && p.zero_blocks_max > 0 && p.quant_blocks_max > 0 &&
+         p.scale_tile_pairs > 0 && p.scale_max_parts > 0 && p.scale_zero_blocks_max > 0 &&
+         p.scale_zero_stores > 0;
 }
 static_assert(sort_policy_fits(sm90_sort_policy()) && sort_policy_fits(gfx942_sort_policy()) &&
                   sort_policy_fits(gfx950_sort_policy()) &&
@@ -169,10 +166,9 @@ struct SortChoice {
   bool fused_scales;  // the pair or tiny launch also writes sorted_scales (sort_tiny_scales.h)
 };
 
-// The large path's chunk granule: a multiple of large_min_chunk >= 2E pairs (a chunk's count
-// row and the E totals).
-inline int64_t large_unit(const SortPolicy& p, int num_experts) {
-  return ceil_div_i64(2 * int64_t(num_experts), p.large_min_chunk) * p.large_min_chunk;
+// The large path's least chunk: 2E pairs (a chunk's count row and the E totals).
+inline int64_t large_unit(int num_experts) {
+  return 2 * int64_t(num_experts);
 }
 
 // Chunks of the mid path for n pairs: ~mid_chunk_pairs each up to half the SMs (`sms`), then
@@ -191,14 +187,15 @@ inline int mid_chunks(const SortPolicy& p, int64_t n, int sms, bool fused) {
   return static_cast<int>(g > least ? g : least);
 }
 
-// Chunks of the large path for n >= large_unit pairs: about large_chunks_per_sm per SM, each
-// a multiple of the granule and at most kMaxChunk pairs (launch_large checks the result).
+// Chunks of the large path for n >= large_unit pairs: large_chunks_per_sm per SM, fewer where a
+// chunk would hold < 2E pairs, more where one would exceed kMaxChunk pairs (launch_large
+// checks the result).  The chunks are n split evenly (chunk_begin), not rounded to a granule:
+// a count that leaves some SMs a second place block measured up to 30 % slower.
 inline int large_chunks(const SortPolicy& p, int64_t n, int num_experts, int sms) {
-  const int64_t unit = large_unit(p, num_experts);
-  const int64_t target = int64_t(sms) * p.large_chunks_per_sm_num / p.large_chunks_per_sm_den;
-  const int64_t chunk =
-      clamp_i64(ceil_div_i64(ceil_div_i64(n, target), unit) * unit, unit, kMaxChunk);
-  const int64_t num_chunks = n / chunk > 1 ? n / chunk : 1;
+  const int64_t fit = n / large_unit(num_experts);
+  const int64_t least = ceil_div_i64(n, kMaxChunk);
+  const int64_t want = int64_t(sms) * p.large_chunks_per_sm;
+  const int64_t num_chunks = clamp_i64(want, least > 1 ? least : 1, fit > 1 ? fit : 1);
   return static_cast<int>(num_chunks < INT32_MAX ? num_chunks : INT32_MAX);
 }
 
@@ -232,7 +229,7 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
     return {SortPath::Tiny, tiny_blocks(p, s), false, false};
   const int sm = sms();
   const int mid_sms = p.mid_max_chunks > 0 && sm > p.mid_max_chunks ? p.mid_max_chunks : sm;
-  const bool mid = n < large_unit(p, s.num_experts) ||
+  const bool mid = n < large_unit(s.num_experts) ||
                    n <= p.mid_base + p.mid_per_expert * s.num_experts ||
                    (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
                     ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs);

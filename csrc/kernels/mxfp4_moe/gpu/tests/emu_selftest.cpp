@@ -571,7 +571,7 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
       return sd::launch_mid<E, K, kNone, 0>(fa, none, nullptr, g, false, "t");
     });
   }
-  if (n >= sd::large_unit(pol, E)) {
+  if (n >= sd::large_unit(E)) {
     const int nc = sd::large_chunks(pol, n, E, aiter_aux::gpu::device_sm_count());
     forced("large", [&](const AiterAuxSortArgs& fa) {
       return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t");

@@ -15,7 +15,7 @@
 // launch with sorted_scales, pair against tiny kernel, is in decode_sweep.cu:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep pairs
-// `sort_sweep large M...` adds large-path variants at 1.5 .. 8 chunks per SM (with
+// `sort_sweep large M...` adds large-path variants at 2 and 4 chunks per SM (with
 // SWEEP_LARGE_G=g1,g2,...: at exactly those chunk counts instead).
 // Prints CSV: E,topk,M,pairs,path,chunks,us (chunks: the sort blocks of pairs / mid / large)
 #include <cuda_runtime.h>
@@ -166,8 +166,8 @@ static const char* g_only_path = nullptr;
 // `pairs` mode: the decode paths only (no mid / large variants)
 static bool g_decode_only = false;
 static int g_only_chunks = 0;
-// `large` mode: chunks per SM x 4 of the extra large-path variants
-static std::vector<int> g_large_per_sm4;
+// `large` mode: chunks per SM of the extra large-path variants
+static std::vector<int> g_large_per_sm;
 static bool g_large_mode = false;  // `large` mode: no mid variants
 
 // F8: moe_sort_quant_fp8 (a_q of D bytes a row).
@@ -208,8 +208,7 @@ static void sweep(int m) {
   const int tiny_g = sd::tiny_blocks(pol, prob);
   const int pair_g = sd::pair_blocks(prob);
   const bool wide = F == QuantFormat::Mxfp4 && int64_t(m) * D >= pol.wide_quant_elems;
-  const int large_g =
-      n >= sd::large_unit(pol, E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
+  const int large_g = n >= sd::large_unit(E) ? sd::large_chunks(pol, n, E, device_sm_count()) : 0;
 
   std::vector<char> first;
   auto snapshot = [&]() {
@@ -360,12 +359,11 @@ static void sweep(int m) {
     if (large_g > 0)
       run("large", large_g,
           [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
-    // `large M...`: the large path at more chunks per SM (the policy's num / den and more)
-    for (int per_sm4 : g_large_per_sm4) {
+    // `large M...`: the large path at 2 and 4 chunks per SM too
+    for (int per_sm : g_large_per_sm) {
       sd::SortPolicy p2 = pol;
-      p2.large_chunks_per_sm_num = per_sm4;
-      p2.large_chunks_per_sm_den = 4;
-      const int g = n >= sd::large_unit(p2, E) ? sd::large_chunks(p2, n, E, device_sm_count()) : 0;
+      p2.large_chunks_per_sm = per_sm;
+      const int g = n >= sd::large_unit(E) ? sd::large_chunks(p2, n, E, device_sm_count()) : 0;
       if (g > 0 && g != large_g)
         run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
     }
@@ -445,10 +443,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  // "large M...": the chooser's path, the large path at its chunks and at 1.5 .. 8 per SM
+  // "large M...": the chooser's path, the large path at its chunks and at 2 and 4 per SM
   if (argc >= 3 && std::string(argv[1]) == "large") {
     g_large_mode = true;
-    if (getenv("SWEEP_LARGE_G") == nullptr) g_large_per_sm4 = {6, 8, 12, 16, 24, 32};
+    if (getenv("SWEEP_LARGE_G") == nullptr) g_large_per_sm = {2, 4};
     printf("E,topk,M,pairs,path,chunks,us\n");
     for (int i = 2; i < argc; ++i) {
       const int m = atoi(argv[i]);
