@@ -50,61 +50,72 @@ struct PairRank {
   int rows;            // num_valid_ids[0]
 };
 
-// Ranks the n <= kPairMax pairs in the calling warp (every lane must call it; no shared
-// memory, no barrier).  lg = log2(block_m).
-template <int E, int K, class A>
-__device__ __forceinline__ PairRank pair_rank(const A& a, int n, int lg) {
+// The masks of the lanes of one half whose key equals / is smaller than `key`, from that
+// half's ballots bal[b] (bit b of each lane's key).  With t_b the lanes that agree with key
+// on bit b, eq is the AND of every t_b, and lt the OR over the bits b set in key of the
+// lanes that agree above b and have 0 at b.  The t_b and the suffix ANDs are independent
+// per bit, so the chain is one AND per bit, not a select and two logic ops.
+template <int kBits>
+__device__ __forceinline__ void pair_masks(int key, const lane_mask_t* bal, lane_mask_t* eq,
+                                           lane_mask_t* lt) {
+  lane_mask_t above = ~lane_mask_t(0), l = 0;
+#pragma unroll
+  for (int b = kBits - 1; b >= 0; --b) {
+    const lane_mask_t set = ((key >> b) & 1) != 0 ? ~lane_mask_t(0) : lane_mask_t(0);
+    l |= above & set & ~bal[b];
+    above &= ~(bal[b] ^ set);
+  }
+  *eq = above;
+  *lt = l;
+}
+
+// pair_rank with H halves of the lanes' pairs holding pairs (compile time, so that the
+// halves' ballots and masks are one straight block the compiler interleaves; a half h >= H
+// is past n).
+template <int E, int K, int H, class A>
+__device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, int lg) {
   constexpr int kBits = bit_width(E);  // keys in [0, E]
   PairRank r;
   const int lane = lane_id();
   const lane_mask_t before = lanemask_lt(lane);
-  const int halves = (n + kWarpSize - 1) / kWarpSize;  // warp-uniform, <= kPairPer
 #pragma unroll
   for (int s = 0; s < kPairPer; ++s) {  // independent of the ids: issued with them
     const int j = s * kWarpSize + lane;
     if constexpr (SortFormat<A>::kNative) {
-      r.wt[s] = j < n ? a.topk_weights[j] : 0.0f;
+      r.wt[s] = s < H && j < n ? a.topk_weights[j] : 0.0f;
     } else {
       (void)j;
       r.wt[s] = 0.0f;
     }
   }
-  load_keys<E, kPairPer>(a, lane, kWarpSize, n, r.key);
+  load_keys<E, H>(a, lane, kWarpSize, n, r.key);  // E past n
+#pragma unroll
+  for (int s = H; s < kPairPer; ++s) r.key[s] = E;
 
-  lane_mask_t bal[kPairPer][kBits];
+  lane_mask_t bal[H][kBits];
 #pragma unroll
-  for (int h = 0; h < kPairPer; ++h) {
+  for (int h = 0; h < H; ++h) {
 #pragma unroll
-    for (int b = 0; b < kBits; ++b)
-      bal[h][b] = h < halves ? warp_ballot(((r.key[h] >> b) & 1) != 0) : lane_mask_t(0);
+    for (int b = 0; b < kBits; ++b) bal[h][b] = warp_ballot(((r.key[h] >> b) & 1) != 0);
   }
-  // eq / lt[s][h]: the pairs of half h with a key equal to / smaller than pair s's
-  // (pairs of a half past n are past the end: their masks stay empty, their keys are E)
-  lane_mask_t eq[kPairPer][kPairPer], lt[kPairPer][kPairPer];
+  // eq / lt[s][h]: the pairs of half h with a key equal to / smaller than pair s's (a pair
+  // past n has key E: never equal to or smaller than a real pair's)
+  lane_mask_t eq[H][H], lt[H][H];
+#pragma unroll
+  for (int s = 0; s < H; ++s) {
+#pragma unroll
+    for (int h = 0; h < H; ++h) pair_masks<kBits>(r.key[s], bal[h], &eq[s][h], &lt[s][h]);
+  }
+  int nblk[H];
 #pragma unroll
   for (int s = 0; s < kPairPer; ++s) {
-#pragma unroll
-    for (int h = 0; h < kPairPer; ++h) {
-      eq[s][h] = 0;
-      lt[s][h] = 0;
-      if (s >= halves || h >= halves) continue;  // warp-uniform
-      lane_mask_t e = ~lane_mask_t(0), l = 0;
-#pragma unroll
-      for (int b = kBits - 1; b >= 0; --b) {
-        const bool bit = ((r.key[s] >> b) & 1) != 0;
-        if (bit) l |= e & ~bal[h][b];
-        e &= bit ? bal[h][b] : ~bal[h][b];
-      }
-      eq[s][h] = e;
-      lt[s][h] = l;
+    if (s >= H) {
+      r.cnt[s] = r.rank[s] = r.pos[s] = r.row[s] = 0;
+      continue;
     }
-  }
-  int nblk[kPairPer];
-#pragma unroll
-  for (int s = 0; s < kPairPer; ++s) {
     int cnt = 0, rank = 0, below = 0;
 #pragma unroll
-    for (int h = 0; h < kPairPer; ++h) {
+    for (int h = 0; h < H; ++h) {
       cnt += popc(eq[s][h]);
       rank += h < s ? popc(eq[s][h]) : (h == s ? popc(eq[s][h] & before) : 0);
       below += popc(lt[s][h]);
@@ -115,23 +126,32 @@ __device__ __forceinline__ PairRank pair_rank(const A& a, int n, int lg) {
     nblk[s] = r.key[s] < E && rank == 0 ? (cnt + (1 << lg) - 1) >> lg : 0;
   }
   // blocks of the experts with a smaller key (per lane pair), and of all experts
-  int blk_before[kPairPer] = {};
+  int blk_before[H] = {};
   int total = 0;
 #pragma unroll
-  for (int h = 0; h < kPairPer; ++h) {
-    if (h >= halves) break;  // warp-uniform
+  for (int h = 0; h < H; ++h) {
 #pragma unroll
     for (int b = 0; b < kPairBlockBits; ++b) {
       const lane_mask_t nb = warp_ballot(((nblk[h] >> b) & 1) != 0);
       total += popc(nb) << b;
 #pragma unroll
-      for (int s = 0; s < kPairPer; ++s) blk_before[s] += popc(nb & lt[s][h]) << b;
+      for (int s = 0; s < H; ++s) blk_before[s] += popc(nb & lt[s][h]) << b;
     }
   }
 #pragma unroll
-  for (int s = 0; s < kPairPer; ++s) r.row[s] = (blk_before[s] << lg) + r.rank[s];
+  for (int s = 0; s < H; ++s) r.row[s] = (blk_before[s] << lg) + r.rank[s];
   r.rows = total << lg;
   return r;
+}
+
+// Ranks the n <= kPairMax pairs in the calling warp (every lane must call it; no shared
+// memory, no barrier).  lg = log2(block_m).  One warp-uniform branch on the halves in use.
+template <int E, int K, class A>
+__device__ __forceinline__ PairRank pair_rank(const A& a, int n, int lg) {
+  if constexpr (kPairPer > 1) {
+    if (n > kWarpSize) return pair_rank_halves<E, K, kPairPer>(a, n, lg);
+  }
+  return pair_rank_halves<E, K, 1>(a, n, lg);
 }
 
 // A real pair's row in expert-major order.
@@ -158,13 +178,13 @@ struct PairSmem {
 // Warp 0 of a block: ranks the pairs into sm (pair, blk, rows; the caller's barrier makes
 // them visible); with kOutputs (block 0 of the sort) it also writes reverse_sorted and
 // num_valid_ids.
-template <int E, int K, bool kOutputs, class A>
-__device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int lg) {
+template <int E, int K, int H, bool kOutputs, class A>
+__device__ __forceinline__ void pair_tables_halves(const A& a, PairSmem& sm, int n, int lg) {
   using Fmt = SortFormat<A>;
-  const PairRank r = pair_rank<E, K>(a, n, lg);
+  const PairRank r = pair_rank_halves<E, K, H>(a, n, lg);
   const int lane = lane_id();
 #pragma unroll
-  for (int s = 0; s < kPairPer; ++s) {
+  for (int s = 0; s < H; ++s) {
     const int j = s * kWarpSize + lane;
     if (r.key[s] < E) {
       sm.pair[r.pos[s]] = {Fmt::encode(j, K), r.wt[s]};
@@ -183,6 +203,19 @@ __device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int
       if constexpr (Fmt::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
     }
   }
+}
+
+// The dispatch on the halves in use is outside the whole table writer, so that each version
+// is one straight block (a merge of the two rankings' results measured a register spill).
+template <int E, int K, bool kOutputs, class A>
+__device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int lg) {
+  if constexpr (kPairPer > 1) {
+    if (n > kWarpSize) {
+      pair_tables_halves<E, K, kPairPer, kOutputs>(a, sm, n, lg);
+      return;
+    }
+  }
+  pair_tables_halves<E, K, 1, kOutputs>(a, sm, n, lg);
 }
 
 // Pair block g of num_g: the ranking (warp 0), then rows [g, g + 1) * kPairRowsPerBlock; the

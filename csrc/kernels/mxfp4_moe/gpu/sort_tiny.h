@@ -208,12 +208,12 @@ __device__ __forceinline__ void tiny_sort_block(const A& a, TinySmem<E>& sm, int
   tiny_write_rows<E, K>(a, sm, p, g, num_g);
 }
 
-// CUDA: with MXFP8 quant blocks (F) ptxas otherwise picks 32 registers for the tiny and
-// micro sort kernels and spills; min 1 block keeps its choice free as for MXFP4 (0: no
-// minimum, the other kernels' bounds unchanged).  (HIP reads a second argument as waves per
-// EU.)
+// CUDA: a minimum of 1 block per SM, which leaves ptxas's register choice free: without it
+// ptxas picked 32-40 registers for the tiny, micro and pair sort kernels and spilled (the
+// pair kernel at E = 257, the others with MXFP8 quant blocks).  F is unused there.  (HIP
+// reads a second argument as waves per EU.)
 #if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T, (F) == QuantFormat::Mxfp8 ? 1 : 0)
+#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T, 1)
 #else
 #define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T)
 #endif
