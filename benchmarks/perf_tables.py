@@ -1,6 +1,6 @@
 """Markdown tables (rows: E of the shape, columns: M) of bench_aux's results.csv files.
 
-    python benchmarks/perf_tables.py docs/bench/h200_run17.csv docs/bench/h200_run17_fp8_q.csv
+    python benchmarks/perf_tables.py docs/bench/h200_run18.csv
     python benchmarks/perf_tables.py --goals run/results.csv run_fp8/results.csv  # goal lines
 
 The files are merged (a later file's row wins), so a fused op's parts may come from another

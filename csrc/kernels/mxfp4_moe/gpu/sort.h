@@ -25,7 +25,7 @@
 //
 // Large path: three launches, no allocation, no inter-block dependency inside a
 // launch.  The pairs are split evenly into G = num_chunks chunks of q >= 2E pairs
-// (~1.2 per SM, see large_chunks); chunk g's "home" is reverse_sorted[cb(g) ..
+// (one per SM, see large_chunks); chunk g's "home" is reverse_sorted[cb(g) ..
 // cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
 // in the last launch):
 //   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
@@ -215,10 +215,9 @@ inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
   const AuxGrid x =
       aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
   const int64_t n = a.num_tokens * K;
-  // large_chunks gives num_chunks = max(1, n / chunk) chunks of q or q + 1 pairs (n >= the
-  // granule): q >= min(chunk, n) >= 2E, so a chunk's count row and the E totals fit in its
-  // own pair range; q + 1 <= 65535 (n < (num_chunks + 1) chunk, chunk <= kMaxChunk) keeps
-  // the uint16 counters exact.
+  // large_chunks gives num_chunks in [ceil(n / kMaxChunk), n / 2E] (n >= 2E) chunks of q or
+  // q + 1 pairs: q >= 2E, so a chunk's count row and the E totals fit in its own pair range;
+  // q + 1 <= kMaxChunk < 65536 keeps the uint16 counters exact.
   const int64_t cq = num_chunks > 0 ? n / num_chunks : 0;
   const int64_t cr = num_chunks > 0 ? n % num_chunks : 0;
   if (num_chunks < 1 || cq < 2 * E || cq + (cr != 0) > 65535)  // the host never asks for this

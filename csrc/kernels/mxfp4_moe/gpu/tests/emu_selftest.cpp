@@ -1034,7 +1034,7 @@ int main() {
   run_sort_case<1024, 8>(512, 16, 2, 53, false);
   run_sort_case<1024, 8>(513, 64, 0, 54, false);
   run_sort_case<896, 16>(64, 32, 0, 55, false);
-  run_sort_case<896, 16>(100, 32, 0, 56, true);    // 1600 pairs < the 2048-pair granule: lean
+  run_sort_case<896, 16>(100, 32, 0, 56, true);    // 1600 pairs < 2E: never large
   run_sort_case<1024, 1>(1500, 64, 1, 57, false);  // lean, skewed
   run_sort_case<8, 2>(513, 16, 0, 58, true);       // 1026 pairs, E = 8: large with one chunk
   run_sort_case<1024, 8>(128, 32, 1, 56, true);    // tiny path, largest E
