@@ -20,7 +20,9 @@ catalog.
   mxfp4_quant and moe_sort_quant's wide mid-path kernel (D = 4096, 8192: 4 bytes at 6
   and 3 blocks per SM) and in the 64-bit-index scatter_q kernel (> 2^31 units only);
   moe_sort_scales' decode kernel at D = 7168 (8-byte slots) spills 4 bytes with its PDL
-  trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1).
+  trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1); the large sort's scan
+  kernel spills 8 bytes at the 32 registers ptxas picks for it (its own choice: the kernel
+  has no minimum-blocks bound).
 * sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
   contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so is
   every op of the op table (``PDL_OPS``), each of whose kernels must wait on its grid
