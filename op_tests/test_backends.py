@@ -351,7 +351,7 @@ def test_bad_input_raises_before_kernel(device):
 
 # ---------------------------------------------------------------------------- large M (GPU)
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("m", [65536, 70000])
 def test_large_m_pipeline_gpu(m):
     """Large-M sort (multi-block path), quant, sort_scales and scatter against the reference

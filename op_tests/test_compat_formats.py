@@ -24,7 +24,7 @@ from aiter_aux import reference as R  # noqa: E402
 from aiter_aux.reference import compat as C  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]  # fmt: skip
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))]  # fmt: skip
 BLOCK_SIZES = [1, 2, 3, 4, 16, 32, 64, 128, 256]  # the peers take any block_size >= 1
 I32 = torch.int32
 

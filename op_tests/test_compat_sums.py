@@ -20,7 +20,7 @@ from aiter_aux.compat import sglang, vllm  # noqa: E402
 from aiter_aux.reference import compat as RC  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]  # fmt: skip
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))]  # fmt: skip
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 POISON, GUARD = 0x5A, 64  # guard bytes on each side of an output
 BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}

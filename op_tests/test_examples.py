@@ -31,7 +31,7 @@ _EXPERTS: dict[str, object] = {}  # one weight set per device, shared by the cas
 def _experts(request, device: str):
     if device == "cuda":
         if not torch.cuda.is_available():
-            pytest.skip("no CUDA device")
+            pytest.skip("needs a CUDA GPU")
     else:
         request.getfixturevalue("cpu_module")  # build (or find) the CPU module once
     if device not in _EXPERTS:

@@ -322,7 +322,7 @@ def test_sorted_scales_needs_model_dim_multiple_of_256(cpu_module):
     _assert_refused(lambda: fn(ops), lambda: fn(ref), ValueError, msg, [ss], cpu_module)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("form", ["alloc", "out"])
 def test_sorted_scales_on_another_device_is_refused(form, cpu_module):
     ids, w, x, rows = _err_case("cuda")
