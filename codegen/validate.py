@@ -123,7 +123,7 @@ def _validate_sources(spec: OpSpec, where: str) -> None:
     if cpu:
         wanted.append((f"{KERNELS}/cpu/{cpu}", "kernels[0], the CPU header under cpu/"))
     for rel, what in wanted:
-        if rel.endswith(("/", "/.py")) or not (ROOT / rel).is_file():
+        if not (ROOT / rel).is_file():
             raise OpTableError(f"{where}: {what} must name an existing file, got {rel!r}")
 
 

@@ -77,10 +77,10 @@ __device__ __forceinline__ void micro_sort_block(const A& a) {
 
 // Grid: 1 + quant_blocks + zero_blocks (blocks of kMicroThreads).
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads, F) void sort_micro_kernel(A a, AiterAuxQuantArgs q,
-                                                                          int quant_blocks,
-                                                                          int zero_blocks,
-                                                                          bool x_al16, bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kMicroThreads) void sort_micro_kernel(A a, AiterAuxQuantArgs q,
+                                                                       int quant_blocks,
+                                                                       int zero_blocks, bool x_al16,
+                                                                       bool q_al4) {
   const PdlScope pdl;
   const int b = block_idx();
   if (b == 0) {

@@ -268,10 +268,10 @@ __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g,
 
 // Grid: num_g + quant_blocks + zero_blocks (blocks of kPairThreads).
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kPairThreads,
-                                 F) void sort_pairs_kernel(A a, AiterAuxQuantArgs q, int num_g,
-                                                           int quant_blocks, int zero_blocks,
-                                                           bool x_al16, bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kPairThreads) void sort_pairs_kernel(A a, AiterAuxQuantArgs q,
+                                                                      int num_g, int quant_blocks,
+                                                                      int zero_blocks, bool x_al16,
+                                                                      bool q_al4) {
   const PdlScope pdl;
   __shared__ PairSmem sm;
   const int b = block_idx();

@@ -208,14 +208,16 @@ __device__ __forceinline__ void tiny_sort_block(const A& a, TinySmem<E>& sm, int
   tiny_write_rows<E, K>(a, sm, p, g, num_g);
 }
 
+// The one-block-per-SM sort kernels (tiny, micro, pairs and the one-launch sorted scales).
 // CUDA: a minimum of 1 block per SM, which leaves ptxas's register choice free: without it
 // ptxas picked 32-40 registers for the tiny, micro and pair sort kernels and spilled (the
-// pair kernel at E = 257, the others with MXFP8 quant blocks).  F is unused there.  (HIP
+// pair kernel at E = 257, the others with MXFP8 quant blocks), and held the pair scales
+// kernel to 64 (its scale blocks keep two x blocks in flight across the ranking).  (HIP
 // reads a second argument as waves per EU.)
 #if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T, 1)
+#define AITER_AUX_SORT_BOUNDS(T) __launch_bounds__(T, 1)
 #else
-#define AITER_AUX_SORT_BOUNDS(T, F) __launch_bounds__(T)
+#define AITER_AUX_SORT_BOUNDS(T) __launch_bounds__(T)
 #endif
 
 // The mid path's kernel with wide MXFP4 quant blocks (W): the register bound of
@@ -233,10 +235,10 @@ constexpr int kFusedQuantTiles = F == QuantFormat::Mxfp8 ? 1 : quant_detail::kSt
 
 // Grid: num_g + quant_blocks + zero_blocks; the tiny sort blocks first.
 template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_kernel(A a, AiterAuxQuantArgs q,
-                                                                        int num_g, int quant_blocks,
-                                                                        int zero_blocks,
-                                                                        bool x_al16, bool q_al4) {
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads) void sort_tiny_kernel(A a, AiterAuxQuantArgs q,
+                                                                     int num_g, int quant_blocks,
+                                                                     int zero_blocks, bool x_al16,
+                                                                     bool q_al4) {
   const PdlScope pdl;
   __shared__ TinySmem<E> sm;
   const int b = block_idx();

@@ -185,7 +185,7 @@ __device__ __forceinline__ void scales_zero_block(const AiterAuxSortArgs& a, con
 }
 
 template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads, F) void sort_tiny_scales_kernel(
+__global__ AITER_AUX_SORT_BOUNDS(kTinyThreads) void sort_tiny_scales_kernel(
     AiterAuxSortArgs a, AiterAuxQuantArgs q, ScalesPlan sp, int num_g, int quant_blocks,
     int zero_blocks, bool x_al16, bool q_al4) {
   const PdlScope pdl;
@@ -251,17 +251,8 @@ __device__ __forceinline__ void pair_scale_block(const AiterAuxSortArgs& a,
   });
 }
 
-// CUDA: min 1 block per SM, as AITER_AUX_SORT_BOUNDS gives the MXFP8 kernels: without it
-// ptxas holds the MXFP4 kernel to 64 registers and spills (the scale blocks keep two x
-// blocks in flight across the ranking).
-#if defined(AITER_AUX_GPU_CUDA)
-#define AITER_AUX_PAIR_SCALES_BOUNDS __launch_bounds__(kPairThreads, 1)
-#else
-#define AITER_AUX_PAIR_SCALES_BOUNDS __launch_bounds__(kPairThreads)
-#endif
-
 template <int E, int K, QuantFormat F, int D>
-__global__ AITER_AUX_PAIR_SCALES_BOUNDS void sort_pairs_scales_kernel(
+__global__ AITER_AUX_SORT_BOUNDS(kPairThreads) void sort_pairs_scales_kernel(
     AiterAuxSortArgs a, AiterAuxQuantArgs q, ScalesPlan sp, int num_g, int quant_blocks,
     int zero_blocks, bool x_al16, bool q_al4) {
   const PdlScope pdl;
