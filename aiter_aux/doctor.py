@@ -52,7 +52,6 @@ def dry_run(tc, shapes) -> DryRun:
 
     from .jit.ninja_file import render_build_ninja
     from .jit.paths import MODULE_NAME, build_dir, codegen_module
-    from .jit.toolchain import sources_digest
 
     directory = build_dir(tc)
     with tempfile.TemporaryDirectory(prefix="aiter_aux_doctor_") as tmp:
@@ -61,9 +60,7 @@ def dry_run(tc, shapes) -> DryRun:
             skip = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
             shutil.copytree(directory, work, symlinks=True, ignore=skip)
         gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
-        text = render_build_ninja(
-            tc, gen.instance_files, gen.lookup_file, sources_digest(tc.backend), gen.binding_file
-        )
+        text = render_build_ninja(tc, gen.instance_files, gen.lookup_file, gen.binding_file)
         codegen_module("writer").write_if_different(work / "build.ninja", text)
         p = subprocess.run(
             [str(Path(BIN_DIR) / "ninja"), "-C", str(work), "-n"],
@@ -284,10 +281,11 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
         return
     source, detail = ModuleSpec(tc.backend).plan()
     r.line("op calls", {"prebuilt": "load the prebuilt module ", "cache": "load ",
-                        "jit": "JIT-build the catalog first: "}[source] + detail)  # fmt: skip
+                        "jit": "JIT-build the binding first: "}[source] + detail
+           + "; instances it lacks are built on demand")  # fmt: skip
     if source == "jit" and aux_env.get("AITER_AUX_DISABLE_JIT"):
         r.problem(
-            "AITER_AUX_DISABLE_JIT=1 and no module serves this catalog: every op call raises "
+            "AITER_AUX_DISABLE_JIT=1 and no module is in the cache: every op call raises "
             "JitDisabledError; run `aiter-aux build`, or unset AITER_AUX_DISABLE_JIT"
         )
     elif source == "jit" and not _writable(build_dir(tc)):

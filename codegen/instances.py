@@ -60,6 +60,39 @@ class Instance:
         return dict(zip(self.spec.params, self.values, strict=True))
 
 
+def instance_headers(backend: str, op: str) -> list[str]:
+    """What an instance TU of ``op`` includes (relative to the kernels directory): its op's
+    kernel header alone (the op table's ``kernels``; on a GPU after the GPU kernels' common
+    header), so an edit of another op's kernels leaves it alone."""
+    cpu, gpu = OPS[op].kernels
+    return ["cpu/" + cpu] if backend == "cpu" else ["gpu/common.h", "gpu/" + gpu]
+
+
+def instance_of_key(key: str) -> Instance:
+    """The instance a key names (the inverse of :func:`instance_key`); ``ValueError`` for a
+    key no op of the table spells."""
+    for spec in sorted(OPS.values(), key=lambda s: -len(s.name)):  # longest op name first
+        if key != spec.name and not key.startswith(spec.name + "_"):
+            continue
+        parts = key[len(spec.name) :].split("_")[1:]
+        if len(parts) != len(spec.params):
+            continue
+        try:
+            values = tuple(
+                int(p[len(letter) :])
+                for p, letter in zip(parts, spec.key_parts, strict=True)
+                if p.startswith(letter)
+            )
+        except ValueError:
+            continue
+        if (
+            len(values) == len(spec.params)
+            and instance_key(spec.name, **dict(zip(spec.params, values, strict=True))) == key
+        ):
+            return Instance(key, spec.name, values)
+    raise ValueError(f"{key!r} is no instance key of the op table")
+
+
 def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
     expert, model_dim, _inter, topk = shape
     return {"num_experts": expert, "model_dim": model_dim, "topk": topk}

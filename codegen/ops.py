@@ -156,7 +156,7 @@ def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         partial_outputs=True,
         python_name="moe_sort_quant",
         python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
-        kernels=("mxfp8_cpu.h" if fp8 else "", "sort.h"),
+        kernels=("mxfp8_cpu.h" if fp8 else "core_cpu.h", "sort.h"),
         reference="quant",
         summary=_SORT_QUANT_DOC,
         alloc_summary="Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, "
@@ -218,7 +218,7 @@ OPS: dict[str, OpSpec] = {
             "moe_sort", 1, ("num_experts", "topk"), ("e", "k"), "AiterAuxSortArgs", SORT_FILL,
             inputs=ROUTING + SORT_INTS, options=SORT_OPTIONS, outputs=SORT_OUTPUTS,
             checks=SORT_CHECKS, groups=(SORT_GROUP,), partial_outputs=True, summary=_SORT_DOC,
-            kernels=("", "sort.h"), reference="sort",
+            kernels=("core_cpu.h", "sort.h"), reference="sort",
             alloc_summary="Allocating :func:`moe_sort_out`: a :class:`MoeSortOutput` of "
             "capacity ``moe_sort_capacity(M, topk, num_experts, block_m)``.",
         ),
@@ -226,7 +226,7 @@ OPS: dict[str, OpSpec] = {
             "mxfp4_quant", 2, ("model_dim",), ("d",), "AiterAuxQuantArgs", QUANT_FILL,
             inputs=(X,), outputs=quant_outputs(False), checks=(MODEL_DIM_32,),
             summary=_QUANT_DOC, alloc_summary="Allocating :func:`mxfp4_quant_out`.",
-            kernels=("", "quant.h"), reference="quant",
+            kernels=("core_cpu.h", "quant.h"), reference="quant",
         ),
         _sort_quant("moe_sort_quant", 3, fp8=False),
         OpSpec(
@@ -252,7 +252,7 @@ OPS: dict[str, OpSpec] = {
                 Size("out_rows", "sort_scales_rows(max_rows, block_m)"),
             ),
             summary=_SCALES_DOC, alloc_summary="Allocating :func:`moe_sort_scales_out`.",
-            kernels=("", "sort_scales.h"), reference="sort_scales",
+            kernels=("core_cpu.h", "sort_scales.h"), reference="sort_scales",
         ),
         OpSpec(
             "moe_scatter_reduce", 5, ("model_dim", "topk"), ("d", "k"), "AiterAuxScatterArgs",
@@ -266,7 +266,7 @@ OPS: dict[str, OpSpec] = {
             + SCATTER_CHECKS,
             data_checks=SCATTER_DATA, summary=_SCATTER_DOC,
             alloc_summary="Allocating :func:`moe_scatter_reduce_out`.",
-            kernels=("", "scatter.h"), reference="scatter",
+            kernels=("core_cpu.h", "scatter.h"), reference="scatter",
         ),
         OpSpec(
             "moe_scatter_reduce_q", 6, ("model_dim", "topk"), ("d", "k"), "AiterAuxScatterArgs",
@@ -288,7 +288,7 @@ OPS: dict[str, OpSpec] = {
             ) + SCATTER_CHECKS,
             data_checks=SCATTER_DATA, summary=_SCATTER_Q_DOC,
             alloc_summary="Allocating :func:`moe_scatter_reduce_q_out`.",
-            kernels=("", "scatter.h"), reference="scatter",
+            kernels=("core_cpu.h", "scatter.h"), reference="scatter",
         ),
         OpSpec(
             "mxfp8_quant", 7, ("model_dim",), ("d",), "AiterAuxQuantArgs", QUANT_FILL,

@@ -136,7 +136,8 @@ class OpSpec:
     key_doc: str = field(default="", compare=False)
     # Where the op's code lives (the op's registration: the aggregator headers' include
     # lists and the reference package's exports are generated from these):
-    # (CPU header under cpu/, GPU header under gpu/), "" for the CPU aggregator itself.
+    # (CPU header under cpu/, GPU header under gpu/).  An instance TU includes only its op's
+    # header, so an edit of one op's kernels recompiles only that op's instances.
     kernels: tuple[str, str] = ("", "")
     reference: str = ""  # the module of aiter_aux/reference defining <name>[_out] (py_name)
 

@@ -119,11 +119,10 @@ def _validate_sources(spec: OpSpec, where: str) -> None:
     checked where it is used, :func:`codegen.registry.render_reference_table`: the trees a
     wheel or a test builds from hold codegen/, templates/ and csrc/ only)."""
     cpu, gpu = spec.kernels
-    wanted = [(f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/")]
-    if cpu:
-        wanted.append((f"{KERNELS}/cpu/{cpu}", "kernels[0], the CPU header under cpu/"))
+    wanted = [(f"{KERNELS}/cpu/{cpu}", "kernels[0], the CPU header under cpu/"),
+              (f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/")]  # fmt: skip
     for rel, what in wanted:
-        if not (ROOT / rel).is_file():
+        if not rel.rsplit("/", 1)[1] or not (ROOT / rel).is_file():
             raise OpTableError(f"{where}: {what} must name an existing file, got {rel!r}")
 
 

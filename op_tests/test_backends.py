@@ -158,10 +158,21 @@ def test_moe_sort_zero_buf_is_zeroed(device):
     assert not bool(zero_buf.view(torch.int16).any())
 
 
-def test_moe_sort_unsupported_key_names_key_and_fix(device):
+def test_moe_sort_uncatalogued_key_is_built_on_demand(device):
+    """E = 100, topk 9 is no catalog shape's: its instance is built on demand, then equal to
+    the reference like any other."""
+    ids, w = draw_routing(23, 100, 9, gen())
+    check_sort(ids, w, 100, 32, device)
+
+
+def test_moe_sort_uncatalogued_key_without_jit_names_key_and_fix(device, monkeypatch, tmp_path):
+    """AITER_AUX_DISABLE_JIT=1 and a cache without the key: UnsupportedShapeError naming
+    the key and the fix, before any kernel runs."""
+    monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
+    monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(tmp_path))
     ids = torch.zeros(1, 9, dtype=torch.int32, device=device)
-    with pytest.raises(ops.UnsupportedShapeError, match=r"moe_sort_e100_k9.*add-shape"):
-        ops.moe_sort(ids, torch.ones(1, 9, device=device), 100, 32)
+    with pytest.raises(ops.UnsupportedShapeError, match=r"moe_sort_e99_k9.*DISABLE_JIT"):
+        ops.moe_sort(ids, torch.ones(1, 9, device=device), 99, 32)
 
 
 # ---------------------------------------------------------------------------- quant

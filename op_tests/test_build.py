@@ -74,7 +74,7 @@ def test_cold_noop_add_remove(tmp_path):
 def test_header_change_rebuilds_even_when_mtime_goes_backwards(tmp_path):
     srcdir = copy_sources(tmp_path / "src")
     first = run_build(tmp_path / "cache", [SHAPE_A], srcdir)
-    header = srcdir / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / "mxfp4_moe_aux_cpu.h"
+    header = srcdir / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / "core_cpu.h"
     old = header.stat()
     header.write_text(header.read_text() + "\n// an edit\n")
     os.utime(header, (old.st_atime - 10_000, old.st_mtime - 10_000))
@@ -102,12 +102,12 @@ def test_group_writable_cache_is_refused(tmp_path):
 
 def test_compiler_error_names_failing_file(tmp_path):
     srcdir = copy_sources(tmp_path / "src")
-    header = srcdir / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / "mxfp4_moe_aux_cpu.h"
+    header = srcdir / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / "core_cpu.h"
     header.write_text(header.read_text() + "\nthis is not C++;\n")
     with pytest.raises(AssertionError) as info:
         run_build(tmp_path / "cache", [SHAPE_A], srcdir)
     msg = str(info.value)
-    assert "BuildError" in msg and "FAILED" in msg and "mxfp4_moe_aux_cpu.h" in msg
+    assert "BuildError" in msg and "FAILED" in msg and "core_cpu.h" in msg
     assert "error" in msg
 
 

@@ -477,22 +477,22 @@ def test_prepare_catalog_shapes_load_every_instance():
     assert all(module.has(key) for key in KEYS_256_3072_8)
 
 
-def test_prepare_names_missing_instances_and_how_to_add():
-    shapes = [(256, 3072, 256, 8), (255, 3072, 256, 8), (256, 2880, 2880, 4)]
+def test_prepare_builds_uncatalogued_shapes_and_names_unservable_ones():
+    from aiter_aux.jit.spec import loaded_modules
+
+    new = (255, 3072, 256, 8)  # no catalog shape has E = 255: built on demand
+    assert A.prepare_mxfp4_moe_aux([(256, 3072, 256, 8), new]) is None
+    gpu = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    module = loaded_modules()[gpu if torch.cuda.is_available() else "cpu"]
+    assert all(module.has(key) for key in keys_of(new))
+    shapes = [(256, 3072, 256, 8), (256, 2880, 2880, 4)]
     with pytest.raises(A.MissingInstancesError) as raised:
         A.prepare_mxfp4_moe_aux(shapes)
     err = raised.value
     assert isinstance(err, RuntimeError)  # as AITER's
-    assert err.missing_shapes == ((255, 3072, 256, 8), (256, 2880, 2880, 4))
-    # the keys of the two shapes outside the catalog that no catalog shape has, sorted
-    missing = keys_of(*shapes[1:]) - keys_of(*MXFP4_MOE_SUPPORTED_SHAPES)
-    assert err.missing_keys == tuple(sorted(missing))
-    assert {"moe_sort_e255_k8", "moe_sort_e256_k4", "mxfp4_quant_d2880"} <= missing
-    assert "mxfp4_quant_d3072" not in missing
-    msg = str(err)
-    assert all(key in msg for key in err.missing_keys)
-    assert "aiter-aux add-shape 255,3072,256,8" in msg
-    assert "model_dim must be a positive multiple of 256" in msg  # 2880 cannot be added
+    assert err.missing_shapes == ((256, 2880, 2880, 4),)
+    assert "mxfp4_quant_d2880" in err.missing_keys
+    assert "model_dim must be a positive multiple of 256" in str(err)
 
 
 @pytest.mark.parametrize(
@@ -545,7 +545,6 @@ def _sort_call(**over):
     [
         (dict(NE=0), ValueError, "NE"),
         (dict(NE=2000), ValueError, "NE"),
-        (dict(NE=255), O.UnsupportedShapeError, None),  # no moe_sort_e255_k8 instance
         (dict(TOPK=9), ValueError, "TOPK"),
         (dict(MB=48), ValueError, "MB"),
         (dict(MB=True), TypeError, "MB"),
@@ -649,9 +648,9 @@ def test_other_errors():
     with pytest.raises(ValueError, match="flat_out_scale must be"):
         A.mxfp4_moe_scatter_reduce_q(q, s[:, :8], srt.reverse_sorted, srt.sorted_weights, o,
                                      e, k, d, 32)  # fmt: skip
-    with pytest.raises(O.UnsupportedShapeError):  # no scatter instance for (3072, 5)
-        A.mxfp4_moe_scatter_reduce_q(q, s, srt.reverse_sorted[: m * 5], srt.sorted_weights,
-                                     o, e, 5, d, 32)  # fmt: skip
+    # topk 5 with this model_dim is no catalog shape's: its instance is built on demand
+    A.mxfp4_moe_scatter_reduce_q(q, s, srt.reverse_sorted[: m * 5], srt.sorted_weights,
+                                 o, e, 5, d, 32)  # fmt: skip
 
 
 # ------------------------------------------------------------------- signatures, import

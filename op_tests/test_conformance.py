@@ -16,7 +16,8 @@ its input builder (op_tests/fuzz_cases.py ``make_case``).
   no Python wrapper) raises the same type with the same text wherever torch's argument
   parser lets the call reach it.
 * All-``meta`` inputs run the fake implementations, whose output shapes and dtypes are the
-  real op's; parameters the catalog lacks are rejected before any kernel runs.
+  real op's; parameters the catalog lacks are built on demand and match the reference, and
+  rejected before any kernel runs under ``AITER_AUX_DISABLE_JIT=1``.
 """
 
 from __future__ import annotations
@@ -178,17 +179,44 @@ def test_meta_tensors_run_the_fake_implementation(op, d, spy):
         ]
 
 
-@pytest.mark.parametrize("op", [op for op in OPS if TABLE[op].params])  # one instance: all
+PARAMETRIZED = [op for op in OPS if TABLE[op].params]  # moe_sum: one instance serves all
+
+
+@pytest.mark.parametrize("op", PARAMETRIZED)
+@settings(FUZZ, max_examples=2)
+@given(d=st.data())
+def test_parameters_outside_catalog_built_on_demand_match_reference(op, d):
+    """An instance the loaded module lacks is built on demand; its ``_out`` form then writes
+    the reference's bytes into poisoned, guarded buffers."""
+    a, outs = make_case(op, d, shape=outside_catalog(op, d))
+    mine, my_wholes = alloc_outs(outs, 0)
+    theirs, their_wholes = alloc_outs(outs, 0)
+    fn(ops, op + "_out")(**a, **mine)
+    fn(ref, op + "_out")(**a, **theirs)
+    for got, want in zip(my_wholes, their_wholes, strict=True):
+        assert guards_ok(got) and raw(got) == raw(want)
+
+
+@pytest.mark.parametrize("op", PARAMETRIZED)
 @settings(FUZZ, max_examples=8)
 @given(d=st.data())
-def test_parameters_outside_catalog_rejected_before_any_kernel(op, d, spy):
-    a, outs = make_case(op, d, shape=outside_catalog(op, d))
+def test_parameters_outside_catalog_without_jit_rejected_before_any_kernel(
+    op, d, spy, monkeypatch, tmp_path
+):
+    """``AITER_AUX_DISABLE_JIT=1`` and a cache without the instance: the call raises
+    ``UnsupportedShapeError`` naming the fix, before any kernel runs or any byte is written."""
+    monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
+    monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(tmp_path))
+    shape = outside_catalog(op, d)
+    params = codegen_module("instances").shape_params(shape)
+    key = codegen_module("instances").instance_key(op, **params)
+    hypothesis.assume(not spy.module.has(key))  # not built on demand earlier in this process
+    a, outs = make_case(op, d, shape=shape)
     kw, wholes = alloc_outs(outs, 0)
     calls = spy.calls
-    with pytest.raises(ops.UnsupportedShapeError, match="no instance .*add-shape"):
+    with pytest.raises(ops.UnsupportedShapeError, match="no instance .*DISABLE_JIT"):
         fn(ops, op + "_out")(**a, **kw)
     assert spy.calls == calls and untouched(wholes)
-    fn(ref, op + "_out")(**a, **alloc_outs(outs, 0)[0])  # the spec accepts it
 
 
 # ------------------------------------------------------------------------------ opcheck

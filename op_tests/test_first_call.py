@@ -23,8 +23,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from instance_counts import keys_of, n_tus  # noqa: E402 (op_tests/instance_counts.py)
-from test_load_path import SHAPE_A, env_for, last_json, make_sources, py  # noqa: E402
+from instance_counts import n_tus  # noqa: E402 (op_tests/instance_counts.py)
+from test_load_path import env_for, last_json, make_sources, py  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FILES = 8  # a cache-hit first call enters at most this many project files
@@ -92,30 +92,52 @@ def first_build(tmp_path_factory):
 
 @pytest.fixture
 def built(first_build):
-    """The env of a one-shape catalog whose module is built (so a first call is a hit)."""
+    """The env of a one-shape catalog whose instance of the first call is in the cache, in
+    an instance library built on demand (so a first call is a hit)."""
     return first_build[0]
+
+
+@pytest.fixture
+def catalog_built(first_build):
+    """The same env with the catalog's module built (`aiter-aux build`)."""
+    env = first_build[0]
+    subprocess.run([sys.executable, "-m", "aiter_aux.cli", "build"], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    return env
 
 
 def test_first_call_that_compiles_says_so_once(first_build):
     """One line before the build: what it compiles, about how long here, how to avoid it."""
     env, err = first_build
-    n = len(keys_of(SHAPE_A))  # make_sources: a catalog of SHAPE_A
     notes = [ln for ln in err.splitlines() if "op call of this process compiles" in ln]
     assert len(notes) == 1, err
     note = notes[0]
     assert note.startswith(
         "aiter_aux: the first cpu op call of this process compiles the "
-        f"module ({n_tus(n)} of {n_tus(n)} translation units, about "
+        f"binding ({n_tus(0)} of {n_tus(0)} translation units, about "
     ), note
     assert re.search(r"about \d+ (s|min) on \d+ idle cores?\) into ", note), note
     assert env["AITER_AUX_CACHE_DIR"] in note, note
+    assert "then each instance as it is first called (about " in note, note
     assert "run `aiter-aux build` ahead of time or install the prebuilt wheel" in note, note
-    assert err.index(note) < err.index(f"compiled {n} instance TU(s)"), err  # said first
+    built = [ln for ln in err.splitlines() if "building instance" in ln]
+    assert len(built) == 1 and "mxfp4_quant_d3072" in built[0], err  # that call's alone
+    assert err.index(note) < err.index(built[0]), err  # said first
 
 
-def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(built):
-    got = last_json(py(TRACE, built))
+def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(catalog_built):
+    got = last_json(py(TRACE, catalog_built))
     assert len(got["files"]) <= MAX_FILES, got
+    imported = got["imported"]
+    for heavy in ("jinja2", "ninja", "aiter_aux.jit.build", "aiter_aux_codegen.render"):
+        assert heavy not in imported, (heavy, imported)
+
+
+def test_instance_library_hit_imports_no_generator_nor_builder(built):
+    """The module of no shape and the call's instance library, both from the cache: the
+    library's inputs are digested from the files, nothing is rendered or built."""
+    got = last_json(py(TRACE, built))
+    assert len(got["files"]) <= MAX_FILES + 2, got  # + the library lookup: ondemand, includes
     imported = got["imported"]
     for heavy in ("jinja2", "ninja", "aiter_aux.jit.build", "aiter_aux_codegen.render"):
         assert heavy not in imported, (heavy, imported)
@@ -315,9 +337,8 @@ def test_first_build_note_when_every_object_exists(tmp_path):
     from aiter_aux.jit.progress import OTHER_TUS, first_build_note
 
     (tmp_path / "obj").mkdir()
-    names = ["inst_a", "inst_b", *OTHER_TUS]
-    for n in names:
+    for n in OTHER_TUS:
         (tmp_path / "obj" / f"{n}.o").write_text("")
-    note = first_build_note("cpu", tmp_path, ["a", "b"])
-    assert f"up to {len(names)} translation units: the sources changed" in note
+    note = first_build_note("cpu", tmp_path)
+    assert f"up to {len(OTHER_TUS)} translation units: the sources changed" in note
     assert " 0 of " not in note

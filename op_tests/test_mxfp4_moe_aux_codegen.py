@@ -176,8 +176,25 @@ def test_gpu_backend_renders_same_instance_list(tmp_path):
         keys = _lookup_keys(_generate(tmp_path / backend, backend))
         assert keys == cpu
         tu = (tmp_path / backend / f"inst_{keys[0]}{ext}").read_text()
-        assert '#include "gpu/mxfp4_moe_aux_gpu.h"' in tu and "stream)" in tu
+        assert '#include "gpu/common.h"' in tu and "stream)" in tu
         assert "torch" not in tu
+
+
+def test_instance_includes_only_its_ops_header(tmp_path):
+    """An instance TU includes its op's kernel header alone (the op table's ``kernels``):
+    an edit of another op's kernels does not recompile it."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from codegen.ops import OPS; "
+            "print(json.dumps({n: s.kernels for n, s in OPS.items()}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    kernels = json.loads(out.stdout)
+    for backend, ext, side in (("cpu", ".cpp", 0), ("cuda", ".cu", 1)):
+        out_dir = tmp_path / backend
+        for key in _lookup_keys(_generate(out_dir, backend)):
+            op = max((o for o in kernels if key == o or key.startswith(o + "_")), key=len)
+            tu = (out_dir / f"inst_{key}{ext}").read_text()
+            included = [ln for ln in tu.splitlines() if ln.startswith("#include")]
+            header = f'#include "{("cpu", "gpu")[side]}/{kernels[op][side]}"'
+            assert included[-1] == header and len(included) <= 2, (key, included)
 
 
 def test_only_the_catalog_independent_binding_includes_torch(tmp_path):

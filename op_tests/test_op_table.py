@@ -37,7 +37,8 @@ def test_the_table_validates():
         (dict(fill=("topk_idz",)), "topk_idz is not bound at that point"),
         (dict(checks=(codegen_module("opspec").Limit("M", "num_token"),)),
          "Limit 'num_token' is not one of"),
-        (dict(kernels=("", "")), "kernels[1], the GPU header under gpu/ must name an existing"),
+        (dict(kernels=("core_cpu.h", "")),
+         "kernels[1], the GPU header under gpu/ must name an existing"),
         (dict(kernels=("sort_cpu.h", "sort.h")), "kernels[0], the CPU header under cpu/"),
     ],
 )  # fmt: skip

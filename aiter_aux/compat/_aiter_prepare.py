@@ -1,6 +1,7 @@
 """``prepare_mxfp4_moe_aux(shapes)``: AITER's preflight (its tuner calls it before starting
-workers) on our catalog and JIT: make sure every instance the given shapes dispatch to is
-built and loaded, or say which are missing and how to add them.
+workers) on our JIT: make sure every instance the given shapes dispatch to is built (on
+demand where the catalog's prebuilt set lacks it) and loaded, or say which shapes no
+instance can serve and why.
 
 Imports torch, the catalog (``codegen``) and the JIT on first call only.
 """
@@ -11,13 +12,13 @@ from collections.abc import Iterable
 
 
 class MissingInstancesError(RuntimeError):
-    """Shapes passed to :func:`prepare_mxfp4_moe_aux` dispatch to instances the catalog
-    lacks (AITER raises a ``RuntimeError`` naming the missing keys too).
+    """Shapes passed to :func:`prepare_mxfp4_moe_aux` break a rule of the shapes an
+    instance can serve (AITER raises a ``RuntimeError`` naming the missing keys too).
 
     Attributes:
-        missing_keys: the instance keys, sorted (``moe_sort_e255_k8``, ...).
-        missing_shapes: the given shapes ``(expert, model_dim, inter_dim, topk)`` that need
-            one of them, in the order given.
+        missing_keys: their instance keys the catalog's prebuilt set lacks, sorted.
+        missing_shapes: those shapes ``(expert, model_dim, inter_dim, topk)``, in the order
+            given.
     """
 
     def __init__(self, message: str, missing_keys: tuple[str, ...], missing_shapes: tuple):
@@ -48,18 +49,11 @@ def _backend() -> str:
     return backend_of(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def _how_to_add(shapes: list[tuple[int, int, int, int]]) -> str:
+def _problems(s: tuple[int, int, int, int]) -> list[str]:
+    """Why no instance can serve shape ``s`` (its inter_dim rounded as the catalog does)."""
     catalog = _codegen("catalog")
-    lines = []
-    for s in shapes:
-        e, d, inter, k = s
-        rounded = (e, d, catalog.round_inter(inter), k)
-        errors = catalog.validate_shape(rounded)
-        if errors:
-            lines.append(f"{s} cannot be added: {'; '.join(errors)}")
-        else:
-            lines.append(f"aiter-aux add-shape {e},{d},{inter},{k} --note MODEL")
-    return "; ".join(lines)
+    e, d, inter, k = s
+    return catalog.validate_shape((e, d, catalog.round_inter(inter), k))
 
 
 def _codegen(name: str):
@@ -69,50 +63,38 @@ def _codegen(name: str):
 
 
 def prepare_mxfp4_moe_aux(shapes: Iterable[tuple[int, int, int, int]]) -> None:
-    """Build (or find) and load the module serving ``shapes`` on this process's backend
-    (``cuda``/``rocm`` when torch sees a GPU, else ``cpu``), and check that it holds every
-    instance the shapes dispatch to.
+    """Build (or find) and load the module and every instance serving ``shapes`` on this
+    process's backend (``cuda``/``rocm`` when torch sees a GPU, else ``cpu``): the catalog's
+    prebuilt instances, and the others built on demand now rather than at their first call.
 
     Each shape is ``(expert, model_dim, inter_dim, topk)``; ``inter_dim`` is no parameter
-    of any aux instance, so a new ``inter_dim`` of a catalog ``(expert, model_dim, topk)``
+    of any aux instance, so a new ``inter_dim`` of a known ``(expert, model_dim, topk)``
     needs nothing new (as in AITER).  No shapes: nothing is loaded or built.
 
     Raises:
-        MissingInstancesError: (a ``RuntimeError``, as AITER's) the catalog this process
-            imported has no instance for some key; the message names every missing key
-            and the ``aiter-aux add-shape`` command that adds each shape (or the rule it
-            breaks), after which the process must be restarted.
+        MissingInstancesError: (a ``RuntimeError``, as AITER's) a shape breaks a rule of
+            what an instance can serve (expert in [1, 1024], model_dim a multiple of 256,
+            topk in [1, min(expert, 255)]); the message names each rule.
         ValueError, TypeError: a shape is not four ints.
-        aiter_aux.jit.InstanceMissingError: the module already loaded in this process is
-            older than the catalog (restart the process).
-        aiter_aux.jit.BuildError, JitDisabledError, ...: the build failed or is disabled.
+        aiter_aux.jit.BuildError, JitDisabledError, ...: a build failed or is disabled.
     """
     given = [_shape(s) for s in shapes]
     if not given:
         return None
-    from ..jit.paths import codegen_changed
     from ..jit.spec import ModuleSpec, load_module
 
     instances = _codegen("instances")
     spec = ModuleSpec(_backend())
-    per_shape = {s: {i.key for i in instances.instances_for_shape(s)} for s in given}
-    need = sorted(set().union(*per_shape.values()))
-    missing = tuple(k for k in need if k not in spec.keys)
-    if missing:
-        lacking = [s for s, keys in per_shape.items() if keys - spec.keys]
-        stale = (
-            " (codegen/ changed on disk since this process imported it: restart the process "
-            "if the shape was added since)"
-            if codegen_changed()
-            else ""
-        )
+    bad = {s: errors for s in given if (errors := _problems(s))}
+    if bad:
+        keys = {i.key for s in bad for i in instances.instances_for_shape(s)}
         raise MissingInstancesError(
-            f"the catalog of module_moe_mxfp4_aux has no instance {', '.join(missing)}"
-            f"{stale}.  Add each shape (add-shape edits the catalog and rebuilds): "
-            f"{_how_to_add(lacking)}; then restart the process before launching workers",
-            missing,
-            tuple(lacking),
+            "no instance can serve "
+            + "; ".join(f"{s}: {'; '.join(errors)}" for s, errors in bad.items()),
+            tuple(sorted(keys - spec.keys)),
+            tuple(bad),
         )
-    for key in need:  # builds the whole catalog if needed; a stale loaded module raises
+    need = sorted({i.key for s in given for i in instances.instances_for_shape(s)})
+    for key in need:  # the module first (built if needed), then each key (on demand)
         load_module(spec.backend, key)
     return None

@@ -243,9 +243,8 @@ def build_locked(
             return _result(inputs, path, 0, False, t0, lock.waited_s)
     gen = codegen_module("gen_instances")
     result = gen.generate(directory / "src", tc.backend, list(inputs.shapes))
-    digest = toolchain_mod.sources_digest(tc.backend)
     ninja_text = render_build_ninja(
-        tc, result.instance_files, result.lookup_file, digest, result.binding_file
+        tc, result.instance_files, result.lookup_file, result.binding_file
     )
     codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
     if force:

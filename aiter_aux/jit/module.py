@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import env as aux_env
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 
 class InstanceMissingError(KeyError):
@@ -40,6 +40,12 @@ def _declare(lib: C.CDLL) -> None:
     lib.aiter_aux_set_pdl.restype = None
     lib.aiter_aux_set_pdl.argtypes = [C.c_int]
     lib.aiter_aux_pdl.restype = C.c_int
+    lib.aiter_aux_pdl_flag.restype = C.c_void_p
+    lib.aiter_aux_register_instance.restype = C.c_int
+    lib.aiter_aux_register_instance.argtypes = [C.c_char_p, C.c_int32, C.POINTER(C.c_int32),
+                                                C.c_void_p]  # fmt: skip
+    lib.aiter_aux_set_resolver.restype = None
+    lib.aiter_aux_set_resolver.argtypes = [C.c_void_p]
 
 
 class AuxModule:
@@ -79,12 +85,33 @@ class AuxModule:
         self.backend = self.lib.aiter_aux_backend().decode()
         n = self.lib.aiter_aux_num_instances()
         self._keys = frozenset(self.lib.aiter_aux_instance_key(i).decode() for i in range(n))
+        self._registered: set[str] = set()
+        self._resolver = None  # the installed ctypes callback, kept alive
+        self.error_setter = C.cast(self.lib.aiter_aux_set_error, C.c_void_p).value
+        self.pdl_flag = self.lib.aiter_aux_pdl_flag()
 
     def keys(self) -> list[str]:
+        """The instance keys of the module's own table (its prebuilt set)."""
         return sorted(self._keys)
 
+    def registered(self) -> list[str]:
+        """The keys of the instances loaded on demand into this module (:mod:`.ondemand`)."""
+        return sorted(self._registered)
+
     def has(self, key: str) -> bool:
-        return key in self._keys
+        return key in self._keys or key in self._registered
+
+    def register(self, key: str, op_id: int, values: tuple[int, ...], fn: int) -> None:
+        """Add an instance loaded on demand to the binding's lookup."""
+        params = (C.c_int32 * len(values))(*values)
+        if self.lib.aiter_aux_register_instance(key.encode(), op_id, params, fn) != 0:
+            raise RuntimeError(f"{self.path}: no room to register {key} (too many instances)")
+        self._registered.add(key)
+
+    def set_resolver(self, resolver) -> None:
+        """Install the binding's resolver (a ``ctypes`` callback; None removes it)."""
+        self._resolver = resolver
+        self.lib.aiter_aux_set_resolver(C.cast(resolver, C.c_void_p) if resolver else None)
 
     def set_pdl(self, on: bool) -> None:
         """Switch programmatic dependent launch for the module's later kernel launches (the

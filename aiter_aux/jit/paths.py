@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 
 MODULE_NAME = "module_moe_mxfp4_aux"
 MANIFEST = "manifest.json"
+# Below a toolchain's build directory (which holds the module of the catalog): the module
+# without instances (the binding alone, built by a first call that finds no module), and one
+# directory per instance library built on demand (:mod:`.ondemand`).
+CORE_DIR = "core"
+KEYS_DIR = "keys"
 SOURCE_DIRS = ("codegen", "templates", "csrc")
 _PKG_DIR = Path(__file__).resolve().parents[1]
 PREBUILT_DIR = _PKG_DIR / "_prebuilt"
@@ -277,7 +282,8 @@ def build_dir(tc: Toolchain) -> Path:
 class BuildInputs:
     """Everything a build's output depends on, its digest and its build directory, computed
     once (see :mod:`.build`).  ``catalog`` is True when ``shapes`` is the catalog this
-    process imported."""
+    process imported.  No shapes: the module holds the binding alone (instances are then
+    built on demand), in the ``core`` directory below the toolchain's."""
 
     tc: Toolchain
     shapes: tuple[tuple[int, ...], ...]
@@ -299,7 +305,8 @@ class BuildInputs:
             sources_digest(dirs=("templates", "csrc")),  # read at build time
         )
         digest = _digest(sources, json.dumps(shapes))
-        return cls(tc, shapes, catalog, sources, digest, build_dir(tc))
+        directory = build_dir(tc) if shapes else build_dir(tc) / CORE_DIR
+        return cls(tc, shapes, catalog, sources, digest, directory)
 
 
 def read_manifest(directory: Path) -> dict | None:

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-#: Compiler CPU seconds (user + sys of ninja and its children) per translation unit of a
-#: cold build of the whole catalog, by backend: the estimate of :func:`first_build_note`
-#: (CPU time, unlike wall time, hardly depends on the machine's load).  cpu: 56.5 s for 143
-#: instances and 3 other TUs (the binding alone ~4 s), g++ 12 -O3 on x86-64.  The GPU
-#: backends are not measured: their note gives no time.
-COMPILE_CPU_S = {"cpu": 0.39}
-OTHER_TUS = ("lookup", "module_common", "binding")  # besides one per instance
+#: Compiler CPU seconds (user + sys) of the module of no shape (lookup, module_common and
+#: the binding, which includes torch's headers) and of one instance, by backend: the
+#: estimate of :func:`first_build_note` (CPU time, unlike wall time, hardly depends on the
+#: machine's load).  cpu: g++ 12 -O3 on x86-64, the binding ~4.6 s, an instance 0.4-1.1 s.
+#: The GPU backends are not measured: their note gives no time.
+COMPILE_CPU_S = {"cpu": {"module": 5.5, "instance": 1.0}}
+OTHER_TUS = ("lookup", "module_common", "binding")  # the module of no shape
 
 NINJA_LOG = ".ninja_log"
 MTIME_SLACK_NS = 50_000_000  # file mtimes use a coarse clock that may lag time.time_ns()
@@ -209,30 +209,35 @@ def default_reporter() -> Reporter:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{max(1, round(seconds))} s"
     if seconds < 90:
         return f"{max(5, round(seconds / 5) * 5):.0f} s"
     return f"{seconds / 60:.0f} min"
 
 
-def first_build_note(backend: str, directory: Path, keys, jobs: int | None = None) -> str:
-    """The line a first op call that must compile says first: the translation units whose
-    object is missing in ``directory`` (``keys``: the catalog's instance keys), about how
-    long they take with this machine's cores (``jobs``: ``MAX_JOBS``, if set) and how to
-    avoid the wait."""
+def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> str:
+    """The line a first op call that must compile says first: it compiles the module of no
+    shape (the binding; :data:`OTHER_TUS`) into ``directory``, then each instance as it is
+    first called; about how long each takes with this machine's cores (``jobs``:
+    ``MAX_JOBS``, if set), and how to avoid the waits."""
     obj = Path(directory) / "obj"
-    names = [f"inst_{k}" for k in keys] + list(OTHER_TUS)
-    todo = sum(not (obj / f"{n}.o").exists() for n in names)
+    n = len(OTHER_TUS)
+    todo = sum(not (obj / f"{name}.o").exists() for name in OTHER_TUS)
+    what = f"{todo} of {n} translation units"
+    if todo == 0:  # every object exists: the sources changed since they were built
+        todo, what = n, f"up to {n} translation units: the sources changed since the last build"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = max(1, min(cores or 1, jobs or cores or 1))
-    what = f"{todo} of {len(names)} translation units"
-    if todo == 0:  # every object exists: the sources changed since they were built
-        todo = len(names)
-        what = f"up to {todo} translation units: the sources changed since the last build"
+    each = ""
     if backend in COMPILE_CPU_S:
-        seconds = todo * COMPILE_CPU_S[backend] / cores
+        cost = COMPILE_CPU_S[backend]
+        seconds = cost["module"] * todo / n  # the binding dominates: one core's work
         what += f", about {_duration(seconds)} on {cores} idle core{'s' * (cores > 1)}"
+        each = f" (about {_duration(cost['instance'])} each)"
     return (
-        f"the first {backend} op call of this process compiles the module ({what}) into "
-        f"{directory}; to skip this wait, run `aiter-aux build` ahead of time or install the "
-        "prebuilt wheel (AITER_AUX_PREBUILD=1)"
+        f"the first {backend} op call of this process compiles the binding ({what}) into "
+        f"{directory}, then each instance as it is first called{each}; to skip these waits, "
+        "run `aiter-aux build` ahead of time or install the prebuilt wheel "
+        "(AITER_AUX_PREBUILD=1)"
     )

@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import env as aux_env
-from . import paths
+from . import ondemand, paths
 from . import toolchain as toolchain_mod
-from .module import AuxModule, InstanceMissingError
+from .module import AuxModule, InstanceMissingError  # noqa: F401 (re-exported)
 from .paths import MODULE_NAME, JitDisabledError, check_safe, codegen_module, sha256_fd
 
 if TYPE_CHECKING:  # imported where used: a cache hit needs neither
@@ -151,13 +151,7 @@ class ModuleSpec:
         pb, why = prebuilt_mod.find(self.backend)
         if pb is None:
             return None, why
-        missing = self.keys - pb.keys
-        if missing and not _jit_disabled():
-            return None, (
-                f"{pb.directory} holds {len(self.keys) - len(missing)} of the catalog's "
-                f"{len(self.keys)} keys (not {sorted(missing)[0]})"
-            )
-        return pb, ""
+        return pb, ""  # keys it lacks are built on demand
 
     def _from_prebuilt(self) -> AuxModule | None:
         pb, _ = self.prebuilt()
@@ -168,14 +162,21 @@ class ModuleSpec:
         except _Refused:
             return None
 
-    def _from_cache(self, strict: bool = False) -> AuxModule | None:
+    @cached_property
+    def core_inputs(self) -> paths.BuildInputs:
+        """The build inputs of the module without instances (the binding alone)."""
+        return paths.BuildInputs.of(self.inputs.tc, ())
+
+    def _from_cache(self, strict: bool = False, core: bool = False) -> AuxModule | None:
+        """The published module of the catalog (``core``: of no shape), loaded; or None."""
         try:
-            inputs = self.inputs
+            inputs = self.core_inputs if core else self.inputs
         except toolchain_mod.ToolchainError:
             if strict:
                 raise
             return None
-        self.refused = None
+        if not core:
+            self.refused = None
         for _attempt in range(3):  # a republish between manifest and open: read it again
             hit = paths.published(inputs)
             if hit is None:
@@ -193,8 +194,9 @@ class ModuleSpec:
 
     # ---------------------------------------------------------------- the contract
     def try_load(self) -> AuxModule | None:
-        """The catalog's module from the prebuilt or the cache source, loaded; or None."""
-        return self._from_prebuilt() or self._from_cache()
+        """A module from the prebuilt or the cache source (the catalog's, else the one of no
+        shape), loaded; or None."""
+        return self._from_prebuilt() or self._from_cache() or self._from_cache(core=True)
 
     def build(self, progress=None) -> BuildResult:
         """Build the whole catalog into the cache (a no-op when it is current)."""
@@ -210,12 +212,15 @@ class ModuleSpec:
                 module = _LOADED.get(self.backend)
                 if module is None:
                     module = self.try_load() or self._build_and_load()
+                    ondemand.install(module)
                     _LOADED[self.backend] = module
         if key is not None and (self.backend, key) not in _CHECKED:
             self._require(module, key)
         return module
 
     def _build_and_load(self) -> AuxModule:
+        """Build the module of no shape (the binding alone: instances are built as they are
+        called) into the cache and load it."""
         from . import build as build_mod
         from .progress import Reporter
 
@@ -224,35 +229,32 @@ class ModuleSpec:
             if self.refused is not None:
                 why = f"the cached module does not load ({self.refused.reason})"
             raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this catalog on "
+                f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this process on "
                 f"{self.backend}: {why}; unset AITER_AUX_DISABLE_JIT or run "
                 "`aiter-aux build` first"
             )
-        inputs = self.inputs
+        # the catalog's module when the loader refused it (relinked: its objects are there),
+        # else the module of no shape
+        core = self.refused is None
+        inputs = self.core_inputs if core else self.inputs
         with build_mod.locked(inputs) as lock:
-            module = self._from_cache()  # re-check: a concurrent builder may have built it
+            module = self._from_cache(core=core)  # a concurrent builder may have built it
             if module is None:
                 self._announce()
                 reporter = Reporter()
                 refused = self.refused.path if self.refused is not None else None
                 result = build_mod.build_locked(inputs, lock, progress=reporter, refused=refused)
                 reporter.finish(result)
-                module = self._from_cache(strict=True)
+                module = self._from_cache(strict=True, core=core)
         if module is None:
             raise build_mod.BuildError(f"{inputs.directory}: no module after its build")
         return module
 
     def _require(self, module: AuxModule, key: str) -> None:
-        if module.has(key):
-            _CHECKED.add((self.backend, key))
-            return
-        msg = why_missing(module, key)
-        if _jit_disabled():
-            raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1: {msg} (with AITER_AUX_DISABLE_JIT=1 a process "
-                "needs the module `aiter-aux build` publishes)"
-            )
-        raise InstanceMissingError(msg)
+        """``key`` in ``module``: from its own table, or loaded (built) on demand."""
+        if not module.has(key):
+            ondemand.ensure(module, codegen_module("instances").instance_of_key(key))
+        _CHECKED.add((self.backend, key))
 
     def plan(self) -> tuple[str, str]:
         """``(source, detail)`` that :meth:`load` would use now, without loading anything:
@@ -260,9 +262,10 @@ class ModuleSpec:
         pb, why = self.prebuilt()
         if pb is not None:
             return "prebuilt", str(pb.module_path)
-        path = paths.current_module(self.inputs)
-        if path is not None:
-            return "cache", str(path)
+        for inputs in (self.inputs, self.core_inputs):
+            path = paths.current_module(inputs)
+            if path is not None:
+                return "cache", str(path)
         why = f"prebuilt module not used ({why}); " if why else ""
         return "jit", f"{why}no current module in {self.inputs.directory}"
 
@@ -276,9 +279,7 @@ class ModuleSpec:
         _ANNOUNCED.add(self.backend)
         _pb, why = self.prebuilt()
         why = f"prebuilt {self.backend} module not used ({why}); " if why else ""
-        note = first_build_note(
-            self.backend, self.inputs.directory, self.keys, aux_env.get("MAX_JOBS")
-        )
+        note = first_build_note(self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"))
         log.warning("aiter_aux: %s%s", why, note)
 
 

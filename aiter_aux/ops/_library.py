@@ -124,7 +124,12 @@ def translate(error: Exception, check: Callable[[], object]) -> Exception:
     spec does, also for what torch's argument parser rejects before the binding sees it.
     Otherwise the binding's message ``"<Type>: <text>"`` (binding/checks.h) becomes
     ``<Type>(text)``, e.g. :class:`UnsupportedShapeError`; anything else is ``error``."""
+    from ..jit.ondemand import take_error
+
     check()
+    built = take_error(str(error))  # an on-demand build's own exception (BuildError, ...)
+    if built is not None:
+        return built
     kind, sep, text = str(error).partition(": ")
     cls = _ERRORS.get(kind) if sep else None
     if cls is UnsupportedShapeError:

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 6
+#define AITER_AUX_ABI_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -216,6 +216,26 @@ void aiter_aux_count_kernel_call(void);
 // sm_90 or newer (gpu/hip_compat.h); on HIP and the CPU it changes nothing.
 void aiter_aux_set_pdl(int on);
 int aiter_aux_pdl(void);  // the switch's value (0 or 1)
+
+// Instances loaded on demand (module_common.cpp).  The binding looks an instance up in the
+// module's own table (the lookup TU: the prebuilt set), then among the registered ones; on a
+// miss it calls the resolver, which may build and register the instance, then looks again.
+#define AITER_AUX_MAX_REGISTERED 4096
+// Adds an instance (the key is copied); 0 on success, -1 when the table is full.
+int aiter_aux_register_instance(const char* key, int32_t op, const int32_t* params,
+                                AiterAuxFn fn);
+const AiterAuxInstance* aiter_aux_find_registered(int32_t op, const int32_t* params,
+                                                  int32_t num_params);  // NULL if absent
+int aiter_aux_num_registered(void);
+// Makes the instance of `op` for `params` available (registers it) and returns 0, or returns
+// non-zero with "<ErrorType>: <message>" in `error` (or an empty `error`: none available).
+typedef int (*AiterAuxResolver)(int32_t op, const int32_t* params, int32_t num_params,
+                                char* error, int32_t error_size);
+void aiter_aux_set_resolver(AiterAuxResolver resolver);  // NULL: none
+AiterAuxResolver aiter_aux_resolver(void);
+// What an instance library (instance_lib.cpp) is linked to when it is loaded: the module's
+// error setter and PDL flag (a std::atomic<int>*).
+void* aiter_aux_pdl_flag(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -10,12 +10,15 @@
 namespace aiter_aux {
 
 inline std::atomic<int> g_pdl_enabled{0};
+// The flag read at each launch: the module's own, or, in an instance library loaded on demand
+// (instance_lib.cpp), the module's flag it was linked to.
+inline std::atomic<int>* g_pdl_flag = &g_pdl_enabled;
 
 inline bool pdl_enabled() {
-  return g_pdl_enabled.load(std::memory_order_relaxed) != 0;
+  return g_pdl_flag->load(std::memory_order_relaxed) != 0;
 }
 inline void set_pdl_enabled(bool on) {
-  g_pdl_enabled.store(on ? 1 : 0, std::memory_order_relaxed);
+  g_pdl_flag->store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 }  // namespace aiter_aux

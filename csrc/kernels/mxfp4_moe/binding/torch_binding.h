@@ -34,35 +34,18 @@ struct OpInfo {
 const OpInfo& op_info(int32_t op);  // defined by the generated binding TU
 
 [[noreturn]] inline void unsupported(const OpInfo& info, const int32_t* values) {
-  std::string key = info.name, with, names;
-  for (int i = 0; i < info.num_params; ++i) {
-    key += cat("_", info.letters[i], values[i]);
-    with += cat(i ? ", " : "", info.params[i], "=", values[i]);
-    names += cat(i ? ", " : "", info.params[i]);
-  }
-  std::vector<std::vector<int32_t>> have;
-  for (int i = 0, n = aiter_aux_num_instances(); i < n; ++i) {
-    const AiterAuxInstance* inst = aiter_aux_instance(i);
-    if (inst->op == info.op)
-      have.emplace_back(inst->params, inst->params + info.num_params);
-  }
-  std::sort(have.begin(), have.end());
-  std::string supported;
-  for (const auto& v : have) {
-    supported += supported.empty() ? "(" : ", (";
-    for (size_t i = 0; i < v.size(); ++i) supported += cat(i ? ", " : "", v[i]);
-    supported += v.size() == 1 ? ",)" : ")";
-  }
+  std::string key = info.name;
+  for (int i = 0; i < info.num_params; ++i) key += cat("_", info.letters[i], values[i]);
   fail("UnsupportedShapeError",
-       cat("no instance '", key, "': the shape catalog has no shape with ", with,
-           ". Supported (", names, "): ", supported,
-           ". To add a model shape: `aiter-aux add-shape E,MODEL_DIM,INTER,TOPK` (or add the "
-           "tuple to SHAPES in codegen/catalog.py and MXFP4_MOE_SUPPORTED_SHAPES in "
-           "aiter_aux/ops/moe_mxfp4_aux.py), then `aiter-aux build`."));
+       cat("no instance '", key, "': this process builds none (AITER_AUX_DISABLE_JIT=1, or ",
+           "the module was loaded without its loader). Fix: run the call once with JIT enabled, ",
+           "or `aiter-aux add-shape` a shape that gives it and `aiter-aux build`, then restart"));
 }
 
-// The instance of `op` for `values` (its compile-time parameters); the last hit per op is
-// remembered, so a steady call sequence costs one comparison.
+// The instance of `op` for `values` (its compile-time parameters): the module's own table
+// (the prebuilt set), then the instances registered at run time; on a miss the resolver
+// (aiter_aux/jit/ondemand.py) builds and registers it, or says why not.  The last hit per op
+// is remembered, so a steady call sequence costs one comparison.
 inline const AiterAuxInstance& find_instance(int32_t op, const int32_t* values) {
   static std::atomic<const AiterAuxInstance*> last[16];
   const OpInfo& info = op_info(op);
@@ -82,7 +65,17 @@ inline const AiterAuxInstance& find_instance(int32_t op, const int32_t* values) 
       return *inst;
     }
   }
-  unsupported(info, values);
+  hit = aiter_aux_find_registered(op, values, info.num_params);
+  if (!hit) {
+    char error[2048] = "";
+    const AiterAuxResolver resolve = aiter_aux_resolver();
+    if (resolve && resolve(op, values, info.num_params, error, sizeof(error)) == 0)
+      hit = aiter_aux_find_registered(op, values, info.num_params);
+    if (!hit && error[0]) throw std::runtime_error(error);  // "<ErrorType>: <message>"
+  }
+  if (!hit) unsupported(info, values);
+  slot.store(hit, std::memory_order_relaxed);
+  return *hit;
 }
 
 #if defined(AITER_AUX_GPU)

@@ -2,7 +2,7 @@
 // moe_sort in vLLM's and SGLang's output formats (docs/compat.md is the spec, every output
 // byte equals aiter_aux/reference/compat.py).  The format is a compile-time parameter of the
 // instance: which bucket a pair's id falls into, how a block is labelled, what pads.
-// Included by mxfp4_moe_aux_cpu.h after its helpers.
+// Built on core_cpu.h's sort helpers.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
-#include "cpu_common.h"
+#include "core_cpu.h"
 
 namespace aiter_aux {
 namespace cpu {

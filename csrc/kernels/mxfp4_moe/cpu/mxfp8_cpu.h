@@ -1,9 +1,10 @@
 // CPU kernels of the MXFP8 ops (a8w4): mxfp8_quant and the fused moe_sort_quant_fp8.
-// Included at the end of mxfp4_moe_aux_cpu.h; the E4M3 encode is the shared integer code
-// of ../mxfp8_e4m3.h (docs/ops.md "mxfp8_quant").
+// Built on core_cpu.h's helpers; the E4M3 encode is the shared integer code of
+// ../mxfp8_e4m3.h (docs/ops.md "mxfp8_quant").
 #pragma once
 
 #include "../mxfp8_e4m3.h"
+#include "core_cpu.h"
 
 namespace aiter_aux {
 namespace cpu {
