@@ -299,16 +299,37 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         try_body.append(f"{res}op({call_pos})")
     check_name = f"getattr(C, which + {sfx!r})" if sel else f"C.{spec.name}{sfx}"
     check = f"{check_name}({_call_args(spec, out)})"
+    # int64 ids (what torch.topk returns): the binding takes int32 only and refuses them
+    # before any write; the wrapper then calls itself once with the ids narrowed (same
+    # bytes), so that the int32 path pays nothing for it.
+    retry = []
+    if any(t.name in WIDE_IDS for t in spec.tensors()):
+        names = _param_names(spec, out) + ([sel[0]] if sel else [])
+        args = ", ".join(f"{n}=_ids32({n})" if n in WIDE_IDS else f"{n}={n}" for n in names)
+        cond = " or ".join(f"_wide_ids({n})" for n in names if n in WIDE_IDS)
+        retry = [f"    if {cond}:", f"        return {name}({args})"]
     body += (
         ["try:"]
         + _indent(try_body)
+        + ["except Exception as e:  # noqa: BLE001 (the checks say what was wrong)"]
+        + retry
         + [
-            "except Exception as e:  # noqa: BLE001 (the checks say what was wrong)",
             f"    raise translate(e, lambda: {check}) from None",
             f"return {rets[1]}",
         ]
     )
     return lines + _indent("\n".join(body).split("\n"))
+
+
+#: Id tensors that the Python wrappers also take as int64 (narrowed to int32 with
+#: ``_library._ids32``, which keeps every id's meaning: docs/ops.md).
+WIDE_IDS = ("topk_ids",)
+
+
+def _param_names(spec: OpSpec, out: bool) -> list[str]:
+    """The wrapper's parameter names, in order (groups by their name)."""
+    return [p.split(":")[0].split("=")[0].strip()
+            for p in _params(spec, out).split(", ") if p != "*"]  # fmt: skip
 
 
 def _torch_call_pos(spec: OpSpec, out: bool) -> str:
@@ -392,7 +413,7 @@ def render_ops() -> str:
         "from ..validation import _checks as C",
         "from ..validation.ints import _float, _int",
         "from . import _library",
-        "from ._library import _static, grad_error, translate",
+        "from ._library import _ids32, _static, _wide_ids, grad_error, translate",
         "",
         "# ruff: noqa: E501",
         "",

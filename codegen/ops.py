@@ -176,7 +176,7 @@ launch (three on the large path): the pairs ``i = t * topk + k`` sorted by {buck
 :func:`aiter_aux.reference.{ref}` (the formats of :mod:`aiter_aux.reference.compat`); the
 drop-in is :func:`aiter_aux.compat.{mod}.moe_align_block_size`."""
 ALIGN_INTS = (Int("num_experts", "experts (vLLM: global with a map)"),
-              Int("block_size", "rows per block (16, 32, 64 or 128)"))  # fmt: skip
+              Int("block_size", "rows per block, any size in [1, 65536]"))  # fmt: skip
 ALIGN_IDS = Tensor("topk_ids", "int32", ("M", "topk"),
                    doc="the experts of each token (only the flat pairs matter)")  # fmt: skip
 
@@ -185,7 +185,7 @@ def _align_checks(capacity: str, peer_limit: Rule | None) -> tuple:
     return (
         Limit("M", "num_tokens"),
         Limit("num_experts", "num_experts"),
-        Limit("block_size", "block_m"),
+        Limit("block_size", "align_block_size"),
     ) + ((peer_limit,) if peer_limit else ()) + (
         Size("cap", f"{capacity}(M * topk, num_experts, block_size)"),
         Rule(f"cap <= {MAX_ROWS} - 65536",

@@ -132,6 +132,7 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
     if op in ALIGNS:
         p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
         a["topk_ids"] = routing(g, m, e, k, p)
+        bm = d.draw(st.sampled_from([bm, 1, 8, 48]), "block_size")  # any block size
         a["num_experts"], a["block_size"] = e, bm
         cap_fn = (
             ref.compat.vllm_align_capacity if "vllm" in op else ref.compat.sglang_align_capacity
@@ -192,7 +193,9 @@ BAD_INTS = {"block_m": [(8, ValueError), (48, ValueError), (256, ValueError), (T
                         (32.0, TypeError)],
             "num_experts": [(0, ValueError), (1025, ValueError), ("8", TypeError)],
             "topk": [(0, ValueError), (256, ValueError), (2.0, TypeError)]}  # fmt: skip
-BAD_INTS["block_size"] = BAD_INTS["block_m"]
+# the align ops take any block size in [1, 65536] (the peers' formats)
+BAD_INTS["block_size"] = [(0, ValueError), (65537, ValueError), (True, TypeError),
+                          (32.0, TypeError)]  # fmt: skip
 
 
 BAD_SCALES = (True, torch.tensor(2.0), "2.0", None)  # not a Python int or float
@@ -222,6 +225,8 @@ def corruptions(op, a: dict, outs: dict) -> list:
     for name, t, put in slots({**a, **outs}):
         is_out = name not in a
         wrong = torch.float64 if op == "moe_sum" and t.is_floating_point() else WRONG_DTYPE[t.dtype]
+        if name == "topk_ids":  # the wrappers take int64 ids (narrowed), not int16
+            wrong = torch.int16
         cases += [(f"{name}:dtype", put(t.to(wrong)), TypeError, {name}),
                   (f"{name}:list", put(t.tolist()), TypeError, {name})]  # fmt: skip
         if name != "zero_buf":

@@ -20,6 +20,8 @@ from aiter_aux import ops as O  # noqa: E402
 from aiter_aux import reference as R  # noqa: E402
 from aiter_aux.compat import sglang as S  # noqa: E402
 from aiter_aux.compat import vllm as V  # noqa: E402
+from aiter_aux.compat.sglang import srt as SRT  # noqa: E402
+from aiter_aux.compat.vllm import custom_ops as CO  # noqa: E402
 from aiter_aux.reference import compat as RC  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -150,10 +152,9 @@ def test_errors_before_any_kernel(cpu_module):
     ids = torch.randint(0, 256, (4, 8), dtype=torch.int32)
     emap = torch.arange(256, dtype=torch.int32)
     cases = [
-        (lambda: V.moe_align_block_size(ids, 48, 256), ValueError, "block_size must be one"),
+        (lambda: V.moe_align_block_size(ids, 65537, 256), ValueError, "block_size must be in"),
         (lambda: V.moe_align_block_size(ids, 0, 256), ValueError, "block_size"),
         (lambda: V.moe_align_block_size(ids, 64, 993), ValueError, "num_experts"),
-        (lambda: V.moe_align_block_size(ids, 64, 100), ValueError, "add-shape"),
         (lambda: V.moe_align_block_size(ids.float(), 64, 256), TypeError, "topk_ids"),
         (lambda: V.moe_align_block_size(ids.t(), 64, 256), ValueError, "contiguous"),
         (lambda: V.moe_align_block_size(ids, 64, 256, pad_sorted_ids=1), TypeError, "pad"),
@@ -176,6 +177,22 @@ def test_errors_before_any_kernel(cpu_module):
         (lambda: S.moe_align_block_size(ids, 1, 64, sti, eid, nt, None), ValueError, ">= 2"),
         (lambda: S.moe_align_block_size(ids, 257, 64, sti.long(), eid, nt, None), TypeError,
          "sorted_token_ids"),
+        (lambda: S.moe_align_block_size(ids, 257, 64, sti, eid, nt, None, True, 1), TypeError,
+         "ignore_invalid_expert"),
+        (lambda: S.moe_align_block_size(ids + 256, 257, 64, sti, eid, nt, None, True, True),
+         ValueError, "topk_ids values must be < 256"),
+        (lambda: SRT.moe_align_block_size(ids, 64, 256, ignore_invalid_expert=None), TypeError,
+         "ignore_invalid_expert"),
+        (lambda: CO.moe_align_block_size(ids, 256, 64, sti[:100], eid, nt, None), ValueError,
+         "sorted_token_ids must have >="),
+        (lambda: CO.moe_align_block_size(ids, 256, 64, sti, eid[:2], nt, None), ValueError,
+         "experts_ids must have >="),
+        (lambda: CO.moe_align_block_size(ids, 256, 64, sti, eid, nt, None, sti[:5]), ValueError,
+         "scatter_idx must have"),
+        (lambda: CO.moe_align_block_size(ids, 256, 64, sti, eid, nt, emap + 5), ValueError,
+         "expert_map values"),
+        (lambda: CO.moe_align_block_size(ids, 256, 0, sti, eid, nt, None), ValueError,
+         "block_size"),
     ]  # fmt: skip
     for fn, exc, match in cases:
         _no_kernel(cpu_module, fn, exc, match)
@@ -183,6 +200,7 @@ def test_errors_before_any_kernel(cpu_module):
 
 def test_import_loads_nothing():
     code = ("import sys; import aiter_aux.compat.vllm, aiter_aux.compat.sglang; "
+            "import aiter_aux.compat.vllm.custom_ops, aiter_aux.compat.sglang.srt; "
             "bad = [m for m in ('torch', 'aiter_aux.ops', 'aiter_aux.jit.build') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")  # fmt: skip
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -201,6 +219,137 @@ def test_signatures():
     p = list(inspect.signature(S.moe_align_block_size).parameters.values())
     assert [x.name for x in p] == [
         "topk_ids", "num_experts", "block_size", "sorted_token_ids", "experts_ids",
-        "num_tokens_post_pad", "cumsum_buffer", "pad_sorted_token_ids",
+        "num_tokens_post_pad", "cumsum_buffer", "pad_sorted_token_ids", "ignore_invalid_expert",
     ]  # fmt: skip
-    assert p[-1].default is False
+    assert p[-1].default is False and p[-2].default is False
+    # SGLang 0.5.x srt layer: moe_align_block_size(topk_ids, block_size, num_experts,
+    # ignore_invalid_expert=False); vllm._custom_ops.moe_align_block_size's out form
+    p = list(inspect.signature(SRT.moe_align_block_size).parameters.values())
+    assert [(x.name, x.default) for x in p] == [
+        ("topk_ids", inspect._empty), ("block_size", inspect._empty),
+        ("num_experts", inspect._empty), ("ignore_invalid_expert", False),
+    ]  # fmt: skip
+    p = list(inspect.signature(CO.moe_align_block_size).parameters.values())
+    assert [(x.name, x.default) for x in p] == [
+        ("topk_ids", inspect._empty), ("num_experts", inspect._empty),
+        ("block_size", inspect._empty), ("sorted_token_ids", inspect._empty),
+        ("experts_ids", inspect._empty), ("num_tokens_post_pad", inspect._empty),
+        ("maybe_expert_map", inspect._empty), ("scatter_idx", None),
+    ]  # fmt: skip
+    assert CO.moe_sum is V.moe_sum
+
+
+# ---------------------------------------------------------------- any block size, any shape
+# vLLM's Marlin MoE aligns with 8, 16, 32, 48 and 64; the peers take any block size.
+ANY_BS = [1, 7, 8, 48, 200, 256]
+ANY_CASES = [(e, k, m, bs, mode) for (e, k) in [(256, 8), SMALL] for bs in ANY_BS
+             for m, mode in [(1, "rand"), (3, "ep"), (300, "oob"), (4096, "ep")]]  # fmt: skip
+
+
+@pytest.mark.parametrize("e,k,m,bs,mode", ANY_CASES)
+def test_vllm_any_block_size_and_shape(e, k, m, bs, mode):
+    g = torch.Generator().manual_seed(e + m * 3 + bs)
+    ids = _routing(g, m, k, e, mode)
+    emap = torch.full((e + 2,), -1, dtype=torch.int32)
+    emap[::2] = torch.arange(0, e + 2, 2, dtype=torch.int32).clamp_max(e - 1) // 2
+    for pad in (False, True):
+        want = RC.vllm_moe_align_block_size(ids, bs, e, pad_sorted_ids=pad, return_scatter_idx=True)
+        # any shape is read as a flat array, int32 or int64
+        for x in (ids, ids.long(), ids.reshape(-1), ids.reshape(1, -1, 1).long()):
+            _eq(V.moe_align_block_size(x, bs, e, pad_sorted_ids=pad, return_scatter_idx=True),
+                want)  # fmt: skip
+    for ignore in (True, False):
+        want = RC.vllm_moe_align_block_size(ids, bs, e, emap, ignore_invalid_experts=ignore)
+        _eq(V.moe_align_block_size(ids.long(), bs, e, emap, ignore_invalid_experts=ignore), want)
+
+
+@pytest.mark.parametrize("e,k,m,bs,mode", [c for c in ANY_CASES if c[4] != "oob"])
+def test_sglang_any_block_size_and_ignore_invalid(e, k, m, bs, mode):
+    g = torch.Generator().manual_seed(e * 3 + m + bs)
+    ids = _routing(g, m, k, e, mode).clamp(-1, e - 1)
+    for ignore in (False, True):
+        x = ids
+        if ignore:  # any negative id is skipped, not only -1
+            x = torch.where(ids < 0, torch.randint(-9, 0, ids.shape, generator=g), ids)
+            x = x.to(torch.int32)
+        want = RC.sglang_moe_align_block_size(x, bs, e, ignore_invalid_expert=ignore)
+        if not ignore:
+            assert want[2].item() >= 0
+        _eq(SRT.moe_align_block_size(x.long(), bs, e, ignore_invalid_expert=ignore), want)
+        for flat in (False, True):
+            y = x.reshape(-1) if flat else x
+            bufs = [torch.full((n,), POISON, dtype=torch.int32)
+                    for n in (want[0].numel(), want[1].numel(), 1)]  # fmt: skip
+            cumsum = torch.full((e + 2,), POISON, dtype=torch.int32)
+            assert S.moe_align_block_size(y, e + 1, bs, *bufs, cumsum, True, ignore) is None
+            _eq(bufs, want)
+            assert bool((cumsum == POISON).all())
+        if ignore:  # bucket 0 takes no rows: the rows of the non-negative ids only
+            kept = RC.sglang_moe_align_block_size(x.clamp_min(-1), bs, e)
+            assert want[2].item() <= kept[2].item()
+
+
+def test_sglang_ignore_invalid_expert_semantics():
+    """sgl-kernel: `if (ignore_invalid_expert && topk_ids[i] < 0) continue;` (count and place
+    loops): the negative ids take no rows and no blocks; the rest as without them."""
+    ids = torch.tensor([[-1, 2], [0, -5], [2, 2]], dtype=torch.int32)
+    sti, eid, total = RC.sglang_moe_align_block_size(ids, 4, 3, ignore_invalid_expert=True)
+    assert total.item() == 8
+    assert sti[:8].tolist() == [2, 6, 6, 6, 1, 4, 5, 6]
+    assert eid[:2].tolist() == [0, 2] and bool((eid[2:] == -1).all())
+    sti, eid, total = RC.sglang_moe_align_block_size(ids.clamp_min(-1), 4, 3)
+    assert total.item() == 12 and eid[:3].tolist() == [-1, 0, 2]
+
+
+@pytest.mark.parametrize("bs", [8, 16, 48])
+@pytest.mark.parametrize("m,mode", [(1, "rand"), (9, "oob"), (700, "ep")])
+def test_vllm_custom_ops_out_form(bs, m, mode):
+    """vllm._custom_ops.moe_align_block_size: every element of sorted_token_ids (the caller's
+    length), the blocks of that length, num_tokens_post_pad, scatter_idx when given;
+    nothing past them (guards keep their poison)."""
+    e, k = 256, 8
+    g = torch.Generator().manual_seed(m + bs)
+    ids = _routing(g, m, k, e, mode)
+    emap = torch.randint(-1, e, (e,), generator=g, dtype=torch.int32)
+    n = ids.numel()
+    for maybe_map in (None, emap):
+        for extra in (0, 13):
+            for want_sc in (False, True):
+                cap = RC.vllm_align_capacity(n, e, bs, extra > 0) + extra
+                outs = []
+                for fn in (CO.moe_align_block_size, RC.vllm_custom_moe_align_block_size):
+                    bufs = [torch.full((c + 4,), POISON, dtype=torch.int32)
+                            for c in (cap, -(-cap // bs) + 3, 1, n)]  # fmt: skip
+                    sc = bufs[3][2:-2] if want_sc else None
+                    x = ids.long() if fn is CO.moe_align_block_size else ids
+                    r = fn(x, e, bs, bufs[0][2:-2], bufs[1][2:-2], bufs[2][2:-2], maybe_map, sc)
+                    assert r is None
+                    outs.append(bufs)
+                _eq(outs[0], outs[1])
+                sti, eid, nt, sc = outs[0]
+                assert bool((sti[:2] == POISON).all() and (sti[-2:] == POISON).all())
+                assert bool((sti[2:-2] != POISON).all()), "every row is written"
+                nblk = -(-cap // bs)
+                assert bool((eid[2 + nblk :] == POISON).all()), "no block past the rows"
+                assert bool((eid[2 : 2 + nblk] != POISON).all())
+                assert bool((sc[2:-2] != POISON).all()) == want_sc
+                want = RC.vllm_moe_align_block_size(
+                    ids, bs, e, maybe_map, ignore_invalid_experts=maybe_map is not None,
+                    return_scatter_idx=True)  # fmt: skip
+                assert nt[2].item() == want[2].item()
+                assert torch.equal(sti[2 : 2 + want[2].item()], want[0][: want[2].item()])
+
+
+@pytest.mark.parametrize("op", ["vllm", "sglang"])
+@pytest.mark.parametrize("bs", [1, 8, 48, 100, 65536])
+def test_align_ops_any_block_size(op, bs):
+    """The native ops take any block_size in [1, 65536], bytes as their reference's."""
+    g = torch.Generator().manual_seed(bs)
+    e, k = SMALL
+    for m in (0, 1, 5, 600):
+        ids = _routing(g, m, k, e, "ep")
+        name = f"moe_align_block_size_{op}"
+        _eq(getattr(O, name)(ids, e, bs), getattr(R, name)(ids, e, bs))
+        _eq(getattr(O, name)(ids.long(), e, bs), getattr(R, name)(ids, e, bs))
+    with pytest.raises(ValueError, match=r"block_size must be in \[1, 65536\]"):
+        getattr(O, name)(ids, e, 65537)

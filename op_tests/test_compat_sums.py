@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as R  # noqa: E402
 from aiter_aux.compat import sglang, vllm  # noqa: E402
+from aiter_aux.compat.vllm import custom_ops  # noqa: E402
 from aiter_aux.reference import compat as RC  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -108,6 +109,12 @@ def test_compat_matches_reference(m, k, d, dtype, device):
         run_both(vllm.moe_sum, RC.vllm_moe_sum, x, ids.long(), emap)  # int64 ids
         for scale in (1.0, 2.5, -0.75, 1e-30, 3):
             run_both(sglang.moe_sum_reduce, RC.sglang_moe_sum_reduce, x, scale)
+        # SGLang's default scale (1.0), sgl's moe_sum(input, output), vllm._custom_ops' form
+        run_both(sglang.moe_sum_reduce, RC.sglang_moe_sum_reduce, x)
+        run_both(sglang.moe_sum_reduce, RC.sglang_moe_sum, x)
+        run_both(sglang.moe_sum, RC.sglang_moe_sum, x)
+        run_both(sglang.moe_sum, RC.vllm_moe_sum, x)
+        run_both(custom_ops.moe_sum, RC.vllm_moe_sum, x, ids.long(), emap)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -242,7 +249,13 @@ def test_signatures_match_the_peers():
     assert inspect.signature(vllm.moe_sum).parameters["topk_ids"].default is None
     assert list(inspect.signature(sglang.moe_sum_reduce).parameters) == [
         "input", "output", "routed_scaling_factor"]  # fmt: skip
+    assert (
+        inspect.signature(sglang.moe_sum_reduce).parameters["routed_scaling_factor"].default == 1.0
+    )
+    assert list(inspect.signature(sglang.moe_sum).parameters) == ["input", "output"]
+    assert custom_ops.moe_sum is vllm.moe_sum
     assert "moe_sum" in vllm.__all__ and "moe_sum_reduce" in sglang.__all__
+    assert "moe_sum" in sglang.__all__ and "moe_sum" in custom_ops.__all__
 
 
 def test_import_loads_nothing():

@@ -1,6 +1,6 @@
-"""vLLM's ``moe_sum`` and SGLang's ``moe_sum_reduce`` as thin adapters onto
-:func:`aiter_aux.ops.moe_sum_out` (re-exported by :mod:`.vllm` and :mod:`.sglang`;
-docs/compat.md "The sums").
+"""vLLM's ``moe_sum`` and SGLang's ``moe_sum`` and ``moe_sum_reduce`` as thin adapters onto
+:func:`aiter_aux.ops.moe_sum_out` (re-exported by :mod:`.vllm`, :mod:`.vllm.custom_ops` and
+:mod:`.sglang`; docs/compat.md "The sums").
 
 The peers' checks are those of :mod:`aiter_aux.reference.compat` (the same functions run
 them, so a bad call raises the reference's error before anything is written); the sum is
@@ -66,14 +66,28 @@ def moe_sum(
         ops.moe_sum_out(input, output, topk_ids=topk_ids, expert_map=expert_map)
 
 
-def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float) -> None:
+def sglang_moe_sum(input: Tensor, output: Tensor) -> None:
+    """SGLang's ``moe_sum(input, output)``: ``output[t] = round(fp32 sum over k of
+    input[t, k])`` into ``output``, one rounding to ``input``'s dtype, no scaling.
+
+    Raises:
+        TypeError, ValueError: as :func:`aiter_aux.reference.compat.sglang_moe_sum`, before
+            anything is written.
+    """
+    ops, rc = _aux()
+    rc.check_sum_call(input, output)
+    ops.moe_sum_out(input, output)
+
+
+def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float = 1.0) -> None:
     """SGLang's ``moe_sum_reduce``: ``output[t] = round(fp32(sum over k of input[t, k]) *
     fp32(routed_scaling_factor))`` into ``output``, one rounding to ``input``'s dtype.
 
     Args:
         input: float32/float16/bfloat16 ``[M, topk, hidden]``, contiguous, ``topk >= 1``.
         output: ``input``'s dtype, ``[M, hidden]``, contiguous, not overlapping ``input``.
-        routed_scaling_factor: a Python int or float (rounded to fp32).
+        routed_scaling_factor: a Python int or float (rounded to fp32); 1.0 by default, as
+            SGLang's JIT form (the multiply by 1.0 changes nothing).
 
     Raises:
         TypeError, ValueError: as :func:`aiter_aux.reference.compat.sglang_moe_sum_reduce`,

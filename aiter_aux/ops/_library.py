@@ -108,6 +108,20 @@ def _static(*tensors: T | None) -> bool:
     return all(isinstance(s, int) for t in tensors if t is not None for s in t.shape)
 
 
+def _wide_ids(ids: object) -> bool:
+    """``ids`` is an int64 tensor (the wrappers' retry with :func:`_ids32`)."""
+    return isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
+
+
+def _ids32(ids: T | None) -> T | None:
+    """int64 ids as int32 with the same meaning for every op: values past int32 are clamped
+    to -2 or 2**31 - 1, which every op drops (skips) as it drops the value itself (an id
+    < -1, or >= any expert count and any expert_map's length)."""
+    if ids is None or ids.dtype != torch.int64:
+        return ids
+    return ids.clamp(-2, (1 << 31) - 1).to(torch.int32)
+
+
 _ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError,
     "TypeError": TypeError,

@@ -19,7 +19,7 @@ from ..types import MoeSortOutput
 from ..validation import _checks as C
 from ..validation.ints import _float, _int
 from . import _library
-from ._library import _static, grad_error, translate
+from ._library import _ids32, _static, _wide_ids, grad_error, translate
 
 # ruff: noqa: E501
 
@@ -812,6 +812,17 @@ def moe_sort_out(
                 zero_buf_init=zero_buf_init,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sort_out(
+                topk_ids=_ids32(topk_ids),
+                topk_weights=topk_weights,
+                num_experts=num_experts,
+                block_m=block_m,
+                out=out,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+            )
         raise translate(
             e,
             lambda: C.moe_sort_out(
@@ -860,6 +871,16 @@ def moe_sort(
                 zero_buf_init=zero_buf_init,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sort(
+                topk_ids=_ids32(topk_ids),
+                topk_weights=topk_weights,
+                num_experts=num_experts,
+                block_m=block_m,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+            )
         raise translate(
             e,
             lambda: C.moe_sort(
@@ -956,6 +977,22 @@ def moe_sort_quant_out(
                 sorted_scales=sorted_scales,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sort_quant_out(
+                topk_ids=_ids32(topk_ids),
+                topk_weights=topk_weights,
+                x=x,
+                num_experts=num_experts,
+                block_m=block_m,
+                out=out,
+                a_q=a_q,
+                a_scale=a_scale,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+                sorted_scales=sorted_scales,
+                quant_dtype=quant_dtype,
+            )
         raise translate(
             e,
             lambda: getattr(C, which + "_out")(
@@ -1019,6 +1056,19 @@ def moe_sort_quant(
                 sorted_scales=sorted_scales,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sort_quant(
+                topk_ids=_ids32(topk_ids),
+                topk_weights=topk_weights,
+                x=x,
+                num_experts=num_experts,
+                block_m=block_m,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+                sorted_scales=sorted_scales,
+                quant_dtype=quant_dtype,
+            )
         raise translate(
             e,
             lambda: getattr(C, which + "")(
@@ -1314,6 +1364,14 @@ def moe_sum_out(
                 routed_scaling_factor=routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sum_out(
+                input=input,
+                output=output,
+                topk_ids=_ids32(topk_ids),
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            )
         raise translate(
             e,
             lambda: C.moe_sum_out(
@@ -1349,6 +1407,13 @@ def moe_sum(
                 routed_scaling_factor=routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_sum(
+                input=input,
+                topk_ids=_ids32(topk_ids),
+                expert_map=expert_map,
+                routed_scaling_factor=routed_scaling_factor,
+            )
         raise translate(
             e,
             lambda: C.moe_sum(
@@ -1412,6 +1477,18 @@ def moe_align_block_size_vllm_out(
                 block_expert_map=block_expert_map,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_align_block_size_vllm_out(
+                topk_ids=_ids32(topk_ids),
+                num_experts=num_experts,
+                block_size=block_size,
+                sorted_token_ids=sorted_token_ids,
+                expert_ids=expert_ids,
+                num_tokens_post_pad=num_tokens_post_pad,
+                scatter_idx=scatter_idx,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            )
         raise translate(
             e,
             lambda: C.moe_align_block_size_vllm_out(
@@ -1455,6 +1532,14 @@ def moe_align_block_size_vllm(
                 block_expert_map=block_expert_map,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_align_block_size_vllm(
+                topk_ids=_ids32(topk_ids),
+                num_experts=num_experts,
+                block_size=block_size,
+                expert_map=expert_map,
+                block_expert_map=block_expert_map,
+            )
         raise translate(
             e,
             lambda: C.moe_align_block_size_vllm(
@@ -1503,6 +1588,16 @@ def moe_align_block_size_sglang_out(
             scatter_idx,
         )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_align_block_size_sglang_out(
+                topk_ids=_ids32(topk_ids),
+                num_experts=num_experts,
+                block_size=block_size,
+                sorted_token_ids=sorted_token_ids,
+                expert_ids=expert_ids,
+                num_tokens_post_pad=num_tokens_post_pad,
+                scatter_idx=scatter_idx,
+            )
         raise translate(
             e,
             lambda: C.moe_align_block_size_sglang_out(
@@ -1530,6 +1625,10 @@ def moe_align_block_size_sglang(
             block_size = _int(block_size, "block_size")
         r = op(topk_ids, num_experts, block_size)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        if _wide_ids(topk_ids):
+            return moe_align_block_size_sglang(
+                topk_ids=_ids32(topk_ids), num_experts=num_experts, block_size=block_size
+            )
         raise translate(
             e, lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size)
         ) from None

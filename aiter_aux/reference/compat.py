@@ -66,14 +66,15 @@ def sglang_align_capacity(numel: int, num_experts: int, block_size: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_ids(topk_ids: object, ndims: tuple[int, ...]) -> torch.Tensor:
+def _check_ids(topk_ids: object, ndims: tuple[int, ...] | None) -> torch.Tensor:
+    """``ndims`` None: any shape (read as a flat array)."""
     if not isinstance(topk_ids, torch.Tensor):
         raise TypeError(f"topk_ids must be a torch.Tensor, got {type(topk_ids).__name__}")
     if topk_ids.dtype not in ID_DTYPES:
         raise TypeError(
             f"topk_ids must have dtype torch.int32 or torch.int64, got {topk_ids.dtype}"
         )
-    if topk_ids.dim() not in ndims:
+    if ndims is not None and topk_ids.dim() not in ndims:
         want = " or ".join(f"{n}-D" for n in ndims)
         raise ValueError(f"topk_ids must be {want}, got {topk_ids.dim()}-D")
     if not topk_ids.is_contiguous():
@@ -158,16 +159,18 @@ def vllm_moe_align_block_size(
     """vLLM's ``moe_align_block_size``: sort the ``(t, k)`` pairs by expert into
     block-padded segments.
 
-    A pair ``i = t * topk + k`` takes part when ``0 <= topk_ids[t, k] < num_experts`` (other
-    ids are dropped).  With ``expert_map`` and ``ignore_invalid_experts``, the sort runs over
-    the local ids ``expert_map[id]`` and drops pairs that map to -1.  With ``expert_map`` and
-    not ``ignore_invalid_experts``, the sort runs over the global ids and afterwards
-    ``expert_ids = expert_map[expert_ids]``: -1 for the blocks of other ranks' experts, and
-    ``expert_map[-1]`` (the map's last entry, by Python indexing) for the blocks past the
+    ``topk_ids`` is read as a flat array (any shape, as vLLM's kernel reads it): pair ``i``
+    is its ``i``-th element, ``t * topk + k`` for ``[M, topk]``.  A pair takes part when
+    ``0 <= id < num_experts`` (other ids are dropped).  With ``expert_map`` and
+    ``ignore_invalid_experts``, the sort runs over the local ids ``expert_map[id]`` and drops
+    pairs that map to -1.  With ``expert_map`` and not ``ignore_invalid_experts``, the sort
+    runs over the global ids and afterwards ``expert_ids = expert_map[expert_ids]``: -1 for
+    the blocks of other ranks' experts, and ``expert_map[-1]`` (the map's last entry, by
+    Python indexing) for the blocks past the
     used ones.  ``num_experts`` is the global count whenever a map is given.
 
     Args:
-        topk_ids: int32 or int64 ``[M, topk]``, contiguous.
+        topk_ids: int32 or int64, any shape (usually ``[M, topk]``), contiguous.
         block_size: rows per block, >= 1.
         num_experts: ``[1, 992]``.
         expert_map: optional int32 1-D, ``>= num_experts`` entries, each -1 or a local id in
@@ -178,7 +181,7 @@ def vllm_moe_align_block_size(
         ``(sorted_ids, expert_ids, num_tokens_post_pad[, scatter_idx])``: int32
         ``[cap]`` (:func:`vllm_align_capacity`), int32 ``[ceil(cap / block_size)]``, int32
         ``[1]`` (rows used, a multiple of ``block_size``), and with ``return_scatter_idx``
-        int32 ``[M * topk, 1]`` (``i`` for a pair that takes part, else -1).  Every element
+        int32 ``[numel, 1]`` (``i`` for a pair that takes part, else -1).  Every element
         is written: padding rows and rows past the total hold ``M * topk``; ``expert_ids``
         holds -1 past the used blocks (mapped as above).
 
@@ -186,7 +189,7 @@ def vllm_moe_align_block_size(
         TypeError, ValueError: see the module docstring; ``return_scatter_idx`` with
             ``expert_map`` needs ``ignore_invalid_experts`` (ValueError, as in vLLM).
     """
-    topk_ids = _check_ids(topk_ids, (2,))
+    topk_ids = _check_ids(topk_ids, None)
     pad = _check_flag(pad_sorted_ids, "pad_sorted_ids")
     ignore = _check_flag(ignore_invalid_experts, "ignore_invalid_experts")
     want_scatter = _check_flag(return_scatter_idx, "return_scatter_idx")
@@ -223,20 +226,23 @@ def vllm_moe_align_block_size(
 
 @torch.no_grad()
 def sglang_moe_align_block_size(
-    topk_ids: torch.Tensor, block_size: int, num_experts: int
+    topk_ids: torch.Tensor, block_size: int, num_experts: int, ignore_invalid_expert: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's ``moe_align_block_size``: the pairs sorted into ``num_experts + 1`` buckets.
 
     Bucket 0 holds the pairs with id -1 (filtered by expert parallelism) and comes first; its
     blocks get ``expert_ids = -1``.  Bucket ``e + 1`` holds expert ``e``.  Every bucket is
     padded up to a multiple of ``block_size``, and ``num_tokens_post_pad`` counts the rows
-    of all buckets, bucket 0 included.
+    of all buckets, bucket 0 included.  With ``ignore_invalid_expert`` (sgl-kernel's
+    kernels: ``if (ignore_invalid_expert && topk_ids[i] < 0) continue``) a pair with an id
+    < 0 is neither counted nor placed: bucket 0 stays empty and takes no rows.
 
     Args:
         topk_ids: int32 or int64 ``[M, topk]`` (or 1-D), contiguous, every value in
-            ``[-1, num_experts)``.
+            ``[-1, num_experts)`` (with ``ignore_invalid_expert``: ``< num_experts``).
         block_size: rows per block, >= 1.
         num_experts: ``[1, 8191]``.
+        ignore_invalid_expert: a bool.
 
     Returns:
         ``(sorted_ids, expert_ids, num_tokens_post_pad)``: int32 ``[cap]``
@@ -252,10 +258,115 @@ def sglang_moe_align_block_size(
     topk_ids = _check_ids(topk_ids, (1, 2))
     bs, e, cap = _check_sizes(topk_ids, block_size, num_experts, SGLANG_MAX_EXPERTS,
                               sglang_align_capacity)  # fmt: skip
-    _check_values(topk_ids, -1, e, "topk_ids", f"in [-1, {e})")
+    ignore = _check_flag(ignore_invalid_expert, "ignore_invalid_expert")
+    check_sglang_ids(topk_ids, e, ignore)
     bucket = topk_ids.reshape(-1).to(torch.int64) + 1
+    if ignore:
+        bucket = torch.where(bucket >= 1, bucket, -1)
     bucket_expert = torch.arange(-1, e, device=bucket.device)
     return _align(bucket, e + 1, bs, cap, bucket_expert)
+
+
+def check_sglang_ids(topk_ids: torch.Tensor, num_experts: int, ignore: bool) -> None:
+    """SGLang's ids: each in ``[-1, num_experts)``, with ``ignore_invalid_expert`` each
+    ``< num_experts`` (a negative id is skipped); else ValueError (SGLang reads out of
+    bounds).  Reads the tensor back to the host."""
+    if not ignore:
+        _check_values(topk_ids, -1, num_experts, "topk_ids", f"in [-1, {num_experts})")
+    elif topk_ids.numel() and not bool((topk_ids < num_experts).all()):
+        bad = topk_ids[topk_ids >= num_experts][0].item()
+        raise ValueError(f"topk_ids values must be < {num_experts}, got {bad}")
+
+
+@torch.no_grad()
+def vllm_custom_moe_align_block_size(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: torch.Tensor,
+    experts_ids: torch.Tensor,
+    num_tokens_post_pad: torch.Tensor,
+    maybe_expert_map: torch.Tensor | None,
+    scatter_idx: torch.Tensor | None = None,
+) -> None:
+    """vLLM's ``_custom_ops.moe_align_block_size`` (the kernel under
+    :func:`vllm_moe_align_block_size`), out-parameter style: writes every element of
+    ``sorted_token_ids`` (``cap = sorted_token_ids.numel()`` rows: the pairs, padding
+    ``numel``), the first ``ceil(cap / block_size)`` blocks of ``experts_ids`` (-1 past the
+    used ones), ``num_tokens_post_pad[0]`` and, when given, ``scatter_idx`` (``i`` or -1).
+    ``maybe_expert_map``: the sort runs over ``expert_map[id]`` and drops -1 (the meaning of
+    :func:`vllm_moe_align_block_size` with ``ignore_invalid_experts``).
+
+    Args:
+        topk_ids: int32 or int64, any shape (read as a flat array), contiguous.
+        num_experts: ``[1, 992]``; block_size: ``>= 1``.
+        sorted_token_ids: int32, contiguous, ``>= vllm_align_capacity(numel, num_experts,
+            block_size)`` elements (vLLM writes past a shorter one).
+        experts_ids: int32, contiguous, ``>= ceil(sorted_token_ids.numel() / block_size)``.
+        num_tokens_post_pad: int32, ``>= 1`` element.
+        maybe_expert_map: None or int32 1-D, ``>= num_experts`` entries, each -1 or in
+            ``[0, num_experts)``.
+        scatter_idx: None or int32, contiguous, ``numel`` elements (vLLM's check).
+
+    Raises:
+        TypeError, ValueError: before anything is written.
+    """
+    topk_ids = _check_ids(topk_ids, None)
+    bs, e, _ = _check_sizes(topk_ids, block_size, num_experts, VLLM_MAX_EXPERTS,
+                            vllm_align_capacity)  # fmt: skip
+    n = topk_ids.numel()
+    cap = check_align_buffers(
+        (("sorted_token_ids", sorted_token_ids, vllm_align_capacity(n, e, bs)),
+         ("experts_ids", experts_ids, None),
+         ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
+    if scatter_idx is not None:
+        check_align_buffers((("scatter_idx", scatter_idx, n),), bs)
+        if scatter_idx.numel() != n:
+            raise ValueError(
+                f"scatter_idx must have topk_ids.numel() = {n} elements, got {scatter_idx.numel()}"
+            )
+    emap = maybe_expert_map
+    if emap is not None:
+        emap = V.check_expert_map(emap, topk_ids.device)
+        if emap.numel() < e:
+            raise ValueError(
+                f"expert_map must have >= num_experts ({e}) entries, got {emap.numel()}"
+            )
+        _check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    local = torch.where((ids >= 0) & (ids < e), ids, -1)
+    if emap is not None:
+        mapped = emap.to(torch.int64)[local.clamp_min(0)]
+        local = torch.where(local >= 0, mapped, -1)
+    sti, eid, total = _align(local, e, bs, cap, torch.arange(e, device=ids.device))
+    sorted_token_ids.view(-1).copy_(sti)
+    experts_ids.view(-1)[: eid.numel()].copy_(eid)
+    num_tokens_post_pad.view(-1)[:1].copy_(total)
+    if scatter_idx is not None:
+        idx = torch.arange(n, dtype=torch.int32, device=ids.device)
+        scatter_idx.view(-1).copy_(torch.where(local >= 0, idx, -1))
+
+
+def check_align_buffers(bufs, block_size: int) -> int:
+    """The out-parameter buffers of an align call: each ``(name, tensor, need)`` an int32
+    contiguous tensor of ``>= need`` elements; ``experts_ids`` (need None) needs the blocks
+    of the ``sorted_token_ids`` before it.  Returns ``sorted_token_ids.numel()`` (0 if
+    absent)."""
+    cap = 0
+    for name, t, need in bufs:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        if need is None:
+            need = -(-cap // block_size)
+        if t.numel() < need:
+            raise ValueError(f"{name} must have >= {need} elements, got {t.numel()}")
+        if name == "sorted_token_ids":
+            cap = t.numel()
+    return cap
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,8 +486,21 @@ def vllm_moe_sum(
 
 
 @torch.no_grad()
+def sglang_moe_sum(input: torch.Tensor, output: torch.Tensor) -> None:
+    """SGLang's ``moe_sum(input, output)``: ``output[t] = round(fp32 sum over k of
+    input[t, k])``, in ``k`` order from +0.0, one rounding, no scaling (vLLM's
+    :func:`vllm_moe_sum` without ``topk_ids``).
+
+    Raises:
+        TypeError, ValueError: as :func:`sglang_moe_sum_reduce`.
+    """
+    check_sum_call(input, output)
+    _reduce_into(input, output, None, None)
+
+
+@torch.no_grad()
 def sglang_moe_sum_reduce(
-    input: torch.Tensor, output: torch.Tensor, routed_scaling_factor: float
+    input: torch.Tensor, output: torch.Tensor, routed_scaling_factor: float = 1.0
 ) -> None:
     """SGLang's ``moe_sum_reduce``: ``output[t] = round(fp32(sum over k of input[t, k]) *
     fp32(routed_scaling_factor))``: the fp32 sum in ``k`` order, one fp32 multiply, one
@@ -385,7 +509,8 @@ def sglang_moe_sum_reduce(
     Args:
         input: float32/float16/bfloat16 ``[M, topk, hidden]``, contiguous.
         output: ``input``'s dtype, ``[M, hidden]``, contiguous, not overlapping ``input``.
-        routed_scaling_factor: a float (rounded to fp32).
+        routed_scaling_factor: a float (rounded to fp32), 1.0 by default (SGLang's JIT
+            form's default; the multiply happens for 1.0 too).
 
     Raises:
         TypeError, ValueError: wrong types, dtypes, shapes, devices, or overlap.

@@ -1392,8 +1392,8 @@ def moe_align_block_size_vllm(
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
-        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (block_size >= 1 and block_size <= 65536):
+        raise ValueError(f"block_size must be in [1, 65536], got {block_size}")
     cap = vllm_align_capacity(M * topk, num_experts, block_size)
     if not (cap <= 2147483647 - 65536):
         raise ValueError(
@@ -1445,8 +1445,8 @@ def moe_align_block_size_vllm_out(
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
-        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (block_size >= 1 and block_size <= 65536):
+        raise ValueError(f"block_size must be in [1, 65536], got {block_size}")
     cap = vllm_align_capacity(M * topk, num_experts, block_size)
     if not (cap <= 2147483647 - 65536):
         raise ValueError(
@@ -1512,8 +1512,8 @@ def moe_align_block_size_sglang(
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
-        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (block_size >= 1 and block_size <= 65536):
+        raise ValueError(f"block_size must be in [1, 65536], got {block_size}")
     if not (num_experts <= 1023):
         raise ValueError(
             f"num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"
@@ -1549,8 +1549,8 @@ def moe_align_block_size_sglang_out(
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_size == 16 or block_size == 32 or block_size == 64 or (block_size == 128)):
-        raise ValueError(f"block_size must be one of (16, 32, 64, 128), got {block_size}")
+    if not (block_size >= 1 and block_size <= 65536):
+        raise ValueError(f"block_size must be in [1, 65536], got {block_size}")
     if not (num_experts <= 1023):
         raise ValueError(
             f"num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"

@@ -25,8 +25,9 @@ template <int E>
 int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
   if (a.num_experts != E)
     return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts, E);
-  if (!valid_block_m(a.block_size))
-    return invalid_arg("%s: block_size=%d not in {16, 32, 64, 128}", op, a.block_size);
+  if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
+    return invalid_arg("%s: block_size=%d not in [1, %d]", op, a.block_size,
+                       AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
   if (a.numel < 0 || a.numel >= kMaxTokens)
     return invalid_arg("%s: numel=%lld out of [0, 2^24)", op, (long long)a.numel);
   if (a.capacity < need || a.capacity > kInt32Max - 65536)

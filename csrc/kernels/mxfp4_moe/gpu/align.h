@@ -2,10 +2,14 @@
 // instantiated for the peers' output formats (sort_format.h), so that the ids, the padding,
 // the buckets and the block labels come out of the sort itself, with no second pass.  The
 // path choice and the launches are moe_sort's (choose_sort_path, launch_choice) for n =
-// numel pairs with topk 1: the peers' formats need only the flat pair index.  docs/compat.md
-// is the spec.
+// numel pairs with topk 1: the peers' formats need only the flat pair index.  Any block_size
+// in [1, 2^16] (the peers take any): the block sizes of moe_sort (16, 32, 64, 128) take every
+// path as moe_sort does; any other size takes the paths whose block arithmetic is general
+// (micro, mid, large: choose_sort_path), never the pair and tiny paths, which are specialised
+// for a power of two >= 16.  docs/compat.md is the spec.
 #pragma once
 
+#include "../aiter_aux_limits.h"
 #include "sort.h"
 
 namespace aiter_aux {
@@ -17,8 +21,9 @@ inline int check_align_args(const AiterAuxAlignArgs& a, const char* op, int64_t 
   if (a.num_experts != E)
     return fail_invalid("%s: num_experts %d does not match the instance (%d)", op, a.num_experts,
                         E);
-  if (!valid_block_m(a.block_size))
-    return fail_invalid("%s: block_size %d not in {16, 32, 64, 128}", op, a.block_size);
+  if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
+    return fail_invalid("%s: block_size %d not in [1, %d]", op, a.block_size,
+                        AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
   if (a.numel < 0 || a.numel >= (int64_t(1) << 24))
     return fail_invalid("%s: numel %lld out of [0, 2^24)", op, (long long)a.numel);
   if (a.capacity < need || a.capacity > INT32_MAX - 65536)

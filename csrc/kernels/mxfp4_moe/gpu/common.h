@@ -56,6 +56,13 @@ inline bool valid_block_m(int bm) {
   return bm == 16 || bm == 32 || bm == 64 || bm == 128;
 }
 
+// Row p is the first row of a block of bm rows.  A power of two (every block_m of moe_sort)
+// takes the mask as before; any other bm (the peers' formats: 8, 48, ...) a remainder.  bm is
+// uniform over the launch, so the branch is too.
+__host__ __device__ __forceinline__ bool block_first_row(int p, int bm) {
+  return (bm & (bm - 1)) == 0 ? (p & (bm - 1)) == 0 : p % bm == 0;
+}
+
 // Capacity of the sorted buffers (docs/ops.md; the ABI header's one definition).
 inline int64_t sort_capacity(int64_t m, int64_t topk, int64_t e, int64_t bm) {
   return aiter_aux_sort_capacity(m, topk, e, bm);

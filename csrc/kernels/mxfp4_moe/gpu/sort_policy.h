@@ -220,13 +220,21 @@ inline int pair_blocks(const SortProblem& s) {
 template <class SmCount>
 inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, SmCount sms) {
   const int64_t n = s.num_tokens * s.topk;
-  if (s.fused_scales && n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, true};
-  if (s.fused_scales && s.tiny_scales_fit && n <= p.tiny_map_pairs)
-    return {SortPath::Tiny, tiny_blocks(p, s), false, true};
-  if (p.micro_pairs > 0 && n <= p.micro_pairs) return {SortPath::Micro, 1, false, false};
-  if (n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, false};
-  if (n <= (s.expert_map ? p.tiny_map_pairs : p.tiny_pairs))
-    return {SortPath::Tiny, tiny_blocks(p, s), false, false};
+  // The pair and tiny paths compute blocks as shifts by log2(block_m) with block_m a power of
+  // two >= 16 (the pair path packs ceil(count / block_m) in kPairBlockBits): any other
+  // block size (the peers' formats) takes micro, mid or large, whose block arithmetic is
+  // general (a remainder where block_m is no power of two).
+  if (!valid_block_m(s.block_m)) {
+    if (n <= kWarpSize) return {SortPath::Micro, 1, false, false};
+  } else {
+    if (s.fused_scales && n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, true};
+    if (s.fused_scales && s.tiny_scales_fit && n <= p.tiny_map_pairs)
+      return {SortPath::Tiny, tiny_blocks(p, s), false, true};
+    if (p.micro_pairs > 0 && n <= p.micro_pairs) return {SortPath::Micro, 1, false, false};
+    if (n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, false};
+    if (n <= (s.expert_map ? p.tiny_map_pairs : p.tiny_pairs))
+      return {SortPath::Tiny, tiny_blocks(p, s), false, false};
+  }
   const int sm = sms();
   const int mid_sms = p.mid_max_chunks > 0 && sm > p.mid_max_chunks ? p.mid_max_chunks : sm;
   const bool mid = n < large_unit(s.num_experts) ||

@@ -125,7 +125,10 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   };
   const sd::SortPolicy pol = sd::host_sort_policy();
   const sd::SortProblem prob{n, 1, NB, bs, map_kind == 1, kNone, 0, false, false};
-  if (n <= sd::kPairMax) {
+  // A block size outside moe_sort's (16, 32, 64, 128) never takes the pair or tiny path
+  // (choose_sort_path): only micro, mid and large are forced for it.
+  const bool general = !aiter_aux::gpu::valid_block_m(bs);
+  if (!general && n <= sd::kPairMax) {
     const int ng = sd::pair_blocks(prob);
     forced("pairs", [&](const auto& k) {
       return sd::launch_pairs<NB, 1, kNone, 0>(k, none, nullptr, ng, "t");
@@ -134,7 +137,7 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   if (n <= kWarpSize)
     forced("micro",
            [&](const auto& k) { return sd::launch_micro<NB, 1, kNone, 0>(k, none, nullptr, "t"); });
-  if (n <= sd::kTinyThreads) {
+  if (!general && n <= sd::kTinyThreads) {
     const int ng = sd::tiny_blocks(pol, prob);
     forced("tiny", [&](const auto& k) {
       return sd::launch_tiny<NB, 1, kNone, 0>(k, none, nullptr, ng, "t");
@@ -173,6 +176,18 @@ void test_align() {
   run_align_case<8, true>(20000, 32, 2, 220);   // large path, bucket 0 (the -1 ids) the largest
   run_align_case<1023, true>(700, 32, 0, 218);  // 1024 buckets
   run_align_case<385, false>(8192, 128, 2, 219, 2);
+  // Any block size (the peers take any; vLLM's Marlin MoE uses 8 and 48): powers of two
+  // outside moe_sort's set, non-powers of two, 1, every path (micro, mid, large).
+  for (int bs : {8, 48, 1, 7, 256}) {
+    run_align_case<256, false>(1, bs, 0, 230 + bs);
+    run_align_case<256, true>(kWarpSize, bs, 2, 231 + bs);  // micro: the most pairs
+    run_align_case<33, false>(500, bs, 0, 232 + bs, bs == 8 ? 1 : (bs == 48 ? 2 : 0));
+    run_align_case<33, true>(3000, bs, 1, 233 + bs, 0, bs == 48 ? 40 : 0);
+  }
+  run_align_case<8, false>(20000, 48, 0, 240, 1);  // large path
+  run_align_case<8, true>(20000, 8, 3, 241, 0, 100);
+  run_align_case<257, false>(64, 24, 4, 242, 1);  // nothing local: all rows tail
+  run_align_case<1023, true>(700, 3, 0, 243);     // 1024 buckets
 }
 
 }  // namespace
