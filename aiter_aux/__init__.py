@@ -4,7 +4,8 @@ shape.
 
 The public API is importable from here: the ops (``moe_sort``, ``moe_sort_quant``, ...,
 each with its ``_out`` form; :mod:`aiter_aux.ops`), the dispatcher predicates
-(``is_mxfp4_moe_shape_supported``, ``is_mxfp4_moe_scatter_supported``) and the catalog,
+(``is_mxfp4_moe_shape_supported``: prebuilt; ``mxfp4_moe_shape_status``: servable at all,
+built on demand) and the catalog,
 ``MoeSortOutput``, ``moe_sort_capacity`` and ``UnsupportedShapeError``.  The ops are
 ``torch.ops.aiter_aux.*`` custom ops: they are defined when :mod:`aiter_aux.ops` is
 imported, which ``import aiter_aux`` does at once in a process that has imported torch
@@ -21,14 +22,17 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _PREDICATES = ("MXFP4_MOE_SUPPORTED_SHAPES", "is_mxfp4_moe_shape_supported",
-               "is_mxfp4_moe_scatter_supported", "round_inter_dim")  # fmt: skip
+               "is_mxfp4_moe_scatter_supported", "round_inter_dim",
+               "mxfp4_moe_shape_status", "ShapeStatus")  # fmt: skip
 
 if TYPE_CHECKING:
     from .ops import *  # noqa: F403
     from .ops.moe_mxfp4_aux import (  # noqa: F401
         MXFP4_MOE_SUPPORTED_SHAPES,
+        ShapeStatus,
         is_mxfp4_moe_scatter_supported,
         is_mxfp4_moe_shape_supported,
+        mxfp4_moe_shape_status,
         round_inter_dim,
     )
 

@@ -22,6 +22,7 @@ examples:
   aiter-aux add-shape 160,5120,1536,8 --note "GLM-4.5 TP1"
   aiter-aux add-shape --from-config gpt-oss-120b/config.json --tp 4
   aiter-aux list --models                          which model layouts the catalog serves
+  aiter-aux list --cached                          the instances built on demand
   aiter-aux remove-shape 160,5120,1536,8
   aiter-aux clean --backend cpu                    remove the CPU builds only
   aiter-aux doctor                                 toolchain, cache state, what would rebuild
@@ -104,6 +105,16 @@ def cmd_list(args) -> int:
         from .model_cli import list_models
 
         return list_models(args)
+    if args.cached:
+        from .jit.ondemand import cached
+        from .jit.paths import cache_root
+
+        found = cached()
+        for build, key, path in found:
+            print(f"{build}  {key}  ({path.stat().st_size // 1024} KiB)")
+        print(f"{len(found)} instance(s) built on demand in {cache_root()} (aiter-aux clean "
+              "--on-demand removes them)")  # fmt: skip
+        return 0
     import shutil
 
     from .catalog_edit import default_files, read_entries
@@ -153,7 +164,15 @@ def cmd_clean(args) -> int:
     if not root.is_dir():
         print(f"nothing to remove at {root}")
         return 0
-    if args.backend:
+    if args.on_demand:
+        from .jit.paths import KEYS_DIR
+
+        pattern = f"{args.backend or '*'}-*/{KEYS_DIR}"
+        targets = sorted(p for p in root.glob(pattern) if p.is_dir())
+        if not targets:
+            print(f"no instance built on demand in {root}")
+            return 0
+    elif args.backend:
         targets = sorted(p for p in root.glob(f"{args.backend}-*") if p.is_dir())
         if not targets:
             print(f"no {args.backend} build in {root}")
@@ -269,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", action="store_true",
                    help="which (model, TP/EP) layouts of the shipped model configs the catalog "
                    "serves, and the shapes that serve none of them")  # fmt: skip
+    p.add_argument("--cached", action="store_true",
+                   help="the instances built on demand (outside the catalog's module) in the "
+                   "build cache")  # fmt: skip
     p.set_defaults(func=cmd_list)
 
     p = add("run", "run, check and time the aux pipeline of one shape",
@@ -321,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--yes to skip the question, required when stdin is not a terminal).")  # fmt: skip
     p.add_argument("--backend", choices=backends, default=None,
                    help="remove only the <backend>-* build directories")  # fmt: skip
+    p.add_argument(
+        "--on-demand",
+        action="store_true",
+        help="remove only the instances built on demand (aiter-aux list --cached)",
+    )
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before removing all")
     p.set_defaults(func=cmd_clean)
 

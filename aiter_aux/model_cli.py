@@ -110,6 +110,15 @@ def plan_add_shape(args) -> bool:
     note = " ".join((args.note or "").split()) or fits[0]
     lines = format_derivation(d)
     lines[-1] = f"catalog line: {d.shape},  # {note}"
+    if ep > 1:  # what the engines' drop-in sorts ask for under EP, besides this shape
+        e_local = d.routed_experts // ep
+        lines.insert(-1, (
+            f"drop-ins under EP {ep}: vLLM's moe_align_block_size takes the global "
+            f"num_experts ({d.routed_experts}) with an expert_map (instance "
+            f"moe_align_block_size_vllm_e{d.routed_experts}), SGLang's the local experts + 1 "
+            f"({e_local + 1}: moe_align_block_size_sglang_e{e_local}); neither needs a catalog "
+            "line: each is built on its first call (or prebuilt by `aiter-aux build` when a "
+            "catalog shape has that E)"))  # fmt: skip
     print("\n".join(lines))
     args.shape, args.note = d.shape, note
     if len(present) == 2:
@@ -160,14 +169,20 @@ def list_models(args) -> int:
     from .model_config import DEFAULT_EPS, DEFAULT_TPS, models_served, shipped_configs
 
     width = max(WIDTH, shutil.get_terminal_size((WIDTH, 20)).columns) if args.wide else WIDTH
-    shapes = [tuple(s) for s in codegen_module("catalog").SHAPES]
+    catalog = codegen_module("catalog")
+    shapes = [tuple(s) for s in catalog.SHAPES]
     configs = shipped_configs()
     served = models_served(shapes, configs)
+    prebuilt = {(s.model, s.tp, s.ep, s.fused_shared) for s in served}
+    servable = models_served(None, configs, accept=lambda s: not catalog.validate_shape(s))
     name_width = max(map(len, configs), default=5)
-    print(f"{'model':<{name_width}}  layouts the catalog serves (shared expert fused or not)")
+    print(f"{'model':<{name_width}}  layouts: prebuilt (the catalog's) | built on first use")
     for name, config in configs.items():
         mine = [s for s in served if s.model == name]
-        print(_clip(f"{name:<{name_width}}  {_layouts(config, mine)}", width))
+        rest = [s for s in servable if s.model == name
+                and (s.model, s.tp, s.ep, s.fused_shared) not in prebuilt]  # fmt: skip
+        text = f"{_layouts(config, mine)} | {_layouts(config, rest)}"
+        print(_clip(f"{name:<{name_width}}  {text}", width))
     tps = " ".join(map(str, DEFAULT_TPS))
     eps = " ".join(map(str, DEFAULT_EPS))
     print(f"{len(configs)} shipped model configs; layouts tried: TP {tps} (TP splits inter), "

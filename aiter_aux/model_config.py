@@ -432,17 +432,23 @@ def format_derivation(d: Derivation) -> list[str]:
 
 
 def models_served(
-    catalog_shapes: Iterable,
+    catalog_shapes: Iterable | None,
     configs: Mapping[str, Mapping] | Iterable[Mapping],
     tps: Iterable[int] = DEFAULT_TPS,
     eps: Iterable[int] = DEFAULT_EPS,
+    accept=None,
 ) -> list[Served]:
-    """The models and layouts whose shape is in ``catalog_shapes`` (inter rounded here).
-    ``configs`` maps a model name to its config, or is a list of configs named by
-    :func:`model_name`.  Layouts: each TP of ``tps`` without EP, and each EP of ``eps`` over
-    as many TP ranks; fused and not fused where the shared expert can be fused.  A layout a
-    model does not fit (an EP that does not divide its experts, ...) is skipped."""
-    catalog = {(int(e), int(d), round_inter(i), int(k)) for e, d, i, k in catalog_shapes}
+    """The models and layouts whose shape is in ``catalog_shapes`` (inter rounded here), or,
+    with ``catalog_shapes=None``, whose shape ``accept(shape)`` takes (e.g. every shape an
+    instance can be built for).  ``configs`` maps a model name to its config, or is a list
+    of configs named by :func:`model_name`.  Layouts: each TP of ``tps`` without EP, and
+    each EP of ``eps`` over as many TP ranks; fused and not fused where the shared expert
+    can be fused.  A layout a model does not fit (an EP that does not divide its experts,
+    ...) is skipped."""
+    if catalog_shapes is None:
+        catalog = None
+    else:
+        catalog = {(int(e), int(d), round_inter(i), int(k)) for e, d, i, k in catalog_shapes}
     named = configs.items() if isinstance(configs, Mapping) else ((None, c) for c in configs)
     layouts = [(tp, 1) for tp in tps] + [(ep, ep) for ep in eps if ep > 1]
     served = []
@@ -454,7 +460,7 @@ def models_served(
                     d = shapes_from_config(config, tp, ep, fuse, name=name)
                 except ModelConfigError:
                     continue
-                if d.shape in catalog:
+                if d.shape in catalog if catalog is not None else accept(d.shape):
                     found.setdefault((d.shape, d.fused_shared), d)
             served += [Served(d.model, tp, ep, d.fused_shared, d.shape) for d in found.values()]
     return served

@@ -272,3 +272,17 @@ def install(module) -> None:
             return 1
 
     module.set_resolver(_RESOLVER_T(resolve))
+
+
+def cached(root: Path | None = None) -> list[tuple[str, str, Path]]:
+    """The instance libraries built on demand in the cache (default: the cache root):
+    ``(build directory name, key, library path)``, sorted; a key directory without a
+    published library is left out."""
+    root = Path(root) if root is not None else paths.cache_root()
+    found = []
+    for key_dir in sorted(root.glob(f"*/{KEYS_DIR}/*")):
+        manifest = paths.read_manifest(key_dir) or {}
+        name = manifest.get("module")
+        if isinstance(name, str) and "/" not in name and (key_dir / name).is_file():
+            found.append((key_dir.parent.parent.name, key_dir.name, key_dir / name))
+    return found

@@ -13,6 +13,8 @@ The ops themselves are :mod:`aiter_aux.ops` (also importable from here, and from
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..shapes import round_inter
 
 # (expert, model_dim, inter_rounded, topk)
@@ -101,7 +103,9 @@ def round_inter_dim(inter_dim: int) -> int:
 
 
 def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, topk: int) -> bool:
-    """True when the specialised aux path has kernels for this MoE layer.
+    """True when the catalog holds this MoE layer: its kernels are prebuilt (`aiter-aux
+    build`, the prebuilt wheel).  Another shape may still be served, built on demand at
+    its first call: :func:`mxfp4_moe_shape_status` says whether it can be.
 
     ``expert`` counts a fused shared expert (odd counts), ``topk`` counts it too;
     ``inter_dim`` is rounded up to a multiple of 256 before the lookup, so
@@ -109,6 +113,30 @@ def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, to
     """
     key = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
     return key in MXFP4_MOE_SUPPORTED_SHAPES
+
+
+class ShapeStatus(NamedTuple):
+    """What :func:`mxfp4_moe_shape_status` says of one MoE layer shape."""
+
+    servable: bool  #: the ops can serve it (prebuilt, or built on demand at first use)
+    prebuilt: bool  #: the catalog holds it: `aiter-aux build` and the wheel prebuild it
+    reason: str  #: why it is not servable ("" when it is)
+
+
+def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: int) -> ShapeStatus:
+    """Whether the aux path can serve this MoE layer at all, and whether its instances are
+    prebuilt.  A servable shape that is not prebuilt is built on demand by its first op
+    call (a few seconds per instance; nothing under ``AITER_AUX_DISABLE_JIT=1``).
+
+    ``servable`` holds when the shape keeps the rules of the shapes an instance compiles
+    for (``codegen/catalog.py``: expert in [1, 1024], model_dim a positive multiple of 256,
+    topk in [1, min(expert, 255)]); ``prebuilt`` is :func:`is_mxfp4_moe_shape_supported`.
+    """
+    from ..jit.paths import codegen_module
+
+    shape = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
+    errors = codegen_module("catalog").validate_shape(shape)
+    return ShapeStatus(not errors, shape in MXFP4_MOE_SUPPORTED_SHAPES, "; ".join(errors))
 
 
 def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:

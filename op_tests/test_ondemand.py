@@ -1,0 +1,207 @@
+"""Instances built on demand (aiter_aux/jit/ondemand.py), CPU backend, each case in child
+processes on a copy of the sources whose catalog holds one shape and a cache of its own.
+
+* A key no catalog shape gives: 16 threads of one process and 4 processes asking for it at
+  once build it once, and every caller gets the reference's bytes.
+* A failed build (a compiler error, SIGKILL, a full disk) publishes nothing, says why
+  (the compiler's message and the failing file), and the next call builds it.
+* ``aiter-aux list --cached`` shows the libraries, ``aiter-aux clean --on-demand`` removes
+  them; the next call rebuilds.
+* An edit of one op's kernel header recompiles only that op's objects after a full build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from test_load_path import SHAPE_A, env_for, last_json, make_sources, py  # noqa: E402
+
+NEW_E, NEW_K = 11, 3  # moe_sort_e11_k3: no catalog shape of make_sources gives it
+NEW_KEY = f"moe_sort_e{NEW_E}_k{NEW_K}"
+
+# One op call of the new key, compared with the reference; prints {"same": bool}.
+CALL = f"""
+import json, sys, threading
+import torch
+import aiter_aux
+from aiter_aux import reference as ref
+ids = torch.arange(5 * {NEW_K}, dtype=torch.int32).reshape(5, {NEW_K}) % {NEW_E}
+w = torch.rand(5, {NEW_K}, generator=torch.Generator().manual_seed(1))
+want = ref.moe_sort(ids, w, {NEW_E}, 16)
+n = int(want.num_valid_ids[0])
+
+def same():
+    got = aiter_aux.moe_sort(ids, w, {NEW_E}, 16)
+    return all(bool(torch.equal(a[:n], b[:n])) for a, b in zip(got[:3], want[:3])) and all(
+        bool(torch.equal(a, b)) for a, b in zip(got[4:], want[4:]))
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+results = []
+if threads > 1:
+    aiter_aux.mxfp4_quant(torch.zeros(1, 3072, dtype=torch.bfloat16))  # the module first
+    gate = threading.Barrier(threads)
+    def run():
+        gate.wait()
+        results.append(same())
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+else:
+    results.append(same())
+print(json.dumps({{"same": len(results) == threads and all(results)}}))
+"""
+
+
+@pytest.fixture
+def small(tmp_path):
+    """(sources, env) of a one-shape catalog whose binding module is built."""
+    src = make_sources(tmp_path / "src")
+    env = env_for(tmp_path / "cache", src, AITER_AUX_BACKEND="cpu")
+    p = py("import torch, aiter_aux; aiter_aux.mxfp4_quant(torch.zeros(1, 3072).bfloat16())",
+           env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return src, env
+
+
+def key_dir(env: dict) -> Path:
+    (build,) = Path(env["AITER_AUX_CACHE_DIR"]).glob("cpu-*")
+    return build / "keys" / NEW_KEY
+
+
+def builds_of(stderr: str) -> int:
+    return sum(f"building instance {NEW_KEY}" in ln for ln in stderr.splitlines())
+
+
+def test_threads_and_processes_build_a_new_key_once(small):
+    _src, env = small
+    procs = [subprocess.Popen([sys.executable, "-c", CALL, "16" if i == 0 else "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1]) == {"same": True}, err[-3000:]
+    assert sum(builds_of(err) for _out, err in outs) == 1, [err for _o, err in outs]
+    assert len(list(key_dir(env).glob(f"inst_{NEW_KEY}-*.so"))) == 1
+
+
+FAILING = f"""
+import torch
+import aiter_aux
+ids = torch.zeros(1, {NEW_K}, dtype=torch.int32)
+try:
+    aiter_aux.moe_sort(ids, torch.ones(1, {NEW_K}), {NEW_E}, 16)
+except Exception as e:
+    print(type(e).__name__, "|", str(e).replace(chr(10), " "))
+"""
+
+
+def test_compiler_error_publishes_nothing_and_names_the_file(small):
+    src, env = small
+    header = src / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / "core_cpu.h"
+    good = header.read_text()
+    header.write_text(good + "\nthis is not C++;\n")
+    p = py(FAILING, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = p.stdout.strip().splitlines()[-1]
+    assert line.startswith("BuildError |") and "core_cpu.h" in line and "error" in line, line
+    assert not list(key_dir(env).glob("*.so")) and not (key_dir(env) / "manifest.json").exists()
+    header.write_text(good)
+    assert last_json(py(CALL, env)) == {"same": True}
+
+
+# A build of the new key that reports each phase, so the test can kill it there.
+HOOKED = f"""
+import sys, time
+import torch
+import aiter_aux
+from aiter_aux.jit import build
+run = build._run_ninja
+def slow(*a, **k):
+    print("NINJA", flush=True)
+    return run(*a, **k)
+build._run_ninja = slow
+aiter_aux.mxfp4_quant(torch.zeros(1, 3072, dtype=torch.bfloat16))
+ids = torch.zeros(1, {NEW_K}, dtype=torch.int32)
+aiter_aux.moe_sort(ids, torch.ones(1, {NEW_K}), {NEW_E}, 16)
+print("DONE", flush=True)
+"""
+
+
+@pytest.mark.robust
+@pytest.mark.parametrize("delay", [0.0, 0.3, 0.8])
+def test_sigkill_during_a_key_build_then_the_next_call_builds_it(small, delay):
+    _src, env = small
+    proc = subprocess.Popen([sys.executable, "-c", HOOKED], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "NINJA", proc.stderr.read()
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGKILL)  # the builder; its compilers live on as orphans
+    proc.wait()
+    assert last_json(py(CALL, env)) == {"same": True}
+    assert len(list(key_dir(env).glob(f"inst_{NEW_KEY}-*.so"))) == 1
+
+
+FULL_DISK = FAILING.replace(
+    "ids = ",
+    "aiter_aux.mxfp4_quant(torch.zeros(1, 3072, dtype=torch.bfloat16))\n"
+    "import resource\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+    "ids = ",
+)
+
+
+def test_full_disk_during_a_key_build_publishes_nothing(small):
+    _src, env = small
+    p = py(FULL_DISK, env, preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+    line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-2000:]
+    assert line.split(" |")[0] in ("BuildError", "OSError"), line
+    assert not (key_dir(env) / "manifest.json").exists(), line
+    assert not list(key_dir(env).glob(f"inst_{NEW_KEY}-*.so")), line
+    assert last_json(py(CALL, env)) == {"same": True}  # and the next call builds it
+
+
+def test_list_cached_and_clean_on_demand(small):
+    _src, env = small
+    assert last_json(py(CALL, env)) == {"same": True}
+    cli = [sys.executable, "-m", "aiter_aux.cli"]
+    p = subprocess.run([*cli, "list", "--cached"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and NEW_KEY in p.stdout and "mxfp4_quant_d3072" in p.stdout, p
+    p = subprocess.run([*cli, "clean", "--on-demand"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "removed" in p.stdout, p
+    assert not key_dir(env).exists()
+    p = subprocess.run([*cli, "list", "--cached"], capture_output=True, text=True, env=env)
+    assert p.stdout.startswith("0 instance(s) built on demand"), p.stdout
+    assert last_json(py(CALL, env)) == {"same": True}  # built again
+
+
+BUILD = """
+import json
+from aiter_aux.jit.build import build_module
+r = build_module(backend="cpu")
+print(json.dumps({"compiled": r.compiled, "n": r.num_instances}))
+"""
+
+
+@pytest.mark.parametrize("header,most", [("sums_cpu.h", 1), ("align_cpu.h", 2)])
+def test_an_op_header_edit_recompiles_only_its_ops_objects(tmp_path, header, most):
+    """After a full build of a one-shape catalog, an edit of one op's CPU kernel header
+    recompiles that op's instances only (align_cpu.h: the vLLM and SGLang formats)."""
+    src = make_sources(tmp_path / "src", (SHAPE_A,))
+    env = env_for(tmp_path / "cache", src)
+    first = last_json(py(BUILD, env))
+    path = src / "csrc" / "kernels" / "mxfp4_moe" / "cpu" / header
+    path.write_text(path.read_text() + "\n// an edit\n")
+    second = last_json(py(BUILD, env))
+    assert first["compiled"] == first["n"] and 1 <= second["compiled"] <= most, second
