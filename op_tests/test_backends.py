@@ -345,7 +345,7 @@ def test_moe_scatter_reduce_rejects_rows_out_of_range():
 
 def test_bad_input_raises_before_kernel(device):
     e, d, _i, k = SHAPES[0]
-    ids = torch.zeros(4, k, dtype=torch.int64, device=device)
+    ids = torch.zeros(4, k, dtype=torch.int16, device=device)  # int32 and int64 are ids
     with pytest.raises(TypeError, match="topk_ids"):
         ops.moe_sort(ids, torch.ones(4, k, device=device), e, 32)
     with pytest.raises(ValueError, match="block_m"):

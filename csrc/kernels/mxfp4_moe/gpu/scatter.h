@@ -22,7 +22,6 @@ namespace aiter_aux {
 namespace gpu {
 namespace scatter_detail {
 
-constexpr int kThreads = 256;
 // MXFP4 kernel: 64-thread blocks (a block's threads finish close together, so
 // the SMs refill evenly; docs/perf.md, section "Gaps").  Its pairs are loaded in
 // ceil(K / 4) equal batches of q_batch_pairs<K>(); the compiler is asked for

@@ -9,6 +9,9 @@ namespace aiter_aux {
 namespace gpu {
 namespace scatter_detail {
 
+// Threads of a block of the bf16 scatter-reduce and of moe_sum.
+constexpr int kThreads = 256;
+
 template <int D>
 __host__ __device__ constexpr int vec_width() {
   return D % 8 == 0 ? 8 : (D % 4 == 0 ? 4 : (D % 2 == 0 ? 2 : 1));
