@@ -20,7 +20,8 @@ required note (the model's name), plus ``(inter X -> Y)`` when inter was rounded
 Rules for a new shape: every field positive and within a 32-bit int
 (:func:`aiter_aux.shapes.range_errors`), then ``validate_shape`` of the edited
 ``codegen/catalog.py`` (the rules live next to the list): expert in
-[1, 1024], model_dim and inter positive multiples of 256, topk in [1, min(expert, 255)].
+[1, 1024], model_dim and inter positive multiples of 256 up to what the kernels compile
+(``codegen/limits.py``), topk in [1, min(expert, 255)].
 The GPU sort's shared memory needs no separate check here: ``gpu/sort.h`` asserts at compile
 time that every sort path's shared-memory struct fits 48 KiB for 1024 experts, the largest
 count this rule admits.
@@ -28,7 +29,7 @@ count this rule admits.
 Safety: the whole read-edit-replace of both files runs under a ``filelock`` lock
 (``.aiter_aux_catalog.lock`` in the source root), so concurrent edits never lose one; the
 CLI's rebuild of the edited catalog runs under it too (``then``), so the module an edit
-publishes is the catalog on disk.  Both
+publishes is the catalog on disk; a rebuild that fails undoes an add.  Both
 new texts are staged next to their targets and moved into place with ``os.replace``; if the
 second move fails the first file is restored.  A process killed between the two moves leaves
 the shape in one list only; running the same command again completes the other list.
@@ -368,7 +369,12 @@ def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) ->
         _commit(new, old)
         result.shapes = read_catalog(catalog, CATALOG_LIST)
         if then is not None:
-            then(result)
+            try:
+                then(result)
+            except Exception:
+                if action == "added":  # the catalog on disk stays one that builds
+                    _commit({path: old[path] for path in new}, new)
+                raise
     return result
 
 
@@ -378,8 +384,9 @@ def add_shape(
     """Add ``shape`` (inter rounded up to 256) to both lists, commented with ``note`` (the
     model's name; required).  ``then(result)``, if given, runs after the edit while the
     catalog lock is still held (the CLI's rebuild: no other edit changes the catalog before
-    it is built and published).  Raises :class:`CatalogEditError` for an invalid shape, a
-    missing note, or a shape that both lists already hold."""
+    it is built and published); if ``then`` raises, the edit is undone (both files as
+    before) and the error re-raised.  Raises :class:`CatalogEditError` for an invalid shape,
+    a missing note, or a shape that both lists already hold."""
     return _edit("added", shape, note, catalog_file, ops_file, then)
 
 

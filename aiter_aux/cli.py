@@ -207,20 +207,35 @@ def cmd_edit_shape(args) -> int:
     """add-shape / remove-shape: edit both catalog lists, then rebuild the new catalog."""
     from .catalog_edit import add_shape, remove_shape
 
+    failed = []
+
     def rebuild(r) -> None:  # runs under the catalog lock: the catalog built is the one on disk
         print(r.summary(), flush=True)
         # This process imported the old catalog; build the edited one explicitly.
-        b = _build(r.shapes, backend=args.backend, verbose=args.verbose or None)
+        try:
+            b = _build(r.shapes, backend=args.backend, verbose=args.verbose or None)
+        except Exception:
+            failed.append(r.shape)
+            raise
         relinked = ", relinked" if b.linked else ""
         print(f"  rebuilt   : {b.num_shapes} shapes, {b.num_instances} instances, "
               f"{b.compiled} instance TUs compiled{relinked}, {b.wall_s:.2f} s")  # fmt: skip
         print(f"  module    : {b.module_path}")
 
     then = None if args.no_build else rebuild
-    if args.command == "add-shape":
-        r = add_shape(args.shape, args.note, then=then)
-    else:
-        r = remove_shape(args.shape, then=then)
+    try:
+        if args.command == "add-shape":
+            r = add_shape(args.shape, args.note, then=then)
+        else:
+            r = remove_shape(args.shape, then=then)
+    except Exception:
+        if failed:  # the edit's rebuild failed: say what the catalog holds now
+            state = ("was taken out of the catalog again (both lists as before)"
+                     if args.command == "add-shape" else
+                     "stays removed; `aiter-aux build` once the cause is fixed")  # fmt: skip
+            print(f"aiter-aux {args.command}: the build failed: {failed[0]} {state}",
+                  file=sys.stderr)  # fmt: skip
+        raise
     if args.no_build:
         print(r.summary())
         print("  not rebuilt (--no-build); run `aiter-aux build`")

@@ -8,22 +8,44 @@
 Add a shape with ``aiter-aux add-shape E,MODEL_DIM,INTER,TOPK`` or by hand in both lists.
 
 The rules (:func:`validate_shape`): expert in [1, :data:`MAX_EXPERTS`], model_dim and
-inter_rounded positive multiples of :data:`MODEL_DIM_ALIGN` / :data:`INTER_ALIGN`, topk in
-[1, min(expert, :data:`MAX_TOPK`)].  :func:`round_inter` is the one rounding of inter_dim.
+inter_rounded positive multiples of :data:`MODEL_DIM_ALIGN` / :data:`INTER_ALIGN` up to
+:data:`MAX_MODEL_DIM` / :data:`MAX_INTER`, topk in [1, min(expert, :data:`MAX_TOPK`)]; the
+bounds are what the kernels compile, from ``codegen/limits.py`` (the one place limits live).
+:func:`round_inter` is the one rounding of inter_dim.
 
 Stdlib only and free of code generation: the load path reads the catalog from here without
 importing the generator (nor jinja2); the generator, the JIT, ``aiter-aux add-shape`` /
-``remove-shape`` and :mod:`aiter_aux.shapes` import it too.
+``remove-shape`` and :mod:`aiter_aux.shapes` import it too, and add-shape executes this
+file alone (``aiter_aux.jit.paths.catalog_on_disk``): limits.py is then read by its path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+try:
+    from . import limits as _limits
+except ImportError:  # executed alone, outside the codegen package: limits.py next to it
+    import importlib.util as _util
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _spec = _util.spec_from_file_location(
+        "aiter_aux_catalog_limits", _Path(__file__).with_name("limits.py")
+    )
+    _limits = _util.module_from_spec(_spec)
+    _sys.modules[_spec.name] = _limits  # dataclasses look their module up while it executes
+    try:
+        _spec.loader.exec_module(_limits)
+    finally:
+        del _sys.modules[_spec.name]
+
 INTER_ALIGN = 256
 MODEL_DIM_ALIGN = 256
-MAX_EXPERTS = 1024
-MAX_TOPK = 255
+MAX_EXPERTS = _limits.NUM_EXPERTS.hi
+MAX_TOPK = _limits.TOPK.hi
+MAX_MODEL_DIM = _limits.MODEL_DIM.hi
+MAX_INTER = _limits.INTER.hi
 
 
 def round_inter(inter_dim: int) -> int:
@@ -46,8 +68,13 @@ def validate_shape(shape: object) -> list[str]:
             padded = -(-model_dim // MODEL_DIM_ALIGN) * MODEL_DIM_ALIGN
             msg += f"; pad the hidden size to {padded} (add-shape --from-config does so)"
         errors.append(msg)
+    elif model_dim > MAX_MODEL_DIM:
+        errors.append(f"{shape}: model_dim must be at most {MAX_MODEL_DIM} "
+                      f"({_limits.MODEL_DIM.why})")  # fmt: skip
     if inter <= 0 or inter % INTER_ALIGN:
         errors.append(f"{shape}: inter_rounded must be a positive multiple of {INTER_ALIGN}")
+    elif inter > MAX_INTER:
+        errors.append(f"{shape}: inter_rounded must be at most {MAX_INTER} ({_limits.INTER.why})")
     if not 1 <= topk <= min(expert, MAX_TOPK):
         errors.append(f"{shape}: topk must be in [1, min(expert, {MAX_TOPK})]")
     return errors

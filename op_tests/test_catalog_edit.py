@@ -396,3 +396,77 @@ def test_cli_refuses_out_of_range_values_in_one_line(tree, args, message):
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
     assert snapshot(tree) == before
+
+
+# ---------------------------------------------------------------- P5: what the kernels compile
+def _limits():
+    from aiter_aux.jit.paths import codegen_module
+
+    return codegen_module("limits")
+
+
+def test_catalog_bounds_come_from_the_limits():
+    """Every catalog field is bounded by codegen/limits.py, the one place limits live."""
+    from aiter_aux.jit.paths import catalog_on_disk, codegen_module
+
+    L, cat = _limits(), codegen_module("catalog")
+    top = L.MODEL_DIM.hi // cat.MODEL_DIM_ALIGN * cat.MODEL_DIM_ALIGN  # the largest accepted
+    assert cat.validate_shape((8, top, 256, 8)) == []
+    assert "model_dim" in " ".join(cat.validate_shape((8, top + cat.MODEL_DIM_ALIGN, 256, 8)))
+    assert "inter" in " ".join(cat.validate_shape((8, 256, L.INTER.hi + 1, 8)))
+    assert cat.MAX_EXPERTS == L.NUM_EXPERTS.hi and cat.MAX_TOPK == L.TOPK.hi
+    alone = catalog_on_disk()  # the catalog file executed alone (add-shape's rules) too
+    assert (alone.MAX_MODEL_DIM, alone.MAX_INTER) == (L.MODEL_DIM.hi, L.INTER.hi)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_largest_model_dim_compiles_and_the_next_does_not(tmp_path):
+    """The model_dim bound is what the kernels compile: every CPU instance of the largest
+    accepted model_dim compiles; the next multiple of 256 overflows an int in a constant
+    expression (the add-shape that used to be accepted, then fail to build)."""
+    from aiter_aux.jit.paths import codegen_module
+
+    inst, render = codegen_module("instances"), codegen_module("render")
+    cat, kernels = codegen_module("catalog"), ROOT / "csrc" / "kernels" / "mxfp4_moe"
+    top = _limits().MODEL_DIM.hi // cat.MODEL_DIM_ALIGN * cat.MODEL_DIM_ALIGN
+
+    def compiles(d: int) -> subprocess.CompletedProcess:
+        r = render.Renderer("cpu")
+        src = tmp_path / f"d{d}.cpp"
+        src.write_text("\n".join(r.render_instance(i) for i in inst.instances_for_shape(
+            (8, d, 256, 8)) if "model_dim" in i.params))  # fmt: skip
+        return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-fopenmp", f"-I{kernels}",
+                               str(src)], capture_output=True, text=True)  # fmt: skip
+
+    assert compiles(top).returncode == 0, compiles(top).stderr[-2000:]
+    p = compiles(top + cat.MODEL_DIM_ALIGN)
+    assert p.returncode != 0 and "overflow" in p.stderr
+
+
+def test_cli_refuses_a_model_dim_that_cannot_compile(tree):
+    before = snapshot(tree)
+    p = cli(tree, "add-shape", "256,2147482624,256,8", "--note", "x", "--no-build")
+    assert p.returncode == 2 and "model_dim" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert snapshot(tree) == before
+
+
+def test_failed_rebuild_undoes_the_add(tree, monkeypatch, capsys):
+    """A rebuild that fails after add-shape's edit takes the shape out again (the catalog
+    on disk stays one that builds) and says so; the error is the build's."""
+    from aiter_aux import cli as C
+
+    class Boom(Exception):
+        pass
+
+    def fail(*a, **k):
+        raise Boom("the compiler failed")
+
+    monkeypatch.setattr(C, "_build", fail)
+    monkeypatch.setattr(ce, "default_files", lambda: (tree / GEN, tree / OPS))
+    before = snapshot(tree)
+    with pytest.raises(Boom):
+        C.main(["add-shape", ",".join(map(str, NEW)), "--note", "Test-MoE"])
+    assert snapshot(tree) == before
+    err = capsys.readouterr().err
+    assert "taken out of the catalog again" in err and str(NEW) in err
