@@ -42,6 +42,7 @@ import contextlib
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,6 +313,20 @@ def _files(catalog_file, ops_file) -> dict[Path, str]:
     return {Path(catalog_file): CATALOG_LIST, Path(ops_file): OPS_LIST}
 
 
+MAX_NOTE_CHARS = 200  # a catalog comment names a model and a layout
+
+
+def text_error(text: str, max_chars: int) -> str | None:
+    """Why ``text`` may not go into a catalog comment (too long, or control, bidi or line
+    separator characters that would hide or break the line), or None."""
+    if len(text) > max_chars:
+        return f"is {len(text)} characters long (at most {max_chars})"
+    bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        return f"holds control or bidi characters ({', '.join(f'U+{ord(c):04X}' for c in bad[:3])})"
+    return None
+
+
 def _comment(given: Shape, shape: Shape, note: str | None) -> str:
     note = " ".join((note or "").split())
     if not note:
@@ -319,6 +334,9 @@ def _comment(given: Shape, shape: Shape, note: str | None) -> str:
             "name the model in --note (e.g. --note 'GLM-4.5 TP4'); write 'no public model' "
             "when there is none"
         )
+    why = text_error(note, MAX_NOTE_CHARS)
+    if why:
+        raise CatalogEditError(f"--note {why}: it becomes the catalog line's comment")
     return note + (f" (inter {given[2]} -> {shape[2]})" if given[2] != shape[2] else "")
 
 

@@ -29,12 +29,16 @@ each stated in the derivation it applies to:
 * **Limits.**  ``E <= MAX_EXPERTS`` and ``1 <= topk <= min(E, MAX_TOPK)``: the catalog's
   rule constants, read from ``codegen/catalog.py``.
 
-Errors are :class:`ModelConfigError` (a ``ValueError``) with a one-line message.
+Errors are :class:`ModelConfigError` (a ``ValueError``) with a one-line message; reading a
+config is bounded (:func:`load_config`: a regular file of at most
+:data:`MAX_CONFIG_BYTES`, opened non-blocking, every parse failure naming the file).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,19 +144,63 @@ class Served(NamedTuple):
     shape: Shape
 
 
-def load_config(path: str | Path) -> dict:
-    """The JSON object in ``path``; :class:`ModelConfigError` for a missing or unreadable
-    file, invalid JSON or a JSON value that is not an object."""
+MAX_CONFIG_BYTES = 1 << 20  # a Hugging Face config.json is a few kB
+MAX_NAME_CHARS = 128  # a Hugging Face repo name has at most 96
+
+
+def _read_bounded(path: str | Path) -> bytes:
+    """The bytes of the regular file ``path`` (at most :data:`MAX_CONFIG_BYTES`), opened
+    non-blocking so that a FIFO or a device is refused, never waited on or read forever."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ModelConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else (
+                "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket")  # fmt: skip
+            raise ModelConfigError(f"cannot read {path}: not a regular file ({kind})")
+        too_big = f"cannot read {path}: over {MAX_CONFIG_BYTES} bytes (a config.json is a few kB)"
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ModelConfigError(too_big)
+        try:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as e:
+            raise ModelConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:  # it grew since the fstat
+        raise ModelConfigError(too_big)
+    return data
+
+
+def load_config(path: str | Path) -> dict:
+    """The JSON object in ``path``; :class:`ModelConfigError` (one line naming ``path``) for
+    a missing, unreadable or non-regular file, one over :data:`MAX_CONFIG_BYTES`, bytes that
+    are not UTF-8, invalid or too deeply nested JSON, an integer of more digits than Python
+    converts, a JSON value that is not an object, or a model name (:func:`model_name`) with
+    control or bidi characters or over :data:`MAX_NAME_CHARS`."""
+    data = _read_bounded(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelConfigError(f"{path} is not UTF-8 (byte {e.start}: {e.reason})") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise ModelConfigError(f"{path} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ModelConfigError(f"{path}: JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer over sys.get_int_max_str_digits() digits
+        reason = str(e).split(";")[0]
+        raise ModelConfigError(f"{path} cannot be read as JSON: {reason}") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{path} holds a JSON {type(config).__name__}, not an object")
+    from .catalog_edit import text_error  # the rule of a catalog comment, which it becomes
+
+    why = text_error(model_name(config), MAX_NAME_CHARS)
+    if why:
+        raise ModelConfigError(f"{path}: the model name (_source, _name_or_path or model_type) "
+                               f"{why}")  # fmt: skip
     return config
 
 

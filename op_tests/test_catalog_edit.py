@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -470,3 +471,18 @@ def test_failed_rebuild_undoes_the_add(tree, monkeypatch, capsys):
     assert snapshot(tree) == before
     err = capsys.readouterr().err
     assert "taken out of the catalog again" in err and str(NEW) in err
+
+
+@pytest.mark.parametrize(
+    "note, message",
+    [("GLM-4.5 \u202eTP4", "control or bidi characters (U+202E)"),
+     ("GLM\u0000", "control or bidi characters (U+0000)"),
+     ("GLM\u2066x\u2069", "control or bidi characters (U+2066, U+2069)"),
+     ("M" * 100_000, "100000 characters long")],
+)  # fmt: skip
+def test_note_with_control_characters_or_too_long_is_refused(tree, note, message):
+    """What a catalog comment may hold: no control or bidi characters, a bounded length."""
+    before = snapshot(tree)
+    with pytest.raises(ce.CatalogEditError, match=re.escape(message)):
+        ce.add_shape(NEW, note, **files(tree))
+    assert snapshot(tree) == before

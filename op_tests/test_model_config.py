@@ -311,3 +311,69 @@ def test_models_served():
     assert models_served([(8, 4096, 14336, 2)], [cfg("mixtral_8x7b")]) == [
         Served("Mixtral-8x7B-v0.1", 1, 1, False, (8, 4096, 14336, 2))
     ]
+
+
+# ------------------------------------------------------------ P6: reading without bounds
+def _one_line_naming(e: ModelConfigError, path) -> None:
+    assert str(path) in str(e) and "\n" not in str(e), str(e)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [(b"[" * 200_000 + b"]" * 200_000, "nested"),
+     (b'{"model_type": "\xff\xfe"}', "UTF-8"),
+     (b'{"hidden_size": ' + b"9" * 5001 + b"}", "digits"),
+     (json.dumps({"_name_or_path": "org/Model\u0000X"}).encode(), "control"),
+     (json.dumps({"_source": "org/Model\u202eX"}).encode(), "control"),
+     (json.dumps({"_name_or_path": "org/" + "M" * 100_000}).encode(), "characters")],
+    ids=["deep", "utf8", "digits", "nul", "bidi", "huge-name"],
+)  # fmt: skip
+def test_every_parse_failure_is_one_line_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(text)
+    with pytest.raises(ModelConfigError, match=message) as e:
+        load_config(path)
+    _one_line_naming(e.value, path)
+
+
+def test_oversized_file_is_refused_before_reading(tmp_path):
+    path = tmp_path / "config.json"
+    with path.open("wb") as f:
+        f.truncate(1 << 30)  # sparse: 1 GiB of zeros, never read
+    with pytest.raises(ModelConfigError, match="bytes") as e:
+        load_config(path)
+    _one_line_naming(e.value, path)
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_devices_are_refused(device):
+    import os
+
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    with pytest.raises(ModelConfigError, match="not a regular file") as e:
+        load_config(device)
+    _one_line_naming(e.value, device)
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    result = {}
+
+    def read():
+        try:
+            load_config(fifo)
+        except ModelConfigError as e:
+            result["error"] = str(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # unblock the reader so the test process can end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_config blocked on a FIFO")
+    assert "not a regular file" in result["error"] and str(fifo) in result["error"]
