@@ -9,7 +9,7 @@ from them: :mod:`codegen.opspec`).  Adding an op: its entry here, its args struc
 
 from __future__ import annotations
 
-from .limits import MAX_ROWS
+from .limits import MAX_ROWS, NUM_EXPERTS, NUM_TOKENS
 from .opspec import Float, Group, Int, Limit, OpSpec, Rule, Size, Tensor
 
 # ------------------------------------------------------------------------- shared parts
@@ -184,6 +184,9 @@ ALIGN_IDS = Tensor("topk_ids", "int32", ("M", "topk"),
 def _align_checks(capacity: str, peer_limit: Rule | None) -> tuple:
     return (
         Limit("M", "num_tokens"),
+        Rule(f"M * topk < {NUM_TOKENS.hi}",
+             f"topk_ids must have < 2**{NUM_TOKENS.hi.bit_length() - 1} elements (a pair's "
+             "index is packed in 24 bits), got {M * topk}: M={M}, topk={topk}"),
         Limit("num_experts", "num_experts"),
         Limit("block_size", "align_block_size"),
     ) + ((peer_limit,) if peer_limit else ()) + (
@@ -362,8 +365,9 @@ OPS: dict[str, OpSpec] = {
             outputs=_align_outputs(),
             checks=_align_checks(
                 "sglang_align_capacity",
-                Rule("num_experts <= 1023",
-                     "num_experts must be <= 1023 (num_experts + 1 buckets), got {num_experts}"),
+                Rule(f"num_experts <= {NUM_EXPERTS.hi - 1}",
+                     f"num_experts must be <= {NUM_EXPERTS.hi - 1} (num_experts + 1 buckets), "
+                     "got {num_experts}"),
             ),
             summary=_ALIGN_DOC.format(
                 peer="SGLang", bucket="``id + 1`` (bucket 0: id -1, first, labelled -1)",

@@ -174,7 +174,8 @@ def test_errors_before_any_kernel(cpu_module):
         (lambda: S.moe_align_block_size(ids + 300, 257, 64, torch.zeros(17000, dtype=torch.int32),
                                         torch.zeros(300, dtype=torch.int32), nt, None),
          ValueError, "topk_ids values"),
-        (lambda: S.moe_align_block_size(ids, 1, 64, sti, eid, nt, None), ValueError, ">= 2"),
+        (lambda: S.moe_align_block_size(ids, 1, 64, sti, eid, nt, None), ValueError,
+         r"in \[2, 1024\].*, got 1$"),
         (lambda: S.moe_align_block_size(ids, 257, 64, sti.long(), eid, nt, None), TypeError,
          "sorted_token_ids"),
         (lambda: S.moe_align_block_size(ids, 257, 64, sti, eid, nt, None, True, 1), TypeError,
@@ -353,3 +354,30 @@ def test_align_ops_any_block_size(op, bs):
         _eq(getattr(O, name)(ids.long(), e, bs), getattr(R, name)(ids, e, bs))
     with pytest.raises(ValueError, match=r"block_size must be in \[1, 65536\]"):
         getattr(O, name)(ids, e, 65537)
+
+    assert p[-1].default is False
+
+
+def test_pairs_past_the_kernels_limit_are_a_value_error_in_the_callers_terms(cpu_module):
+    """topk_ids.numel() == 2**24 (M = 2**21, topk = 8): a ValueError before any kernel that
+    names the caller's M and topk, from both drop-ins and the op (was the kernel's
+    RuntimeError for vLLM, and M = 16777216 for SGLang)."""
+    e, k = SMALL
+    m = (1 << 24) // k
+    ids = torch.zeros(m, k, dtype=torch.int32)
+    cap = RC.sglang_align_capacity(ids.numel(), e, 32)
+    sti, eid, nt = (torch.empty(n, dtype=torch.int32) for n in (cap, -(-cap // 32), 1))
+    for fn in (lambda: V.moe_align_block_size(ids, 32, e),
+               lambda: O.moe_align_block_size_vllm(ids, e, 32),
+               lambda: S.moe_align_block_size(ids, e + 1, 32, sti, eid, nt)):  # fmt: skip
+        _no_kernel(cpu_module, fn, ValueError, f"M={m}, topk={k}")
+
+
+@pytest.mark.parametrize("passed", [1025, 1100, 8192, 8193, 10_000])
+def test_sglang_num_experts_errors_name_the_value_passed(cpu_module, passed):
+    """SGLang's num_experts counts the routed experts plus one: its limit errors name the
+    value as the caller passed it (they named one less, under three different limits)."""
+    ids = torch.zeros(4, 8, dtype=torch.int32)
+    sti, eid, nt = (torch.zeros(n, dtype=torch.int32) for n in (1 << 20, 1 << 15, 1))
+    _no_kernel(cpu_module, lambda: S.moe_align_block_size(ids, passed, 64, sti, eid, nt),
+               ValueError, rf"num_experts must be in \[2, 1024\].*got {passed}\b")  # fmt: skip

@@ -154,14 +154,15 @@ def sglang_moe_align_block_size(
         moe_align_block_size_vllm_out,
     )
     from ..reference import compat as R
-    from ..validation import validate_int
+    from ..validation import MAX_NUM_EXPERTS, validate_int
 
     topk_ids = R._check_ids(topk_ids, (1, 2))
     buckets = validate_int(num_experts, "num_experts")
-    if buckets < 2:
+    most = min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)  # buckets: routed + 1
+    if not 2 <= buckets <= most:
         raise ValueError(
-            f"num_experts counts the routed experts plus one (SGLang's num_experts + 1), "
-            f"so it must be >= 2, got {buckets}"
+            f"num_experts must be in [2, {most}] (SGLang's num_experts + 1: the routed "
+            f"experts, at most {most - 1} in our sort, plus one), got {buckets}"
         )
     bs, e, cap = R._check_sizes(topk_ids, block_size, buckets - 1, R.SGLANG_MAX_EXPERTS,
                                 R.sglang_align_capacity)  # fmt: skip
@@ -175,7 +176,8 @@ def sglang_moe_align_block_size(
             R.check_sglang_ids(topk_ids, e, ignore)
         except ValueError as err:
             raise ValueError(f"{err} ({_SGLANG_PLUS_ONE})") from None
-    ids = _ids32(topk_ids).reshape(-1, 1)
+    ids = _ids32(topk_ids)
+    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
     scatter_idx = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
     # Without ids < 0, bucket 0 is empty and takes no rows: the buckets, rows and labels
     # (e - 1 of bucket e) are vLLM's format of the e routed experts.

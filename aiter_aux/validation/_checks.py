@@ -1390,6 +1390,10 @@ def moe_align_block_size_vllm(
     block_size = _int(block_size, "block_size")
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (M * topk < 16777216):
+        raise ValueError(
+            f"topk_ids must have < 2**24 elements (a pair's index is packed in 24 bits), got {M * topk}: M={M}, topk={topk}"
+        )
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_size >= 1 and block_size <= 65536):
@@ -1443,6 +1447,10 @@ def moe_align_block_size_vllm_out(
     block_size = _int(block_size, "block_size")
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (M * topk < 16777216):
+        raise ValueError(
+            f"topk_ids must have < 2**24 elements (a pair's index is packed in 24 bits), got {M * topk}: M={M}, topk={topk}"
+        )
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_size >= 1 and block_size <= 65536):
@@ -1510,6 +1518,10 @@ def moe_align_block_size_sglang(
     block_size = _int(block_size, "block_size")
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (M * topk < 16777216):
+        raise ValueError(
+            f"topk_ids must have < 2**24 elements (a pair's index is packed in 24 bits), got {M * topk}: M={M}, topk={topk}"
+        )
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_size >= 1 and block_size <= 65536):
@@ -1547,6 +1559,10 @@ def moe_align_block_size_sglang_out(
     block_size = _int(block_size, "block_size")
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (M * topk < 16777216):
+        raise ValueError(
+            f"topk_ids must have < 2**24 elements (a pair's index is packed in 24 bits), got {M * topk}: M={M}, topk={topk}"
+        )
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_size >= 1 and block_size <= 65536):
