@@ -75,7 +75,7 @@ class EditResult:
     """What an edit did: the (rounded) shape, the files written with the line of the edit,
     and the new contents of ``SHAPES`` (the catalog the rebuild must use)."""
 
-    action: str  # "added" or "removed"
+    action: str  # "added", "removed" or "present" (add_shape's exist_ok)
     shape: Shape
     lines: dict[Path, int] = field(default_factory=dict)
     shapes: list[Shape] = field(default_factory=list)
@@ -340,7 +340,8 @@ def _comment(given: Shape, shape: Shape, note: str | None) -> str:
     return note + (f" (inter {given[2]} -> {shape[2]})" if given[2] != shape[2] else "")
 
 
-def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) -> EditResult:
+def _edit(action: str, given, note: str | None, catalog_file, ops_file, then,
+          exist_ok: bool = False) -> EditResult:  # fmt: skip
     given = tuple(int(v) for v in given)
     errors = range_errors(given)
     if errors:
@@ -358,6 +359,10 @@ def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) ->
             errors = check_shape(shape, catalog)
             if errors:
                 raise CatalogEditError(f"cannot add {shape}: " + "; ".join(errors))
+            if all(present.values()) and exist_ok:  # added meanwhile: nothing to do
+                result.action = "present"
+                result.shapes = read_catalog(catalog, CATALOG_LIST)
+                return result
             if all(present.values()):
                 raise CatalogEditError(
                     f"{shape} is already in the catalog ({' and '.join(map(str, files))}); "
@@ -397,15 +402,23 @@ def _edit(action: str, given, note: str | None, catalog_file, ops_file, then) ->
 
 
 def add_shape(
-    shape, note: str | None = None, *, catalog_file=None, ops_file=None, then=None
+    shape,
+    note: str | None = None,
+    *,
+    catalog_file=None,
+    ops_file=None,
+    then=None,
+    exist_ok: bool = False,
 ) -> EditResult:
     """Add ``shape`` (inter rounded up to 256) to both lists, commented with ``note`` (the
     model's name; required).  ``then(result)``, if given, runs after the edit while the
     catalog lock is still held (the CLI's rebuild: no other edit changes the catalog before
     it is built and published); if ``then`` raises, the edit is undone (both files as
     before) and the error re-raised.  Raises :class:`CatalogEditError` for an invalid shape,
-    a missing note, or a shape that both lists already hold."""
-    return _edit("added", shape, note, catalog_file, ops_file, then)
+    a missing note, or a shape that both lists already hold; with ``exist_ok`` such a shape
+    is no error: the result's action is ``"present"``, nothing is written and ``then`` does
+    not run (``--from-config``: a concurrent call of the same model added it meanwhile)."""
+    return _edit("added", shape, note, catalog_file, ops_file, then, exist_ok)
 
 
 def remove_shape(shape, *, catalog_file=None, ops_file=None, then=None) -> EditResult:

@@ -224,8 +224,9 @@ def cmd_edit_shape(args) -> int:
 
     then = None if args.no_build else rebuild
     try:
-        if args.command == "add-shape":
-            r = add_shape(args.shape, args.note, then=then)
+        if args.command == "add-shape":  # --from-config: added meanwhile is no error
+            exist_ok = getattr(args, "from_config", None) is not None
+            r = add_shape(args.shape, args.note, then=then, exist_ok=exist_ok)
         else:
             r = remove_shape(args.shape, then=then)
     except Exception:
@@ -236,7 +237,10 @@ def cmd_edit_shape(args) -> int:
             print(f"aiter-aux {args.command}: the build failed: {failed[0]} {state}",
                   file=sys.stderr)  # fmt: skip
         raise
-    if args.no_build:
+    if r.action == "present":
+        print(f"{r.shape} is already in the catalog (added meanwhile by another add-shape): "
+              "nothing to add")  # fmt: skip
+    elif args.no_build:
         print(r.summary())
         print("  not rebuilt (--no-build); run `aiter-aux build`")
     return 0

@@ -9,6 +9,9 @@ is supported by ``is_mxfp4_moe_shape_supported``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -239,3 +242,47 @@ def test_catalog_serves_the_promised_model_layouts(name, tp, fuse):
     d = shapes_from_config(load_config(config(name)), tp, 1, fuse)
     expert, model_dim, _, topk = d.shape
     assert is_mxfp4_moe_shape_supported(expert, model_dim, d.inter // d.moe_tp, topk), d.shape
+
+
+def test_shape_added_by_another_process_meanwhile_is_no_error(tree, monkeypatch, capsys):
+    """The race of concurrent ``--from-config`` calls of one shape, made deterministic: the
+    shape is absent when this call derives it and present once it holds the catalog lock;
+    it says so and exits 0, as the sequential case does."""
+    from aiter_aux import cli as C
+    from aiter_aux import model_cli
+
+    shape = (257, 7168, 1024, 9)
+    without(tree, shape)
+    monkeypatch.setattr(ce, "default_files", lambda: (tree / GEN, tree / OPS))
+    real = model_cli._catalog_view
+
+    def absent_then_added(s):
+        view = real(s)
+        ce.add_shape(s, "another process", **files(tree))  # it wins the race
+        return {}, view[1]
+
+    monkeypatch.setattr(model_cli, "_catalog_view", absent_then_added)
+    code = C.main(["add-shape", "--from-config", config("deepseek_v3"), "--tp", "2",
+                   "--no-build"])  # fmt: skip
+    after = snapshot(tree)
+    out = capsys.readouterr().out
+    assert code == 0 and f"{shape} is already in the catalog" in out, out
+    assert [s for s in ce.read_catalog(tree / GEN, "SHAPES") if s == shape] == [shape]
+    assert after == snapshot(tree)
+
+
+@pytest.mark.robust
+def test_concurrent_from_config_of_one_shape_all_exit_0(tree):
+    shape = (257, 7168, 1024, 9)
+    without(tree, shape)
+    env = dict(os.environ, AITER_AUX_SOURCE_DIR=str(tree), AITER_AUX_BACKEND="cpu",
+               AITER_AUX_CACHE_DIR=str(tree / "cache"))  # fmt: skip
+    cmd = [sys.executable, "-m", "aiter_aux.cli", "add-shape", "--from-config",
+           config("deepseek_v3"), "--tp", "2", "--no-build"]  # fmt: skip
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(8)]  # fmt: skip
+    results = [(p.wait(120), *p.communicate()) for p in procs]
+    assert [r[0] for r in results] == [0] * 8, [r[2] for r in results if r[0]]
+    assert sum(f"added {shape}" in r[1] for r in results) == 1
+    assert ce.read_catalog(tree / GEN, "SHAPES").count(shape) == 1
+    assert ast_test(tree).returncode == 0
