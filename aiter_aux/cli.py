@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -63,6 +64,17 @@ def _type(fn, *args, **kwargs):
 
 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes a uint64
+
+
+def _finite_float(text: str) -> float:
+    """A float option: NaN and the infinities (``nan``, ``inf``, ``1e999``) are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def parse_int(text: str, *, lo: int, hi: int) -> int:
@@ -349,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the fused op with zero_buf_init (GEMM2 accumulator "
         "initialised from a shared expert's output)",
     )
-    p.add_argument("--routed-scaling", type=float, default=1.0, metavar="F",
+    p.add_argument("--routed-scaling", type=_finite_float, default=1.0, metavar="F",
                    help="also run both reduces with routed_scaling_factor=F")  # fmt: skip
     p.add_argument("--quant", choices=("mxfp4", "mxfp8"), default="mxfp4",
                    help="activation format of the quant and fused ops: mxfp4 (a4w4, default) "

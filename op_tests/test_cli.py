@@ -99,7 +99,11 @@ def test_every_subcommand_and_option_has_help():
      (["--repeat", "0"], "--repeat 0: must be at least 1"),
      (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
      (["--shape", "7,256,256,1"], "not in the catalog"),
-     (["--seed", str(2**70)], f"argument --seed: {2**70} is outside [0, {2**64 - 1}]")],
+     (["--seed", str(2**70)], f"argument --seed: {2**70} is outside [0, {2**64 - 1}]"),
+     (["--routed-scaling", "nan"], "argument --routed-scaling: 'nan' is not a finite number"),
+     (["--routed-scaling", "inf"], "argument --routed-scaling: 'inf' is not a finite number"),
+     (["--routed-scaling=-Infinity"], "'-Infinity' is not a finite number"),
+     (["--routed-scaling", "1e999"], "'1e999' is not a finite number")],
 )  # fmt: skip
 def test_run_user_errors_are_one_line(args, fragment, tmp_path):
     if "--shape" not in args:

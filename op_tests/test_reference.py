@@ -885,3 +885,25 @@ def test_validation_sort_buffers_and_no_partial_write():
     out[0] = out[0].reshape(8, 10)
     with pytest.raises(ValueError, match="sorted_token_ids must be a 1-D tensor"):
         R.moe_sort_out(ids, w, 4, 16, MoeSortOutput(*out))
+
+
+@pytest.mark.parametrize("value", [np.float32(2.5), np.float16(0.5), np.float64(1.5),
+                                   np.int32(3), np.int64(-2), np.uint8(7)])  # fmt: skip
+def test_validate_scale_takes_numpy_scalars(value):
+    """What its docstring promises: a numpy scalar of an int or a float."""
+    got = V.validate_scale(value)
+    assert type(got) is float and got == float(value)
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), True, torch.tensor(1.0), np.array([1.0]),
+                                   "1.0", None, 1 + 2j])  # fmt: skip
+def test_validate_scale_refuses_what_is_not_a_number(value):
+    with pytest.raises(TypeError, match="routed_scaling_factor must be a float"):
+        V.validate_scale(value)
+
+
+def test_validate_scale_refuses_an_int_past_float_with_a_value_error():
+    with pytest.raises(
+        ValueError, match="routed_scaling_factor does not fit a float: got an int of 1329 bits"
+    ):
+        V.validate_scale(10**400)

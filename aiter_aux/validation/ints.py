@@ -26,10 +26,20 @@ _int = validate_int
 
 def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
     """Return ``value`` as a float: a Python int or float (or a numpy scalar of one); a
-    bool, a tensor (0-dim included) or anything else raises TypeError."""
+    bool, a tensor (0-dim included) or anything else raises TypeError, an int too large for
+    a float ValueError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    return float(value)
+        kind = getattr(getattr(value, "dtype", None), "kind", "")
+        if type(value).__module__ != "numpy" or kind not in ("i", "u", "f") or getattr(
+                value, "ndim", 1) != 0:  # fmt: skip
+            raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+        value = value.item()  # a numpy scalar: its Python int or float
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{name} does not fit a float: got an int of {value.bit_length()} bits"
+        ) from None
 
 
 _float = validate_scale
