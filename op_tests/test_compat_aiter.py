@@ -710,3 +710,66 @@ def test_import_builds_and_loads_nothing():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _aiter_call_kwargs(op: str, **change):
+    """A valid keyword call of an AITER adapter (M = 4, shape (256, 3072, 256, 8), MB 32)."""
+    m, d, ne, k, mb = 4, 3072, 256, 8, 32
+    g = _gen(5)
+    z = lambda n, dt=torch.int32: torch.zeros(n, dtype=dt)  # noqa: E731
+    ids, w = routing(m, ne, k, g)
+    cap = aiter_capacity(m, k, ne, mb)
+    x = activations(m, d, g)
+    common = dict(NE=ne, TOPK=k, D_HIDDEN=d, MB=mb)
+    sort = dict(topk_ids=ids, topk_weight=w, sorted_token_ids=z(cap),
+                sorted_expert_ids=z(cap // mb), cumsum_tensor=z(2), reverse_sorted=z(m * k),
+                sorted_weights=z(cap, torch.float32), m_indices=z(cap),
+                bf16_zero_out=z(0, torch.bfloat16))  # fmt: skip
+    quant = dict(a_quant=z(m * d // 2, torch.uint8), a_scale=z(m * d // 32, torch.uint8))
+    kw = {
+        "mxfp4_moe_sort_quant": dict(a_input=x, **sort, **quant, **common),
+        "mxfp4_moe_quant": dict(a_input=x, bf16_zero_out=z(0, torch.bfloat16), **quant, **common),
+        "mxfp4_moe_sort": dict(**sort, bf16_zero_workspace=z(0), sort3stage_ws=z(0), M_logical=m,
+                               D_INTER=256, prologue=0, **common),
+        "mxfp4_moe_scatter_reduce": dict(
+            flat_out=torch.zeros(cap, d, dtype=torch.bfloat16), reverse_sorted=z(m * k),
+            sorted_weights=z(cap, torch.float32), out=torch.zeros(m, d, dtype=torch.bfloat16),
+            **common),
+    }[op]  # fmt: skip
+    kw.update(change)
+    return kw
+
+
+def _noncontig(t):
+    return t.t().contiguous().t() if t.dim() == 2 else t[::2]
+
+
+@pytest.mark.parametrize(
+    "op, name, change",
+    [("mxfp4_moe_sort_quant", "a_input", lambda t: t.float()),
+     ("mxfp4_moe_sort_quant", "a_input", _noncontig),
+     ("mxfp4_moe_sort_quant", "a_input", lambda t: t.to("meta")),
+     ("mxfp4_moe_sort_quant", "topk_weight", lambda t: t.half()),
+     ("mxfp4_moe_sort_quant", "topk_weight", _noncontig),
+     ("mxfp4_moe_sort_quant", "topk_weight", lambda t: t.to_sparse()),
+     ("mxfp4_moe_sort_quant", "topk_ids", lambda t: t.long()),
+     ("mxfp4_moe_sort_quant", "topk_ids", _noncontig),
+     ("mxfp4_moe_quant", "a_input", lambda t: t.float()),
+     ("mxfp4_moe_quant", "a_input", _noncontig),
+     ("mxfp4_moe_sort", "topk_weight", lambda t: t.half()),
+     ("mxfp4_moe_sort", "topk_weight", lambda t: t.to("meta")),
+     ("mxfp4_moe_scatter_reduce", "flat_out", lambda t: t.half()),
+     ("mxfp4_moe_scatter_reduce", "flat_out", _noncontig)],
+)  # fmt: skip
+def test_dtype_and_layout_errors_name_aiters_arguments(op, name, change):
+    """docs/compat.md: the adapters' errors name AITER's arguments (``a_input``,
+    ``topk_weight``, ``flat_out``), never ours (``x``, ``topk_weights``, ``expert_out``)."""
+    import re
+
+    kw = _aiter_call_kwargs(op)
+    kw[name] = change(kw[name])
+    with pytest.raises((TypeError, ValueError)) as e:
+        getattr(A, op)(**kw)
+    msg = str(e.value)
+    assert re.search(rf"\b{name}\b", msg), msg
+    assert not re.search(r"\b(x|topk_weights|expert_out|a_q|zero_buf)\b", msg), msg

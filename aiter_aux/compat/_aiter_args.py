@@ -7,6 +7,7 @@ and returns the view of it that our op takes.  Imports torch and the ops lazily:
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,7 +53,26 @@ def _tensor(t: object, name: str) -> Tensor:
     torch = _torch()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (strided) tensor, got {t.layout}")
     return t
+
+
+#: Our ops' argument names -> AITER's (docs/compat.md, "Argument mapping").
+_AITER_NAMES = {"x": "a_input", "topk_weights": "topk_weight", "a_q": "a_quant",
+                "zero_buf": "bf16_zero_out", "zero_buf_init": "bf16_out_init",
+                "num_valid_ids": "cumsum_tensor", "expert_out": "flat_out",
+                "expert_out_q": "flat_out_q", "expert_out_scale": "flat_out_scale"}  # fmt: skip
+_OUR_NAME = re.compile(r"\b(" + "|".join(_AITER_NAMES) + r")\b(?= (?:must|is|has)\b)")
+
+
+def _aiter_error(e: Exception) -> Exception:
+    """``e`` (a TypeError / ValueError of our op) naming AITER's arguments where it names
+    ours (``x must have dtype ...`` -> ``a_input must have dtype ...``)."""
+    if type(e) not in (TypeError, ValueError):
+        return e
+    text = _OUR_NAME.sub(lambda m: _AITER_NAMES[m.group(1)], str(e))
+    return e if text == str(e) else type(e)(text)
 
 
 def _contiguous(t: Tensor, name: str) -> Tensor:

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 # ``__path__``, which imports the ops (torch, the JIT); importing the module object does not.
 from ..ops import moe_mxfp4_aux as _catalog
 from ._aiter_args import (
+    _aiter_error,
     _bytes2d,
     _check_sort3stage_ws,
     _contiguous,
@@ -162,8 +163,11 @@ def mxfp4_moe_sort_quant(
         {**named, "a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
         {"a_input": x, "topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero,
-                              zero_buf_init=init)  # fmt: skip
+    try:
+        _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero,
+                                  zero_buf_init=init)  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
     for dst, src in copies:
         dst.copy_(src)
 
@@ -240,7 +244,10 @@ def mxfp4_moe_sort(
         {**named, "bf16_zero_out": zero, "bf16_zero_workspace": ws},
         {"topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
+    try:
+        _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
     if ws is not None:
         ws.zero_()
     for dst, src in copies:
@@ -288,7 +295,10 @@ def mxfp4_moe_quant(
         {"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
         {"a_input": x, "bf16_out_init": init},
     )
-    _ops().mxfp4_quant_out(x, aq, asc)
+    try:
+        _ops().mxfp4_quant_out(x, aq, asc)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
     if init is not None:  # bit for bit, NaN payloads included
         zero.view(_torch().int16).copy_(init.view(_torch().int16))
     elif zero is not None:
@@ -354,7 +364,10 @@ def mxfp4_moe_sort_scales(
         {"a_scale_sorted_shuffled": out},
         {"a_scale": s, "sorted_token_ids": sti, "cumsum_tensor": nv},
     )
-    _ops().moe_sort_scales_out(s, sti, nv, mb, out)
+    try:
+        _ops().moe_sort_scales_out(s, sti, nv, mb, out)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
 
 
 def mxfp4_moe_scatter_reduce(
@@ -388,7 +401,10 @@ def mxfp4_moe_scatter_reduce(
     eo = _rows(_tensor(flat_out, "flat_out"), "flat_out", d, (torch.bfloat16,))
     eo = eo[: sw.numel()]
     _no_overlap({"out": o}, {"flat_out": eo, "reverse_sorted": rev, "sorted_weights": sw})
-    _ops().moe_scatter_reduce_out(eo, rev, sw, topk, o)
+    try:
+        _ops().moe_scatter_reduce_out(eo, rev, sw, topk, o)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
 
 
 def mxfp4_moe_scatter_reduce_q(
@@ -428,4 +444,7 @@ def mxfp4_moe_scatter_reduce_q(
         {"out": o},
         {"flat_out_q": q, "flat_out_scale": s, "reverse_sorted": rev, "sorted_weights": sw},
     )
-    _ops().moe_scatter_reduce_q_out(q, s, rev, sw, topk, o)
+    try:
+        _ops().moe_scatter_reduce_q_out(q, s, rev, sw, topk, o)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
