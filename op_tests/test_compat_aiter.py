@@ -564,7 +564,7 @@ def _sort_call(**over):
         (dict(cumsum_tensor=torch.zeros(4, dtype=torch.int32)[::2]), ValueError, "contiguous"),
         (dict(bf16_zero_out=torch.zeros(10000, dtype=torch.float32)), TypeError,
          "bf16_zero_out"),
-        (dict(topk_ids=torch.zeros(3, 8, dtype=torch.int64)), TypeError, "topk_ids"),
+        (dict(topk_ids=torch.zeros(3, 8, dtype=torch.int16)), TypeError, "topk_ids"),
         # AITER's check (prologue 1): int32, >= NE*16 + NE elements
         (dict(prologue=1, sort3stage_ws=torch.zeros(256 * 17 - 1, dtype=torch.int32)),
          ValueError, "sort3stage_ws is too small"),
@@ -752,7 +752,7 @@ def _noncontig(t):
      ("mxfp4_moe_sort_quant", "topk_weight", lambda t: t.half()),
      ("mxfp4_moe_sort_quant", "topk_weight", _noncontig),
      ("mxfp4_moe_sort_quant", "topk_weight", lambda t: t.to_sparse()),
-     ("mxfp4_moe_sort_quant", "topk_ids", lambda t: t.long()),
+     ("mxfp4_moe_sort_quant", "topk_ids", lambda t: t.short()),  # int64 ids are taken
      ("mxfp4_moe_sort_quant", "topk_ids", _noncontig),
      ("mxfp4_moe_quant", "a_input", lambda t: t.float()),
      ("mxfp4_moe_quant", "a_input", _noncontig),

@@ -355,8 +355,6 @@ def test_align_ops_any_block_size(op, bs):
     with pytest.raises(ValueError, match=r"block_size must be in \[1, 65536\]"):
         getattr(O, name)(ids, e, 65537)
 
-    assert p[-1].default is False
-
 
 def test_pairs_past_the_kernels_limit_are_a_value_error_in_the_callers_terms(cpu_module):
     """topk_ids.numel() == 2**24 (M = 2**21, topk = 8): a ValueError before any kernel that

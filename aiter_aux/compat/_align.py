@@ -101,7 +101,8 @@ def vllm_moe_align_block_size(
             R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
     if want_scatter and expert_map is not None and not ignore:
         raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
-    ids = _ids32(topk_ids).reshape(-1, 1)
+    ids = _ids32(topk_ids)
+    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
     kw = dict(dtype=torch.int32, device=ids.device)
     sorted_ids = torch.empty(cap, **kw)
     expert_ids = torch.empty(-(-cap // bs), **kw)
@@ -267,7 +268,8 @@ def vllm_custom_moe_align_block_size(
         if emap.device.type == "cpu":
             R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
         maps["expert_map"] = emap
-    ids = _ids32(topk_ids).reshape(-1, 1)
+    ids = _ids32(topk_ids)
+    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
     sc = (
         scatter_idx.view(-1)
         if scatter_idx is not None
