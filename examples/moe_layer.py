@@ -68,8 +68,9 @@ def dequant(q: torch.Tensor, scale: torch.Tensor, quant: str) -> torch.Tensor:
 
 def quantise(x: torch.Tensor, quant: str) -> tuple[torch.Tensor, torch.Tensor]:
     """mxfp4_quant / mxfp8_quant of bf16 rows.  The compiled quant is specialised by the row
-    width and the catalog holds model_dims: rows of another width (GEMM 1's inter_dim,
-    usually) are quantised by the reference, which gives the same bytes."""
+    width: a width the catalog lacks (GEMM 1's inter_dim, usually) is built on demand by
+    its first call.  Under AITER_AUX_DISABLE_JIT=1 such rows are quantised by the
+    reference, which gives the same bytes."""
     try:
         return getattr(aiter_aux, f"{quant}_quant")(x)
     except aiter_aux.UnsupportedShapeError:

@@ -205,3 +205,15 @@ def test_an_op_header_edit_recompiles_only_its_ops_objects(tmp_path, header, mos
     path.write_text(path.read_text() + "\n// an edit\n")
     second = last_json(py(BUILD, env))
     assert first["compiled"] == first["n"] and 1 <= second["compiled"] <= most, second
+
+
+def test_shape_status_says_servable_and_prebuilt():
+    import aiter_aux
+
+    s = aiter_aux.mxfp4_moe_shape_status(257, 7168, 256, 9)  # a catalog shape
+    assert s == (True, True, "") and aiter_aux.is_mxfp4_moe_shape_supported(257, 7168, 256, 9)
+    s = aiter_aux.mxfp4_moe_shape_status(8, 4096, 14336, 2)  # Mixtral TP1: built on demand
+    assert s.servable and not s.prebuilt and s.reason == ""
+    s = aiter_aux.mxfp4_moe_shape_status(8, 2880, 2880, 2)  # hidden not padded to 256
+    assert not s.servable and not s.prebuilt and "multiple of 256" in s.reason
+    assert not aiter_aux.mxfp4_moe_shape_status(2000, 4096, 256, 8).servable

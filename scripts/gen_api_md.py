@@ -30,6 +30,8 @@ SECTIONS = [
         [
             "MXFP4_MOE_SUPPORTED_SHAPES",
             "is_mxfp4_moe_shape_supported",
+            "mxfp4_moe_shape_status",
+            "ShapeStatus",
             "is_mxfp4_moe_scatter_supported",
             "round_inter_dim",
         ],

@@ -190,7 +190,16 @@ def ensure(module, inst) -> None:
         if module.has(inst.key):
             return
         _refuse_in_capture(module.backend, inst.key)
-        tc = toolchain_mod.select(module.backend)
+        try:
+            tc = toolchain_mod.select(module.backend)
+        except toolchain_mod.ToolchainError as e:
+            if aux_env.get("AITER_AUX_DISABLE_JIT"):  # no cache to look in: nothing to load
+                raise JitDisabledError(
+                    f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT and install "
+                    f"the {module.backend} compiler): it is not in the loaded module, and "
+                    f"without a compiler ({e}) the cache holds none"
+                ) from None
+            raise
         kb = KeyBuild.of(tc, inst)
         hit = kb.published()
         if hit is not None and _load_library(*hit, module, inst):

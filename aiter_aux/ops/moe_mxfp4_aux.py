@@ -140,8 +140,9 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
 
 
 def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
-    """True when moe_scatter_reduce / moe_scatter_reduce_q have an instance for
-    ``(model_dim, topk)`` (some catalog shape has that model_dim and topk)."""
+    """True when moe_scatter_reduce / moe_scatter_reduce_q have a prebuilt instance for
+    ``(model_dim, topk)`` (some catalog shape has that model_dim and topk); another is built
+    on demand by its first call."""
     return (int(model_dim), int(topk)) in _SCATTER_KEYS
 
 
