@@ -217,3 +217,46 @@ def test_shape_status_says_servable_and_prebuilt():
     s = aiter_aux.mxfp4_moe_shape_status(8, 2880, 2880, 2)  # hidden not padded to 256
     assert not s.servable and not s.prebuilt and "multiple of 256" in s.reason
     assert not aiter_aux.mxfp4_moe_shape_status(2000, 4096, 256, 8).servable
+
+
+FORK = """
+import os, signal, sys, threading, time
+import torch
+import aiter_aux
+from aiter_aux.jit import lock, ondemand, spec
+from aiter_aux.ops import _library
+held = threading.Event()
+
+def first_call_in_progress():  # holds what a first op call holds while it loads and builds
+    for name, obj in (("spec", spec), ("library", _library)):
+        obj._LOCK.acquire()
+    lock._THREAD_LOCK.acquire()
+    ondemand._KEY_LOCKS_GUARD.acquire()
+    held.set()
+    time.sleep(3600)
+
+threading.Thread(target=first_call_in_progress, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:  # the child: its first op call must not wait for a thread it does not have
+    q, s = aiter_aux.mxfp4_quant(torch.zeros(2, 3072, dtype=torch.bfloat16))
+    os._exit(0 if int(q.sum()) == 0 else 3)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("CHILD", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, signal.SIGKILL)
+    print("HANG")
+"""
+
+
+def test_fork_while_another_thread_holds_the_loader_locks(small):
+    """A worker pool that forks while another thread makes the first op call: the child's
+    own first op call runs (the locks are new after fork), it does not hang."""
+    _src, env = small
+    p = py(FORK, env)
+    assert p.stdout.strip().splitlines()[-1:] == ["CHILD 0"], p.stdout + p.stderr[-3000:]

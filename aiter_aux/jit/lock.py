@@ -35,6 +35,16 @@ except ImportError:  # Windows: builders are serialised by .lock only
     fcntl = None
 
 _THREAD_LOCK = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    """A child of fork has one thread: a lock a vanished thread held would stay held."""
+    global _THREAD_LOCK
+    _THREAD_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 _REPORT_EVERY_S = 5.0
 
 

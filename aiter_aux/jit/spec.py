@@ -66,6 +66,17 @@ if TYPE_CHECKING:  # imported where used: a cache hit needs neither
 log = logging.getLogger("aiter_aux")
 
 _LOCK = threading.RLock()
+
+
+def _new_lock_after_fork() -> None:
+    """A child of fork has one thread: a lock a vanished thread held would stay held (a
+    worker pool that forks while another thread makes the first op call)."""
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 _LOADED: dict[str, AuxModule] = {}  # backend -> the one module loaded for it
 _CHECKED: set[tuple[str, str]] = set()  # (backend, key) known to be in the loaded module
 _PINNED: list[int] = []  # descriptors of loaded modules, kept open (see the module doc)
