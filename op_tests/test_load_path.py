@@ -583,3 +583,33 @@ def test_op_call_for_a_key_added_since_is_built_on_demand(small, tmp_path):
     go.touch()
     out, err = proc.communicate(timeout=900)
     assert "SAME True" in out, out + err[-2000:]
+
+
+OTHER_ABI = """
+import torch
+import aiter_aux
+x = torch.zeros(2, 3072, dtype=torch.bfloat16)
+for i in range(3):
+    try:
+        aiter_aux.mxfp4_quant(x)
+        print("RAN", i)
+    except Exception as e:
+        print("ERROR", i, type(e).__name__, str(e)[:300])
+"""
+
+
+def test_sources_of_another_abi_never_load_a_module(tmp_path):
+    """P1: kernel sources whose ABI version differs from the package's are refused before
+    any module is built or loaded from them, on every call (a module's static initialisers
+    register its kernels as it loads: a refused module must never have loaded)."""
+    src = make_sources(tmp_path / "src")
+    header = src / "csrc" / "kernels" / "mxfp4_moe" / "mxfp4_moe_aux_abi.h"
+    text = header.read_text()
+    old = next(ln for ln in text.splitlines() if ln.startswith("#define AITER_AUX_ABI_VERSION"))
+    header.write_text(text.replace(old, "#define AITER_AUX_ABI_VERSION 5"))
+    cache = tmp_path / "cache"
+    p = py(OTHER_ABI, env_for(cache, src))
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(ln.startswith(f"ERROR {i} ") for i, ln in enumerate(lines)), p
+    assert all("ABI version 5" in ln and "AITER_AUX_SOURCE_DIR" in ln for ln in lines), lines
+    assert not list(cache.rglob("*.so")), "a module was built from them"

@@ -169,6 +169,7 @@ def build_module(
     :class:`JitDisabledError`, :class:`CacheSafetyError` / :class:`CacheDirError` or
     ``ValueError`` (bad catalog)."""
     t0 = time.perf_counter()
+    paths.check_source_abi()
     inputs = BuildInputs.of(toolchain_mod.select(backend), shapes)
     force = aux_env.get("AITER_AUX_REBUILD") if force is None else force
     jit_disabled = aux_env.get("AITER_AUX_DISABLE_JIT")

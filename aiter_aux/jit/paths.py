@@ -73,6 +73,30 @@ def source_root() -> Path:
     )
 
 
+class SourceAbiError(RuntimeError):
+    """The kernel sources are of another ABI version than this package."""
+
+
+def check_source_abi() -> None:
+    """Refuse kernel sources (:func:`source_root`) whose ``AITER_AUX_ABI_VERSION`` differs
+    from this package's, before anything is built from them or loaded: a module's static
+    initialisers register its kernels with torch as it loads, so a module of another ABI
+    must never load (:class:`SourceAbiError`)."""
+    import re
+
+    from .module import ABI_VERSION
+
+    header = kernels_dir() / "mxfp4_moe_aux_abi.h"
+    m = re.search(r"^#define AITER_AUX_ABI_VERSION (\d+)", header.read_text(), re.M)
+    if m is None or int(m.group(1)) != ABI_VERSION:
+        found = m.group(1) if m else "none"
+        raise SourceAbiError(
+            f"the kernel sources at {source_root()} have ABI version {found}, this package "
+            f"{ABI_VERSION}: point AITER_AUX_SOURCE_DIR at the sources of this package (or "
+            "unset it)"
+        )
+
+
 def kernels_dir() -> Path:
     return source_root() / "csrc" / "kernels" / "mxfp4_moe"
 

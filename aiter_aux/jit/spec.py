@@ -125,7 +125,9 @@ def _load(path: Path, sha256: str, *, safe: bool) -> AuxModule | None:
     try:
         module = AuxModule(path, load_from=proc if proc.exists() else path)
     except (OSError, RuntimeError, AttributeError) as e:  # not a loadable module of this ABI
-        os.close(fd)
+        # The descriptor stays open: glibc knows a loaded object by its name, so a reused
+        # /proc/self/fd/N would hand a later load the refused object.
+        _PINNED.append(fd)
         reason = str(e) if str(path) in str(e) else f"{path}: {e}"
         raise _Refused(path, reason) from e
     _PINNED.append(fd)
@@ -222,6 +224,7 @@ class ModuleSpec:
             with _LOCK:
                 module = _LOADED.get(self.backend)
                 if module is None:
+                    paths.check_source_abi()  # before any module (of them) can load
                     module = self.try_load() or self._build_and_load()
                     ondemand.install(module)
                     _LOADED[self.backend] = module
