@@ -11,6 +11,7 @@ whose key is no longer in the catalog are removed; other files are left alone.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,10 @@ def stage(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> 
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, fsync: bool = True) -> None:
-    """Replace ``path`` by ``data`` atomically: a reader sees the old or the new bytes."""
+    """Replace ``path`` by ``data`` atomically: a reader sees the old or the new bytes.  A
+    directory at ``path`` (no reader can use it) is removed first."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
     tmp = stage(path, data, mode, fsync=fsync)
     try:
         os.replace(tmp, path)

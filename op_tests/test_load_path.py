@@ -613,3 +613,27 @@ def test_sources_of_another_abi_never_load_a_module(tmp_path):
     assert len(lines) == 3 and all(ln.startswith(f"ERROR {i} ") for i, ln in enumerate(lines)), p
     assert all("ABI version 5" in ln and "AITER_AUX_SOURCE_DIR" in ln for ln in lines), lines
     assert not list(cache.rglob("*.so")), "a module was built from them"
+
+
+def test_manifest_that_is_no_regular_json_file_counts_as_no_manifest(small):
+    """P7: a directory, a deeply nested document, a FIFO or a link to /dev/zero at the
+    manifest's name: the op call and the build go on (they replace it under the lock);
+    nothing hangs, grows without bound or raises a traceback."""
+    _src, _cache, env, first = small
+    manifest = Path(first["dir"]) / "manifest.json"
+    for kind in ("directory", "nested", "fifo", "dev_zero"):
+        manifest.unlink()
+        if kind == "directory":
+            manifest.mkdir()
+        elif kind == "nested":
+            manifest.write_text("[" * 200_000 + "]" * 200_000)
+        elif kind == "fifo":
+            os.mkfifo(manifest)
+        else:
+            manifest.symlink_to("/dev/zero")
+        got = last_json(py(LOAD, env, KEY_A))  # no current catalog module: the binding's
+        assert got["n"] == 1, (kind, got)
+        got = last_json(py(BUILD, env))  # republishes the catalog's module and its manifest
+        assert got["module"] == first["module"], (kind, got)
+        assert manifest.is_file() and not manifest.is_symlink(), kind
+        assert json.loads(manifest.read_text())["module"] == Path(first["module"]).name, kind

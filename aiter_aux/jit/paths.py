@@ -333,10 +333,30 @@ class BuildInputs:
         return cls(tc, shapes, catalog, sources, digest, directory)
 
 
+MANIFEST_MAX_BYTES = 1 << 20  # a manifest lists at most a few thousand keys
+
+
 def read_manifest(directory: Path) -> dict | None:
+    """The manifest of ``directory`` as a dict, or None when there is none that reads: not a
+    regular file (a directory, a FIFO: opened without blocking), larger than
+    :data:`MANIFEST_MAX_BYTES` (a link to /dev/zero), nested too deeply or not JSON."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
+        fd = open_regular(directory / MANIFEST)
+    except OSError:
+        return None
+    if fd is None:
+        return None
+    try:
+        data = os.read(fd, MANIFEST_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MANIFEST_MAX_BYTES:
+        return None
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
 
