@@ -80,7 +80,9 @@ def main() -> int:
     ap.add_argument("--backend", choices=("cuda", "cpu"), default="cuda")
     args = ap.parse_args()
     dev = "'cuda'" if args.backend == "cuda" else "'cpu'"
-    root = os.environ.get("AITER_AUX_CACHE_DIR") or tempfile.mkdtemp(prefix="aux_ondemand_")
+    from aiter_aux import env as aux_env
+
+    root = aux_env.get("AITER_AUX_CACHE_DIR") or tempfile.mkdtemp(prefix="aux_ondemand_")
     env = dict(os.environ, AITER_AUX_CACHE_DIR=root, PYTHONUNBUFFERED="1")
     for name, code in CALLS.items():
         got = child(code.replace("DEV", dev), env)

@@ -136,7 +136,8 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
 
     shape = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
     errors = codegen_module("catalog").validate_shape(shape)
-    return ShapeStatus(not errors, shape in MXFP4_MOE_SUPPORTED_SHAPES, "; ".join(errors))
+    reason = "; ".join(e.removeprefix(f"{shape}: ") for e in errors)
+    return ShapeStatus(not errors, shape in MXFP4_MOE_SUPPORTED_SHAPES, reason)
 
 
 def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
