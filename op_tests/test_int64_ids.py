@@ -1,5 +1,5 @@
 """The native ops take int64 ``topk_ids`` (what ``torch.topk`` returns) with the same output
-bytes as int32 (issue 32 item 5): moe_sort, moe_sort_quant (MXFP4 and MXFP8, with and
+bytes as int32: moe_sort, moe_sort_quant (MXFP4 and MXFP8, with and
 without expert_map), moe_sum's ``topk_ids`` and both align ops, on the CPU module, against
 the same op on int32 ids and the reference.  int64 values past int32 keep their meaning
 (dropped / skipped) instead of wrapping.  The int32 path is unchanged: the wrappers retry
