@@ -222,15 +222,14 @@ int aiter_aux_pdl(void);  // the switch's value (0 or 1)
 // miss it calls the resolver, which may build and register the instance, then looks again.
 #define AITER_AUX_MAX_REGISTERED 4096
 // Adds an instance (the key is copied); 0 on success, -1 when the table is full.
-int aiter_aux_register_instance(const char* key, int32_t op, const int32_t* params,
-                                AiterAuxFn fn);
+int aiter_aux_register_instance(const char* key, int32_t op, const int32_t* params, AiterAuxFn fn);
 const AiterAuxInstance* aiter_aux_find_registered(int32_t op, const int32_t* params,
                                                   int32_t num_params);  // NULL if absent
 int aiter_aux_num_registered(void);
 // Makes the instance of `op` for `params` available (registers it) and returns 0, or returns
 // non-zero with "<ErrorType>: <message>" in `error` (or an empty `error`: none available).
-typedef int (*AiterAuxResolver)(int32_t op, const int32_t* params, int32_t num_params,
-                                char* error, int32_t error_size);
+typedef int (*AiterAuxResolver)(int32_t op, const int32_t* params, int32_t num_params, char* error,
+                                int32_t error_size);
 void aiter_aux_set_resolver(AiterAuxResolver resolver);  // NULL: none
 AiterAuxResolver aiter_aux_resolver(void);
 // What an instance library (instance_lib.cpp) is linked to when it is loaded: the module's

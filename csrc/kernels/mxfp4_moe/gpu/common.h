@@ -56,9 +56,10 @@ inline bool valid_block_m(int bm) {
   return bm == 16 || bm == 32 || bm == 64 || bm == 128;
 }
 
-// Row p is the first row of a block of bm rows.  A power of two (every block_m of moe_sort)
-// takes the mask as before; any other bm (the peers' formats: 8, 48, ...) a remainder.  bm is
-// uniform over the launch, so the branch is too.
+// Row p is the first row of a block of bm rows, for any bm >= 1 (the peers' formats: 8, 48,
+// ...): a mask for a power of two, else a remainder.  bm is uniform over the launch, so the
+// branch is too.  moe_sort's own format tests the mask alone (SortFormat::first_row): its
+// block_m is a power of two, and the remainder costs the sort kernels SGPR spills on CDNA.
 __host__ __device__ __forceinline__ bool block_first_row(int p, int bm) {
   return (bm & (bm - 1)) == 0 ? (p & (bm - 1)) == 0 : p % bm == 0;
 }

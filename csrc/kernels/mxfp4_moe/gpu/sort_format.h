@@ -59,6 +59,8 @@ struct SortFormat {
   __device__ __forceinline__ static int32_t reverse(int row, int /*j*/) { return row; }
   __device__ __forceinline__ static int32_t label(const A& /*a*/, int e) { return e; }
   __device__ __forceinline__ static int32_t tail_label(const A& /*a*/) { return -1; }
+  // block_m of moe_sort is a power of two (16, 32, 64, 128)
+  __device__ __forceinline__ static bool first_row(int p, int bm) { return (p & (bm - 1)) == 0; }
 };
 
 template <IdFormat F>
@@ -84,6 +86,8 @@ struct SortFormat<AlignSortArgs<F>> {
   __device__ __forceinline__ static int32_t tail_label(const A& a) {
     return a.labels != nullptr ? a.labels[a.labels_last] : -1;
   }
+  // the peers' block_size: any value in [1, 2^16]
+  __device__ __forceinline__ static bool first_row(int p, int bm) { return block_first_row(p, bm); }
 };
 
 // Rows [rows + start, max_rows) (step `stride`) get the padding id and blocks

@@ -184,7 +184,7 @@ __device__ __forceinline__ void mid_sort_block(const A& a, MidSmem<E>& sm, int g
     if (key1 < E) {
       const int p = sm.u.row.base[key1] + sm.wcnt[warp][key1] + rank1;
       write_pair_row<K>(a, p, j1, wt1);
-      if (block_first_row(p, a.block_m))
+      if (SortFormat<A>::first_row(p, a.block_m))
         a.sorted_expert_ids[p / a.block_m] = SortFormat<A>::label(a, key1);
     } else if (j1 < ce) {
       a.reverse_sorted[j1] = -1;

@@ -207,7 +207,7 @@ __device__ __forceinline__ void warp_place(const A& a, int wb, int we, uint16_t*
         if (key < E) {
           const int p = base[key] + before + rank;
           write_pair_row<K>(a, p, j, wts[s]);
-          if (kExpertIds && block_first_row(p, a.block_m))
+          if (kExpertIds && SortFormat<A>::first_row(p, a.block_m))
             a.sorted_expert_ids[p / a.block_m] = SortFormat<A>::label(a, key);
         } else {
           a.reverse_sorted[j] = -1;
