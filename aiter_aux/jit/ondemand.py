@@ -63,10 +63,6 @@ _PINNED: list[int] = []  # descriptors of loaded instance libraries (names stay 
 _LIBS: list[C.CDLL] = []
 
 
-def _digest(*parts: str) -> str:
-    return paths._digest(*parts)
-
-
 @dataclass(frozen=True)
 class KeyBuild:
     """The instance library of ``key`` for toolchain ``tc``: its sources, inputs digest and
@@ -88,7 +84,7 @@ class KeyBuild:
         headers = codegen_module("instances").instance_headers(tc.backend, inst.op)
         text = "".join(f'#include "{h}"\n' for h in headers)  # what the TU includes
         link = kernels / "instance_lib.cpp"
-        digest = _digest(
+        digest = paths._digest(
             "aiter_aux instance library 1",
             tc.fingerprint,
             paths.codegen_digest(),
