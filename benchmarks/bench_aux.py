@@ -70,7 +70,7 @@ from auxbench.cases import (  # noqa: E402
     make_base,
     op_spec,
 )
-from auxbench.common import is_mxfp4_moe_shape_supported, log, ops  # noqa: E402
+from auxbench.common import log, mxfp4_moe_shape_status, ops  # noqa: E402
 from auxbench.floors import print_floors  # noqa: E402
 from auxbench.goals import evaluate  # noqa: E402
 from auxbench.measure import run_op  # noqa: E402
@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"unknown op(s) {unknown}; choose from {', '.join(OPS)}")
         return 2
     for shape in shapes:
-        if not is_mxfp4_moe_shape_supported(*shape):
-            log(f"shape {shape_str(shape)} is not in the catalog (see `aiter-aux list`)")
+        status = mxfp4_moe_shape_status(*shape)
+        if not status.servable:
+            log(f"shape {shape_str(shape)}: {status.reason}")
             return 2
     if args.floors:
         print_floors(shapes, tokens, args.block_m, args.seed, args.zero_buf)

@@ -11,9 +11,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 try:
-    from aiter_aux import ops
+    from aiter_aux import mxfp4_moe_shape_status, ops
     from aiter_aux import reference as ref
-    from aiter_aux.ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
     from aiter_aux.pipeline import draw_routing
     from aiter_aux.types import MoeSortOutput
 except ImportError as exc:  # pragma: no cover - environment problem
@@ -26,7 +25,7 @@ __all__ = [
     "REPO",
     "MoeSortOutput",
     "draw_routing",
-    "is_mxfp4_moe_shape_supported",
+    "mxfp4_moe_shape_status",
     "log",
     "ops",
     "ref",

@@ -6,14 +6,14 @@
 // instance serves every shape and dtype: model_dim and topk are run-time values, the dtype
 // selects one of the kernels below.
 //
-// The row policies are moe_scatter_reduce's (scatter.h, scatter_small.h), with the same
-// memory traffic per output element (topk rows read once, the output written once) minus the
-// scatter's indirection (a slot's row is input[t, k], no reverse_sorted / weight load):
-// one thread per (token, V consecutive columns) unit, grid-stride; at
-// M <= small_max_tokens<false>() 8-byte loads in small_shape<false>().threads-thread blocks
-// with up to kSmallMaxBatch slots' loads issued together, above it 16-byte loads in
-// kThreads-thread blocks, 8 slots at a time.  model_dim not a multiple of the vector: one
-// element per thread (same order, same bits).  A skipped slot issues no load.
+// Two kernels, each one thread per (token, V consecutive columns) unit with the
+// scatter's memory traffic per output element (topk rows read once, the output written
+// once) minus its indirection (a slot's row is input[t, k], no reverse_sorted / weight
+// load): sum_kernel loads a unit's slots itself, kKB at a time, grid-stride; at decode sizes
+// sum_split_kernel spreads a unit's slots over kKP threads and sums them from shared memory.
+// launch_sum picks the shape (measured by tests/sum_sweep.cu).  model_dim not a multiple of
+// the vector: 8-byte or one-element units (same order, same bits).  A skipped slot issues no
+// load.
 #pragma once
 
 #include "../sum_codec.h"
@@ -23,7 +23,6 @@ namespace aiter_aux {
 namespace gpu {
 namespace sum_detail {
 
-using scatter_detail::kSmallMaxBatch;
 using scatter_detail::kThreads;
 
 // Bytes per element of an AiterAuxDType.
@@ -155,6 +154,73 @@ __global__ __launch_bounds__(kT) void sum_kernel(AiterAuxSumArgs a, int num_bloc
   }
 }
 
+// The split shape of small M: each thread loads one 16-byte vector of one slot, the block's
+// kKP slot lanes x (kT / kKP) column units staged in shared memory, then the first lane of
+// each unit sums its slots in order (the same adds in the same order as sum_kernel).  Spreads
+// a token's topk rows over kKP times more threads and blocks than sum_kernel, so that a
+// decode-sized call's loads come from many SMs in one round trip.  topk <= kKP; model_dim a
+// multiple of the 16-byte vector.
+template <int kDT, int kKP, int kT>
+__global__ __launch_bounds__(kT) void sum_split_kernel(AiterAuxSumArgs a, int col_blocks,
+                                                       bool in_al, bool out_al) {
+  const PdlScope pdl;
+  constexpr int kE = elem_bytes<kDT>();
+  constexpr int V = 16 / kE;
+  constexpr int kC = kT / kKP;  // column units per block
+  __shared__ uint32_t stage[kKP][kC][4];
+  __shared__ bool kept[kKP][kC];
+  const int64_t D = a.model_dim, K = a.topk, per_row = D / V;
+  const int64_t t = block_idx() / col_blocks;
+  const int c = thread_idx() % kC, k = thread_idx() / kC;
+  const int64_t cu = static_cast<int64_t>(block_idx() % col_blocks) * kC + c;
+  const bool live = cu < per_row;
+  const char* in = static_cast<const char*>(a.input);
+  const bool ok = live && k < K && slot_kept(a, t, k);
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  if (ok) load_vec<16>(in + ((t * K + k) * D + cu * V) * kE, in_al, w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) stage[k][c][i] = w[i];
+  kept[k][c] = ok;
+  block_sync();
+  if (k != 0 || !live) return;
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kKP; ++i) {
+    if (i >= K) break;
+    if (!kept[i][c]) continue;
+    uint32_t r[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) r[q] = stage[i][c][q];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = f32_add_rn(acc[j], elem_f32<kDT>(r, j));
+  }
+  scatter_detail::scale_sum<V>(acc, a.routed_scaling_factor);
+  uint32_t o[4];
+  if constexpr (kDT == AITER_AUX_DTYPE_F32) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) o[j] = sum_codec::f32_bits_to_out(as_u32(acc[j]), kDT);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      o[j] = sum_codec::f32_bits_to_out(as_u32(acc[2 * j]), kDT) |
+             (sum_codec::f32_bits_to_out(as_u32(acc[2 * j + 1]), kDT) << 16);
+  }
+  store_vec<16>(static_cast<char*>(a.output) + (t * D + cu * V) * kE, out_al, o);
+}
+
+template <int kDT, int kKP, int kT>
+inline int launch_sum_split(const AiterAuxSumArgs& a, void* stream) {
+  constexpr int kC = kT / kKP;
+  const int64_t per_row = a.model_dim / (16 / elem_bytes<kDT>());
+  const int col_blocks = static_cast<int>(ceil_div_i64(per_row, kC));
+  const bool in_al = is_aligned(a.input, 16), out_al = is_aligned(a.output, 16);
+  AITER_AUX_LAUNCH((sum_split_kernel<kDT, kKP, kT>), dim3(a.num_tokens * col_blocks), dim3(kT),
+                   static_cast<hipStream_t>(stream))(a, col_blocks, in_al, out_al);
+  return check_launch("moe_sum");
+}
+
 template <int kDT, int V, int kT, int kKB>
 inline int launch_sum_shape(const AiterAuxSumArgs& a, void* stream, int max_blocks) {
   constexpr int kB = V * elem_bytes<kDT>();
@@ -167,17 +233,31 @@ inline int launch_sum_shape(const AiterAuxSumArgs& a, void* stream, int max_bloc
   return check_launch("moe_sum");
 }
 
-// The shape of M and model_dim (scatter's policy: small_max_tokens / small_shape / kThreads).
+// Inputs up to this many bytes take the split shape (sum_split_kernel).
+constexpr int64_t kSplitMaxBytes = int64_t(1) << 20;
+
+// The launch shape of (M, topk, model_dim), from tests/sum_sweep.cu on the H200 (bf16, the
+// four (topk, model_dim) of the benchmark's sum rows, M = 1 .. 16384, PDL on): the split
+// shape up to kSplitMaxBytes of input (M <= 8 at (8, 7168), <= 32 at (8, 2048): 5-25 %
+// faster than one thread per unit there, which loads all topk rows of its columns from one
+// SM), above it 16-byte loads, 256 threads with 4 slots in flight for topk <= 4, else 128
+// threads with 8 (within 7 % of the sweep's best shape from M = 16 on; the earlier 8-byte
+// shape up to M = 1024 was 1.3-3.5x slower than these from M = 32 to 1024).
 template <int kDT>
 inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
   constexpr int kE = elem_bytes<kDT>();
-  constexpr int kSmallT = scatter_detail::small_shape<false>().threads;
-  if (a.num_tokens <= scatter_detail::small_max_tokens<false>()) {
-    if (a.model_dim % (8 / kE) == 0)
-      return launch_sum_shape<kDT, 8 / kE, kSmallT, kSmallMaxBatch>(a, stream, 65535);
-  } else if (a.model_dim % (16 / kE) == 0) {
-    return launch_sum_shape<kDT, 16 / kE, kThreads, 8>(a, stream, 8192);
+  constexpr int kV = 16 / kE;
+  const int64_t K = a.topk;
+  if (a.model_dim % kV == 0) {
+    if (K <= 16 && a.num_tokens * K * a.model_dim * kE <= kSplitMaxBytes) {
+      if (K <= 4) return launch_sum_split<kDT, 4, 128>(a, stream);
+      if (K <= 8) return launch_sum_split<kDT, 8, 128>(a, stream);
+      return launch_sum_split<kDT, 16, 256>(a, stream);
+    }
+    if (K <= 4) return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);
+    return launch_sum_shape<kDT, kV, 128, 8>(a, stream, 65535);
   }
+  if (a.model_dim % (8 / kE) == 0) return launch_sum_shape<kDT, 8 / kE, 128, 16>(a, stream, 65535);
   return launch_sum_shape<kDT, 1, kThreads, 8>(a, stream, 65535);
 }
 

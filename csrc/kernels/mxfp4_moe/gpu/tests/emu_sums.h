@@ -75,6 +75,7 @@ uint32_t rand_sum_bits(std::mt19937& rng, int dt) {
 // mode: 0 every slot, 1 topk_ids (some < 0), 2 topk_ids + expert_map (gaps, ids past it),
 // 3 topk_ids + an empty expert_map (nothing local).  kV > 0: that launch shape directly,
 // with a grid of `blocks` (the grid-stride loop), else the op's choice.
+// kV > 0: sum_kernel's shape (kV, kT, kKB); kV < 0: sum_split_kernel's (kKP = kKB, kT).
 template <int kDT, int kV = 0, int kT = 0, int kKB = 0>
 void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, float scale,
                   bool misalign = false, int blocks = 65535) {
@@ -113,6 +114,8 @@ void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, floa
   int rc;
   if constexpr (kV > 0)
     rc = sum_detail::launch_sum_shape<kDT, kV, kT, kKB>(a, nullptr, blocks);
+  else if constexpr (kV < 0)
+    rc = sum_detail::launch_sum_split<kDT, kKB, kT>(a, nullptr);
   else
     rc = moe_sum(a, nullptr);
   std::vector<uint8_t> want(n_out * kE);
@@ -136,6 +139,7 @@ void run_sum_case(int64_t m, int64_t k, int64_t d, uint32_t seed, int mode, floa
       std::string("moe_sum ") + names[kDT] + " M=" + std::to_string(m) +
       " topk=" + std::to_string(k) + " D=" + std::to_string(d) + " mode " + std::to_string(mode) +
       (kV > 0 ? " shape " + std::to_string(kV) + "x" + std::to_string(kT) : "") +
+      (kV < 0 ? " split " + std::to_string(kKB) + "x" + std::to_string(kT) : "") +
       (misalign ? " misaligned" : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   if (m * d > 0) check_pdl(tag);
@@ -168,6 +172,14 @@ void test_sums_dtype() {
   run_sum_case<kDT, kL, 256, 8>(7, 9, 96, 12, 1, 1.0f, true, 2);
   run_sum_case<kDT, 1, 256, 8>(5, 9, 33, 13, 2, 2.5f, false, 1);
   run_sum_case<kDT, kL, 256, 8>(3, 11, 7168, 14, 0, 1.0f, false, 5);
+  // the split shapes: topk below, at and (16) up to the slot lanes, skipped slots, a partial
+  // last column block, misaligned
+  run_sum_case<kDT, -1, 128, 4>(3, 1, 3 * kL, 15, 2, 1.0f);
+  run_sum_case<kDT, -1, 128, 4>(2, 4, 40 * kL, 16, 1, 2.5f, true);
+  run_sum_case<kDT, -1, 128, 8>(4, 7, 17 * kL, 17, 2, 1.0f);
+  run_sum_case<kDT, -1, 128, 8>(1, 8, 7168, 18, 0, -0.75f);
+  run_sum_case<kDT, -1, 256, 16>(3, 16, 2560, 19, 3, 1.0f, true);
+  run_sum_case<kDT, -1, 256, 16>(2, 11, 9 * kL, 20, 1, 1.0f);
 }
 
 void test_sums() {

@@ -1,0 +1,150 @@
+// Device-side timing of moe_sum's launch shapes (development tool, not built by the package):
+// the op's own launch ("auto") and every candidate of gpu/sums.h's sum_kernel (V columns per
+// thread x kT threads per block x kKB slots loaded together, one unit per thread or a
+// grid-stride loop over `cap` blocks), bf16 rows [M, topk, model_dim] at the four
+// (topk, model_dim) of the benchmark's sum rows, M = 1 .. 16384, PDL off and on; CUDA-graph
+// replay of back-to-back launches.  Every shape's output must equal the op's byte for byte.
+// Build and run on the GPU machine (repo root):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
+//     csrc/kernels/mxfp4_moe/gpu/tests/sum_sweep.cu -o /tmp/sum_sweep && /tmp/sum_sweep
+// (arguments: the token counts to run, default all).  Prints CSV: topk,D,M,pdl,shape,us;
+// then per (topk, D, M, pdl) the fastest shape as "best,topk,D,M,pdl,shape,us,auto_us".
+#define AITER_AUX_SWEEP_NO_MAIN
+#include "sort_sweep.cu"  // CK, graph_us
+
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+namespace {
+
+namespace sm = aiter_aux::gpu::sum_detail;
+constexpr int kBF16 = AITER_AUX_DTYPE_BF16;
+
+std::vector<std::string> g_best;
+
+AiterAuxSumArgs make_args(int m, int k, int d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> in(size_t(m) * k * d);
+  for (auto& v : in) v = static_cast<uint16_t>(0x3C00u + rng() % 0x0800u) | ((rng() & 1u) << 15);
+  uint16_t *d_in, *d_out;
+  CK(cudaMalloc(&d_in, in.size() * 2 + 16));
+  CK(cudaMalloc(&d_out, size_t(m) * d * 2 + 16));
+  CK(cudaMemcpy(d_in, in.data(), in.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  AiterAuxSumArgs a = {};
+  a.input = d_in;
+  a.num_tokens = m;
+  a.model_dim = d;
+  a.topk = k;
+  a.dtype = kBF16;
+  a.routed_scaling_factor = 1.0f;
+  a.output = d_out;
+  return a;
+}
+
+void sweep_case(int k, int d, int m, cudaStream_t st) {
+  AiterAuxSumArgs a = make_args(m, k, d, 1000u * d + 10u * k + m);
+  const size_t out_bytes = size_t(m) * d * 2;
+  auto run_auto = [&a, st]() { return aiter_aux::gpu::moe_sum(a, st); };
+  aiter_aux::set_pdl_enabled(false);
+  CK(cudaMemsetAsync(a.output, 0xFF, out_bytes, st));
+  if (run_auto() != 0) {
+    printf("%d,%d,%d,-,auto,FAIL %s\n", k, d, m, g_last_error.c_str());
+    return;
+  }
+  CK(cudaStreamSynchronize(st));
+  std::vector<uint16_t> want(size_t(m) * d), got(want.size());
+  CK(cudaMemcpy(want.data(), a.output, out_bytes, cudaMemcpyDeviceToHost));
+  std::vector<std::pair<std::string, std::function<int()>>> shapes;
+  shapes.emplace_back("auto", run_auto);
+  auto add = [&](auto v, auto t, auto kb, int cap) {
+    constexpr int kV = decltype(v)::value, kT = decltype(t)::value, kKB = decltype(kb)::value;
+    if (d % kV != 0) return;
+    const int64_t units = int64_t(m) * (d / kV);
+    if (cap != 65535 && (units + kT - 1) / kT <= cap) return;  // same as one unit per thread
+    shapes.emplace_back(std::to_string(kV * 2) + "Bx" + std::to_string(kT) + "/k" +
+                            std::to_string(kKB) + (cap == 65535 ? "" : "/g" + std::to_string(cap)),
+                        [&a, st, cap]() { return sm::launch_sum_shape<kBF16, kV, kT, kKB>(a, st, cap); });
+  };
+  using I = std::integral_constant<int, 0>;
+  (void)sizeof(I);
+#define C(x) std::integral_constant<int, x>()
+  for (int cap : {65535, 8192, 2112, 1056, 528}) {
+    if (cap != 65535 && m < 256) continue;
+    add(C(2), C(64), C(16), cap);
+    add(C(2), C(128), C(16), cap);
+    add(C(4), C(64), C(16), cap);
+    add(C(4), C(128), C(16), cap);
+    add(C(4), C(256), C(16), cap);
+    add(C(8), C(64), C(8), cap);
+    add(C(8), C(128), C(8), cap);
+    add(C(8), C(256), C(8), cap);
+    add(C(8), C(512), C(8), cap);
+    add(C(8), C(128), C(4), cap);
+    add(C(8), C(256), C(4), cap);
+  }
+  auto add_split = [&](auto kp, auto t) {
+    constexpr int kKP = decltype(kp)::value, kT = decltype(t)::value;
+    if (k > kKP || d % 8 != 0 || m > 4096) return;
+    shapes.emplace_back("split" + std::to_string(kKP) + "x" + std::to_string(kT),
+                        [&a, st]() { return sm::launch_sum_split<kBF16, kKP, kT>(a, st); });
+  };
+  add_split(C(4), C(64));
+  add_split(C(4), C(128));
+  add_split(C(8), C(64));
+  add_split(C(8), C(128));
+  add_split(C(8), C(256));
+  add_split(C(16), C(128));
+  add_split(C(16), C(256));
+#undef C
+  for (const bool pdl : {false, true}) {
+    aiter_aux::set_pdl_enabled(pdl);
+    std::string best;
+    float best_us = 1e30f, auto_us = 0.0f;
+    for (auto& [name, launch] : shapes) {
+      CK(cudaMemsetAsync(a.output, 0xFF, out_bytes, st));
+      if (launch() != 0) {
+        printf("%d,%d,%d,%d,%s,FAIL %s\n", k, d, m, pdl, name.c_str(), g_last_error.c_str());
+        continue;
+      }
+      CK(cudaStreamSynchronize(st));
+      CK(cudaMemcpy(got.data(), a.output, out_bytes, cudaMemcpyDeviceToHost));
+      if (memcmp(got.data(), want.data(), out_bytes) != 0) {
+        printf("%d,%d,%d,%d,%s,MISMATCH\n", k, d, m, pdl, name.c_str());
+        continue;
+      }
+      const float us = graph_us(st, launch);
+      printf("%d,%d,%d,%d,%s,%.3f\n", k, d, m, pdl, name.c_str(), us);
+      if (name == "auto") auto_us = us;
+      if (us < best_us) {
+        best_us = us;
+        best = name;
+      }
+    }
+    char line[256];
+    snprintf(line, sizeof(line), "best,%d,%d,%d,%d,%s,%.3f,%.3f", k, d, m, pdl, best.c_str(),
+             best_us, auto_us);
+    g_best.push_back(line);
+  }
+  aiter_aux::set_pdl_enabled(false);
+  CK(cudaFree(const_cast<void*>(a.input)));
+  CK(cudaFree(a.output));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::vector<int> ms;
+  for (int i = 1; i < argc; ++i) ms.push_back(atoi(argv[i]));
+  if (ms.empty()) ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384};
+  printf("topk,D,M,pdl,shape,us\n");
+  const int kd[4][2] = {{8, 7168}, {8, 4096}, {4, 2880}, {8, 2048}};
+  for (const auto& s : kd)
+    for (int m : ms) sweep_case(s[0], s[1], m, st);
+  for (const auto& line : g_best) printf("%s\n", line.c_str());
+  CK(cudaStreamDestroy(st));
+  return 0;
+}
