@@ -228,27 +228,10 @@ __global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_r
   }
 }
 
+// The large-M launch (grid-stride, 16-byte row loads; MXFP4: 32 columns per unit).
 template <int D, int K, bool kQ>
-inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
-  static_assert(D > 0, "model_dim must be positive");
-  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
-  if (a.model_dim != D)
-    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
-  if (a.topk != K)
-    return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
-  if (a.num_tokens < 0 || a.num_rows < 0)
-    return fail_invalid("%s: negative num_tokens / num_rows", op);
-  if (a.num_tokens == 0) return AITER_AUX_OK;
-  if (a.reverse_sorted == nullptr || a.out == nullptr)
-    return fail_invalid("%s: null tensor pointer", op);
-  if (a.num_rows > 0) {
-    const bool missing = kQ ? (a.expert_out_q == nullptr || a.expert_out_scale == nullptr)
-                            : (a.expert_out == nullptr);
-    if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
-  }
+inline int launch_scatter_large(const AiterAuxScatterArgs& a, void* stream, const char* op) {
   const bool out_al16 = is_aligned(a.out, 16);
-  if (a.num_tokens <= small_max_tokens<kQ>())
-    return launch_scatter_small_auto<D, K, kQ>(a, stream, op);
   if constexpr (kQ) {
     const int64_t units = a.num_tokens * (D / 32);
     const int blocks = static_cast<int>(clamp_i64(ceil_div_i64(units, kThreadsQ), 1, 65535));
@@ -269,6 +252,29 @@ inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char
   AITER_AUX_LAUNCH((scatter_reduce_kernel<D, K>), dim3(blocks), dim3(kThreads),
                    static_cast<hipStream_t>(stream))(a, blocks, in_al, out_al16);
   return check_launch(op);
+}
+
+template <int D, int K, bool kQ>
+inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
+  static_assert(D > 0, "model_dim must be positive");
+  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  if (a.model_dim != D)
+    return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
+  if (a.topk != K)
+    return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
+  if (a.num_tokens < 0 || a.num_rows < 0)
+    return fail_invalid("%s: negative num_tokens / num_rows", op);
+  if (a.num_tokens == 0) return AITER_AUX_OK;
+  if (a.reverse_sorted == nullptr || a.out == nullptr)
+    return fail_invalid("%s: null tensor pointer", op);
+  if (a.num_rows > 0) {
+    const bool missing = kQ ? (a.expert_out_q == nullptr || a.expert_out_scale == nullptr)
+                            : (a.expert_out == nullptr);
+    if (missing || a.sorted_weights == nullptr) return fail_invalid("%s: null tensor pointer", op);
+  }
+  if (a.num_tokens <= small_max_tokens<kQ>())
+    return launch_scatter_small_auto<D, K, kQ>(a, stream, op);
+  return launch_scatter_large<D, K, kQ>(a, stream, op);
 }
 
 }  // namespace scatter_detail

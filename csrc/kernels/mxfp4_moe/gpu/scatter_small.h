@@ -35,11 +35,16 @@ struct SmallShape {
 };
 
 // The shapes by M * model_dim: decode_shape up to kDecodeMaxElems output elements (M <= 4
-// at model_dim 7168), small_shape above.  Measured on the H200 (tests/scatter_sweep.cu, every
-// candidate at M = 1-8, model_dim 2560-7168, topk 8-16, PDL on): bf16 4 columns per thread
-// in 128-thread blocks (1-3 % faster than 64 threads; 8 columns or 256 threads slower),
-// MXFP4 8 columns in 64-thread blocks (16 and 32 columns 20-80 % slower).
+// at model_dim 7168), small_shape up to kSmallMidElems, mid_shape above.  Measured on the
+// H200 (tests/scatter_sweep.cu, every candidate at M = 1-8, model_dim 2560-7168, topk 8-16,
+// PDL on): bf16 4 columns per thread in 128-thread blocks (1-3 % faster than 64 threads;
+// 8 columns or 256 threads slower), MXFP4 8 columns in 64-thread blocks (16 and 32 columns
+// 20-80 % slower).  The same sweep at M = 16-1024 (SWEEP_MS): bf16 8 columns (16-byte
+// loads) in 128-thread blocks from M * model_dim > 2^18 (M = 64 at model_dim 7168), 1.1-1.44x
+// faster than 4 columns at M = 256 and within 7 % of the best shape from there on (the
+// large-M kernel 0-50 % slower); below it 4 columns stay within 4 %.
 constexpr int64_t kDecodeMaxElems = 4 * 7168;
+constexpr int64_t kSmallMidElems = int64_t(1) << 18;
 template <bool kQ>
 __host__ __device__ constexpr SmallShape decode_shape() {
   return kQ ? SmallShape{8, 64} : SmallShape{4, 128};
@@ -47,6 +52,10 @@ __host__ __device__ constexpr SmallShape decode_shape() {
 template <bool kQ>
 __host__ __device__ constexpr SmallShape small_shape() {
   return kQ ? SmallShape{8, 64} : SmallShape{4, 128};
+}
+template <bool kQ>
+__host__ __device__ constexpr SmallShape mid_shape() {
+  return kQ ? SmallShape{8, 64} : SmallShape{8, 128};
 }
 
 // The columns per thread of a shape asking for kV: MXFP4 kV (8, 16 or 32 divide every
@@ -264,9 +273,12 @@ template <int D, int K, bool kQ>
 inline int launch_scatter_small_auto(const AiterAuxScatterArgs& a, void* stream, const char* op) {
   constexpr SmallShape kDec = decode_shape<kQ>();
   constexpr SmallShape kSmall = small_shape<kQ>();
+  constexpr SmallShape kMid = mid_shape<kQ>();
   if (a.num_tokens * D <= kDecodeMaxElems)
     return launch_scatter_small<D, K, kQ, kDec.v, kDec.threads>(a, stream, op);
-  return launch_scatter_small<D, K, kQ, kSmall.v, kSmall.threads>(a, stream, op);
+  if (kQ || a.num_tokens * D <= kSmallMidElems)
+    return launch_scatter_small<D, K, kQ, kSmall.v, kSmall.threads>(a, stream, op);
+  return launch_scatter_small<D, K, kQ, kMid.v, kMid.threads>(a, stream, op);
 }
 
 }  // namespace scatter_detail

@@ -1134,6 +1134,7 @@ int main() {
   run_scatter_case<100, 2, false>(1030, 20, 91);
   run_scatter_case<256, 9, true>(300, 300, 92, true);
   run_scatter_case<2560, 11, true>(260, 40, 93);
+  run_scatter_case<1024, 5, false>(300, 60, 101);  // M * D > 2^18: mid_shape
   // every small-M launch shape (V columns per thread x threads per block) the decode rule can
   // pick: bf16 V = 8 (16-byte loads; V = 4 where D % 8 != 0), MXFP4 V = 16, 32; M = 1..4,
   // partial blocks, the grid-stride loop (M = 70 at 64 threads), unaligned rows, extremes

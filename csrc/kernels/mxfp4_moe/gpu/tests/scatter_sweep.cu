@@ -135,6 +135,8 @@ void sweep_case(int m, cudaStream_t st) {
     add(std::integral_constant<int, 8>(), std::integral_constant<int, 128>());
     add(std::integral_constant<int, 8>(), std::integral_constant<int, 256>());
   }
+  shapes.emplace_back("large",
+                      [&a, st]() { return sc::launch_scatter_large<D, K, kQ>(a, st, "shape"); });
   for (const bool pdl : {false, true}) {
     aiter_aux::set_pdl_enabled(pdl);
     std::string best;
@@ -170,9 +172,19 @@ void sweep_case(int m, cudaStream_t st) {
 
 template <int D, int K>
 void sweep_dk(cudaStream_t st) {
-  for (int m : {1, 2, 4, 8}) {
+  // SWEEP_MS=m1,m2,...: other token counts (default 1, 2, 4, 8); SWEEP_NO_Q=1: bf16 only
+  std::vector<int> ms = {1, 2, 4, 8};
+  if (const char* env = getenv("SWEEP_MS")) {
+    ms.clear();
+    for (const char* p = env; *p;) {
+      ms.push_back(atoi(p));
+      while (*p && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+  }
+  for (int m : ms) {
     sweep_case<D, K, false>(m, st);
-    sweep_case<D, K, true>(m, st);
+    if (getenv("SWEEP_NO_Q") == nullptr) sweep_case<D, K, true>(m, st);
   }
 }
 

@@ -63,9 +63,10 @@ void sweep_case(int k, int d, int m, cudaStream_t st) {
     if (d % kV != 0) return;
     const int64_t units = int64_t(m) * (d / kV);
     if (cap != 65535 && (units + kT - 1) / kT <= cap) return;  // same as one unit per thread
-    shapes.emplace_back(std::to_string(kV * 2) + "Bx" + std::to_string(kT) + "/k" +
-                            std::to_string(kKB) + (cap == 65535 ? "" : "/g" + std::to_string(cap)),
-                        [&a, st, cap]() { return sm::launch_sum_shape<kBF16, kV, kT, kKB>(a, st, cap); });
+    shapes.emplace_back(
+        std::to_string(kV * 2) + "Bx" + std::to_string(kT) + "/k" + std::to_string(kKB) +
+            (cap == 65535 ? "" : "/g" + std::to_string(cap)),
+        [&a, st, cap]() { return sm::launch_sum_shape<kBF16, kV, kT, kKB>(a, st, cap); });
   };
   using I = std::integral_constant<int, 0>;
   (void)sizeof(I);
