@@ -202,9 +202,8 @@ def ensure(module, inst) -> None:
         except toolchain_mod.ToolchainError as e:
             if aux_env.get("AITER_AUX_DISABLE_JIT"):  # no cache to look in: nothing to load
                 raise JitDisabledError(
-                    f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT and install "
-                    f"the {module.backend} compiler): it is not in the loaded module, and "
-                    f"without a compiler ({e}) the cache holds none"
+                    f"no instance '{inst.key}' (fix: install the {module.backend} compiler and "
+                    f"unset AITER_AUX_DISABLE_JIT): {e}"
                 ) from None
             raise
         kb = KeyBuild.of(tc, inst)
@@ -213,10 +212,8 @@ def ensure(module, inst) -> None:
             return
         if aux_env.get("AITER_AUX_DISABLE_JIT"):
             raise JitDisabledError(
-                f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT, or make this "
-                "call once with JIT on to cache it): it is not in the loaded "
-                f"{module.backend} module nor in the cache ({kb.directory}), and "
-                "AITER_AUX_DISABLE_JIT=1 builds nothing"
+                f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT or call once with "
+                "JIT on to cache it)"
             )
         from . import build as build_mod
 

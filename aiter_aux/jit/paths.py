@@ -56,7 +56,8 @@ class CacheDirError(CacheSafetyError):
 
 
 class JitDisabledError(RuntimeError):
-    """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
+    """AITER_AUX_DISABLE_JIT=1 and no module in the cache serves the backend: an op call
+    builds none (``aiter_aux.JitDisabledError``; the fix is in the message)."""
 
 
 @cache

@@ -243,9 +243,8 @@ class ModuleSpec:
             if self.refused is not None:
                 why = f"the cached module does not load ({self.refused.reason})"
             raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this process on "
-                f"{self.backend}: {why}; unset AITER_AUX_DISABLE_JIT or run "
-                "`aiter-aux build` first"
+                f"no {self.backend} {MODULE_NAME} and AITER_AUX_DISABLE_JIT=1 builds none (fix: "
+                f"unset it or run `aiter-aux build` first): {why}"
             )
         # the catalog's module when the loader refused it (relinked: its objects are there),
         # else the module of no shape

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
 #include "core_cpu.h"
 
@@ -28,8 +27,9 @@ int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
   if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
     return invalid_arg("%s: block_size=%d not in [1, %d]", op, a.block_size,
                        AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
-  if (a.numel < 0 || a.numel >= kMaxTokens)
-    return invalid_arg("%s: numel=%lld out of [0, 2^24)", op, (long long)a.numel);
+  if (a.numel < 0 || a.numel >= AITER_AUX_MAX_NUM_TOKENS)
+    return invalid_arg("%s: numel=%lld out of [0, %d)", op, (long long)a.numel,
+                       AITER_AUX_MAX_NUM_TOKENS);
   if (a.capacity < need || a.capacity > kInt32Max - 65536)
     return invalid_arg("%s: capacity=%lld must be >= %lld and <= 2^31 - 2^16 - 1", op,
                        (long long)a.capacity, (long long)need);

@@ -9,7 +9,6 @@
 // for a power of two >= 16.  docs/compat.md is the spec.
 #pragma once
 
-#include "../aiter_aux_limits.h"
 #include "sort.h"
 
 namespace aiter_aux {
@@ -24,8 +23,9 @@ inline int check_align_args(const AiterAuxAlignArgs& a, const char* op, int64_t 
   if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
     return fail_invalid("%s: block_size %d not in [1, %d]", op, a.block_size,
                         AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
-  if (a.numel < 0 || a.numel >= (int64_t(1) << 24))
-    return fail_invalid("%s: numel %lld out of [0, 2^24)", op, (long long)a.numel);
+  if (a.numel < 0 || a.numel >= AITER_AUX_MAX_NUM_TOKENS)
+    return fail_invalid("%s: numel %lld out of [0, %d)", op, (long long)a.numel,
+                        AITER_AUX_MAX_NUM_TOKENS);
   if (a.capacity < need || a.capacity > INT32_MAX - 65536)
     return fail_invalid("%s: capacity %lld must be >= %lld and < 2^31 - 2^16", op,
                         (long long)a.capacity, (long long)need);
@@ -63,7 +63,8 @@ inline AlignSortArgs<F> align_sort_args(const AiterAuxAlignArgs& a, int nb) {
 // NB buckets: the kernels' E.
 template <int NB, IdFormat F>
 inline int launch_align(const AiterAuxAlignArgs& a, void* stream, const char* op) {
-  static_assert(NB >= 1 && NB <= kMaxSortExperts, "buckets must be in [1, 1024]");
+  static_assert(NB >= 1 && NB <= kMaxSortExperts,
+                "buckets must be in [1, AITER_AUX_MAX_NUM_EXPERTS]");
   static_assert(sort_smem_bytes<NB>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   const AlignSortArgs<F> k = align_sort_args<F>(a, NB);
   const SortProblem p{a.numel,           1, NB,    a.block_size, a.expert_map != nullptr,
