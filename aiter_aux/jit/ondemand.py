@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .. import env as aux_env
 from . import paths
-from .paths import KEYS_DIR, MANIFEST, JitDisabledError, codegen_module
+from .paths import KEYS_DIR, MANIFEST, JitDisabledError, codegen_module, renew_after_fork
 
 log = logging.getLogger("aiter_aux")
 FORMAT = 1
@@ -48,17 +48,8 @@ _RESOLVER_T = C.CFUNCTYPE(
 _STATE = threading.local()  # .error: the exception of this thread's last failed resolve
 _KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _KEY_LOCKS_GUARD = threading.Lock()
-
-
-def _new_locks_after_fork() -> None:
-    """A child of fork has one thread: locks a vanished thread held would stay held."""
-    global _KEY_LOCKS_GUARD
-    _KEY_LOCKS_GUARD = threading.Lock()
-    _KEY_LOCKS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_locks_after_fork)
+renew_after_fork(globals(), "_KEY_LOCKS", dict)
+renew_after_fork(globals(), "_KEY_LOCKS_GUARD", threading.Lock)
 _PINNED: list[int] = []  # descriptors of loaded instance libraries (names stay unique)
 _LIBS: list[C.CDLL] = []
 

@@ -57,7 +57,14 @@ from .. import env as aux_env
 from . import ondemand, paths
 from . import toolchain as toolchain_mod
 from .module import AuxModule, InstanceMissingError  # noqa: F401 (re-exported)
-from .paths import MODULE_NAME, JitDisabledError, check_safe, codegen_module, sha256_fd
+from .paths import (
+    MODULE_NAME,
+    JitDisabledError,
+    check_safe,
+    codegen_module,
+    renew_after_fork,
+    sha256_fd,
+)
 
 if TYPE_CHECKING:  # imported where used: a cache hit needs neither
     from .build import BuildResult
@@ -66,17 +73,7 @@ if TYPE_CHECKING:  # imported where used: a cache hit needs neither
 log = logging.getLogger("aiter_aux")
 
 _LOCK = threading.RLock()
-
-
-def _new_lock_after_fork() -> None:
-    """A child of fork has one thread: a lock a vanished thread held would stay held (a
-    worker pool that forks while another thread makes the first op call)."""
-    global _LOCK
-    _LOCK = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+renew_after_fork(globals(), "_LOCK", threading.RLock)
 _LOADED: dict[str, AuxModule] = {}  # backend -> the one module loaded for it
 _CHECKED: set[tuple[str, str]] = set()  # (backend, key) known to be in the loaded module
 _PINNED: list[int] = []  # descriptors of loaded modules, kept open (see the module doc)
