@@ -31,7 +31,6 @@ namespace cpu {
 
 namespace detail {
 
-constexpr int64_t kInt32Max = 2147483647;
 
 // ------------------------------------------------------------------ moe_sort
 
