@@ -88,3 +88,23 @@ def test_no_module_under_disable_jit_says_the_fix_first(monkeypatch, tmp_path):
         "(fix: unset it or run `aiter-aux build` first): "
     ), text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("in_catalog", [True, False])
+def test_why_an_instance_is_missing_is_short_with_the_fix_in_front(in_catalog):
+    """The restart / add-shape note of a module that lacks a key: one line, the fix before
+    the reasons, no paths."""
+    from aiter_aux.jit import spec
+
+    catalog = paths.catalog_on_disk(paths.source_root() / paths.CATALOG_FILE).SHAPES
+    keys = [i.key for i in paths.codegen_module("instances").enumerate_instances(catalog)]
+    key = keys[0] if in_catalog else "moe_sort_e99_k9"
+
+    class Module(NoInstances):
+        path = paths.source_root()
+
+    text = spec.why_missing(Module(), key)
+    fix = "(fix: restart the process;" if in_catalog else "(fix: `aiter-aux add-shape"
+    assert text.startswith(f"{key} is not in this process's cpu module"), text
+    assert fix in text and "\n" not in text and len(text) <= LONGEST, (len(text), text)
+    assert str(paths.source_root()) not in text

@@ -297,23 +297,21 @@ def why_missing(module: AuxModule, key: str) -> str:
     """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
     process when the catalog on disk has the key (its shape was added after this process read
     the catalog), add the shape when it does not."""
-    where = f"{key} is not in the {module.backend} module this process loaded ({module.path})"
-    restart = "a process loads one module per backend (loading registers its ops)"
+    where = f"{key} is not in this process's {module.backend} module"
     path = paths.source_root() / paths.CATALOG_FILE
     try:
         shapes = paths.catalog_on_disk(path).SHAPES
         keys = {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
     except Exception:  # a catalog file being edited: say only what is sure
-        return f"{where}; {restart}, so restart the process after `aiter-aux build`"
-    if key in keys:
+        return f"{where} (fix: `aiter-aux build`, then restart the process)"
+    if key in keys:  # a process loads one module per backend: loading registers its ops
         return (
-            f"{where}, but the catalog on disk ({path}) has it: its shape was added after "
-            f"this process read the catalog, and {restart}: restart the process"
+            f"{where}, but the catalog on disk has it (fix: restart the process; its shape "
+            "was added after the module loaded)"
         )
     return (
-        f"{where}, and no shape of the catalog ({path}) gives it. To add a model shape: "
-        "`aiter-aux add-shape E,MODEL_DIM,INTER,TOPK --note MODEL` (it rebuilds; or add the "
-        "tuple to both lists and run `aiter-aux build`), then restart the process"
+        f"{where} nor in any catalog shape (fix: `aiter-aux add-shape E,MODEL_DIM,INTER,TOPK`, "
+        "then restart the process)"
     )
 
 
