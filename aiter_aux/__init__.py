@@ -6,10 +6,11 @@ The public API is importable from here: the ops (``moe_sort``, ``moe_sort_quant`
 each with its ``_out`` form; :mod:`aiter_aux.ops`), the dispatcher predicates
 (``is_mxfp4_moe_shape_supported``: prebuilt; ``mxfp4_moe_shape_status``: servable at all,
 built on demand) and the catalog,
-``MoeSortOutput``, ``moe_sort_capacity`` and ``UnsupportedShapeError``.  The ops are
-``torch.ops.aiter_aux.*`` custom ops: they are defined when :mod:`aiter_aux.ops` is
-imported, which ``import aiter_aux`` does at once in a process that has imported torch
-(else on first use of an op), so the command-line tool starts without torch.  No
+``MoeSortOutput``, ``moe_sort_capacity``, ``UnsupportedShapeError`` and
+``JitDisabledError``.  The ops are ``torch.ops.aiter_aux.*`` custom ops: they are defined
+when :mod:`aiter_aux.ops` is imported, which ``import aiter_aux`` does at once in a process
+that has imported torch (else on first use of an op), so the command-line tool starts without
+torch.  No
 compiled module is loaded before the first op call (:mod:`aiter_aux.jit`).
 """
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 from . import __version__, env
+from .limits import BLOCK_M_VALUES, MAX_NUM_TOKENS
 from .shapes import ShapeError, parse_ints, parse_shape
 
 DESCRIPTION = """\
@@ -334,10 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_type(parse_shape), required=True, metavar="E,D,INTER,TOPK",
                    help="a catalog shape; INTER is rounded up to 256 (640 -> 768)")  # fmt: skip
     p.add_argument("--tokens", default=[1, 16, 512, 4096], metavar="M,M,...",
-                   type=_type(parse_ints, lo=0, hi=(1 << 24) - 1),
-                   help="comma-separated token counts in [0, 2^24) "
+                   type=_type(parse_ints, lo=0, hi=MAX_NUM_TOKENS - 1),
+                   help=f"comma-separated token counts in [0, {MAX_NUM_TOKENS}) "
                    "(default: 1,16,512,4096)")  # fmt: skip
-    p.add_argument("--block-m", type=int, default=32, choices=(16, 32, 64, 128),
+    p.add_argument("--block-m", type=int, default=32, choices=BLOCK_M_VALUES,
                    help="rows per expert block of the sorted layout (default: 32)")  # fmt: skip
     p.add_argument("--seed", type=_type(parse_int, lo=0, hi=SEED_MAX), default=None,
                    help="seed of the routing and data (default: fresh, printed)")  # fmt: skip

@@ -89,7 +89,9 @@ VARS: dict[str, Var] = {
             "the build cache root; one directory per toolchain below it"),
         # checked by aiter_aux.jit.toolchain against codegen/instances.py's BACKENDS
         Var("AITER_AUX_BACKEND", _str, "a backend", None,
-            "the visible GPU's, else `cpu`", "`cpu`, `cuda` or `rocm`"),
+            "the visible GPU's, else `cpu`", "`cpu`, `cuda` or `rocm`: the backend of "
+            "`aiter-aux build`, `doctor` and a prebuild; an op call ignores it and uses the "
+            "backend of its tensors' device (cpu tensors: the cpu module)"),
         Var("AITER_AUX_ARCH", _str, "a target arch list", None,
             "the visible GPU's; for cuda `TORCH_CUDA_ARCH_LIST` first",
             "target arch(s), comma-separated, e.g. `sm_90`, `gfx950`"),

@@ -27,10 +27,10 @@ import torch
 from . import ops
 from . import reference as ref
 from . import run_report as rr
+from .limits import MAX_NUM_TOKENS
 from .ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
 from .shapes import round_inter
 
-MAX_TOKENS = (1 << 24) - 1  # moe_sort packs the token index into 24 bits
 BUDGET_S = 0.2  # default timing budget per op
 PROGRESS_AFTER_S = 3.0  # a token count's block that runs longer says what it is doing
 
@@ -270,14 +270,14 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
                  json_path: str | None = None, options: Options | None = None) -> int:  # fmt: skip
     """Run ``aiter-aux run``; returns the exit code: 0, 1 on any mismatch.  Raises
     ``ValueError`` for arguments that cannot run (no token count, a count out of
-    [0, 2^24), a shape not in the catalog, a device that is not there)."""
+    [0, MAX_NUM_TOKENS), a shape not in the catalog, a device that is not there)."""
     expert, model_dim, inter, topk = shape
     tokens = list(tokens)
     if not tokens:
         raise ValueError("--tokens names no token count; nothing to run")
-    bad = [m for m in tokens if not 0 <= m <= MAX_TOKENS]
+    bad = [m for m in tokens if not 0 <= m < MAX_NUM_TOKENS]
     if bad:
-        raise ValueError(f"--tokens {bad[0]}: a token count must be in [0, {MAX_TOKENS}]")
+        raise ValueError(f"--tokens {bad[0]}: a token count must be in [0, {MAX_NUM_TOKENS})")
     if repeat is not None and repeat < 1:
         raise ValueError(f"--repeat {repeat}: must be at least 1")
     options = options or Options()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import exprs
 from .checks import FLOAT_DTYPES, PY_DTYPE, CallPlan, py_dtype
 from .limits import LIMITS, MAX_ROWS
+from .limits import STAMP as STAMP_LIMITS
 from .ops import OPS
 from .opspec import Float, Int, OpSpec, Tensor
 from .opspec import schemas as schemas_of
@@ -138,16 +139,31 @@ def _selectors() -> list[str]:
     return out
 
 
-def _limits() -> list[str]:
-    """The limits as constants, and ``moe_sort_capacity``: the capacity rules of the
-    ``moe_sort`` table entry on plain ints."""
+def render_limits() -> str:
+    """``aiter_aux/limits.py``: the limits as Python constants (stdlib only, so that the
+    command-line tool can use them without importing torch)."""
+    lim = LIMITS
     lines = [
+        f"# {STAMP_LIMITS}",
+        '"""The limits of the aux ops\' arguments, generated from ``codegen/limits.py`` (the one',
+        "definition; the C++ twin is ``csrc/kernels/mxfp4_moe/aiter_aux_limits.h``).  Stdlib only:",
+        'the command-line tool reads them without importing torch."""',
         "",
-        f"BLOCK_M_VALUES: tuple[int, ...] = {LIMITS['block_m'].values!r}",
-        f"MAX_NUM_EXPERTS = {LIMITS['num_experts'].hi}",
-        f"MAX_TOPK = {LIMITS['topk'].hi}",
-        f"MAX_NUM_TOKENS = {LIMITS['num_tokens'].hi}  # M < MAX_NUM_TOKENS",
-        f"MAX_ROWS_LIMIT = {MAX_ROWS}",
+        f"MAX_NUM_TOKENS = {lim['num_tokens'].hi}  # M < MAX_NUM_TOKENS: {lim['num_tokens'].why}",
+        f"MAX_NUM_EXPERTS = {lim['num_experts'].hi}  # {lim['num_experts'].why}",
+        f"MAX_TOPK = {lim['topk'].hi}  # {lim['topk'].why}",
+        f"BLOCK_M_VALUES: tuple[int, ...] = {lim['block_m'].values!r}",
+        f"MAX_ALIGN_BLOCK_SIZE = {lim['align_block_size'].hi}  # {lim['align_block_size'].why}",
+        f"MAX_ROWS_LIMIT = {MAX_ROWS}  # rows of the sorted buffers are int32",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _limits() -> list[str]:
+    """``moe_sort_capacity``: the capacity rules of the ``moe_sort`` table entry on plain
+    ints."""
+    lines = [
         "",
         "",
         "def moe_sort_capacity(num_tokens: object, topk: object, num_experts: object, "

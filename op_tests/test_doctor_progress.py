@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from instance_counts import keys_of, n_edges, n_tus
+from instance_counts import keys_of, n_tus
 
 from aiter_aux.jit import progress as P
 
@@ -102,10 +102,24 @@ def test_reporter_finish_prints_slowest(tmp_path):
     write_log(tmp_path, [(0, 3000, time.time_ns() + 5, "obj/inst_moe_sort_e257_k9.o", "h")])
 
     class Result:
-        compiled, wall_s, build_dir = 1, 3.2, tmp_path
+        units, compiled, wall_s, build_dir = 4, 1, 3.2, tmp_path
 
     r.finish(Result)
-    assert "compiled 1 instance TU(s) in 3.2 s; slowest: moe_sort_e257_k9 3.0 s" in (out.getvalue())
+    assert (
+        "compiled 4 translation unit(s) (1 instance(s)) in 3.2 s; slowest: moe_sort_e257_k9 3.0 s"
+        in out.getvalue()
+    )
+
+
+def test_reporter_finish_reports_a_build_of_no_instance(tmp_path):
+    """The first call's build of the binding alone (no instance TU) is summarised too."""
+    out = io.StringIO()
+
+    class Result:
+        units, compiled, wall_s, build_dir = 3, 0, 5.0, tmp_path
+
+    P.Reporter(out, tty=False).finish(Result)
+    assert "compiled 3 translation unit(s) (0 instance(s)) in 5.0 s" in out.getvalue()
 
 
 def test_finish_reports_this_builds_outputs_from_begin(tmp_path):
@@ -125,7 +139,7 @@ def test_finish_reports_this_builds_outputs_from_begin(tmp_path):
     r(2, 3, "CXX src/lookup.cpp")
 
     class Result:
-        compiled, wall_s, build_dir = 1, 1.0, tmp_path
+        units, compiled, wall_s, build_dir = 2, 1, 1.0, tmp_path
 
     r.finish(Result)
     assert "slowest: first 0.8 s, lookup 0.1 s" in out.getvalue(), out.getvalue()
@@ -163,10 +177,12 @@ def test_build_progress_then_doctor(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     built = len(keys_of(SHAPE_A))
-    edges = n_edges(built)  # the instances, the other TUs and the link
+    tus = n_tus(built)  # the instances and the other TUs: the counter, the link at the end
     assert lines[0].startswith("aiter_aux: [1/"), lines
-    assert any(f"[{edges}/{edges}]" in ln for ln in lines), lines
-    assert f"compiled {built} instance TU(s)" in lines[-1] and "slowest: " in lines[-1], lines
+    assert all(f"/{tus}] " in ln for ln in lines[:-1]), lines
+    assert f"[{tus}/{tus}] 100%" in lines[-2] and "LINK" in lines[-2], lines
+    assert f"compiled {tus} translation unit(s) ({built} instance(s))" in lines[-1], lines
+    assert "slowest: " in lines[-1], lines
 
     cache = tmp_path / "cache"
     before = snapshot(cache)

@@ -116,7 +116,7 @@ def test_first_call_that_compiles_says_so_once(first_build):
         "aiter_aux: the first cpu op call of this process compiles the "
         f"binding ({n_tus(0)} of {n_tus(0)} translation units, about "
     ), note
-    assert re.search(r"about \d+ (s|min) on \d+ idle cores?\) into ", note), note
+    assert re.search(r"about \d+ (s|min) on \d+ cores?( at load [\d.]+)?\) into ", note), note
     assert env["AITER_AUX_CACHE_DIR"] in note, note
     assert "then each instance as it is first called (about " in note, note
     assert "run `aiter-aux build` ahead of time or install the prebuilt wheel" in note, note
@@ -342,3 +342,22 @@ def test_first_build_note_when_every_object_exists(tmp_path):
     note = first_build_note("cpu", tmp_path)
     assert f"up to {len(OTHER_TUS)} translation units: the sources changed" in note
     assert " 0 of " not in note
+
+
+def test_first_build_note_scales_with_the_load(tmp_path, monkeypatch):
+    """The estimate is CPU time stretched by the share of a core a busy machine leaves: at
+    load 10 on 2 cores about 5.5 times an idle machine's, and the note says the load."""
+    import os
+
+    from aiter_aux.jit import progress
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    idle = progress.first_build_note("cpu", tmp_path)
+    monkeypatch.setattr(os, "getloadavg", lambda: (10.0, 10.0, 10.0))
+    busy = progress.first_build_note("cpu", tmp_path)
+    cost = progress.COMPILE_CPU_S["cpu"]["module"]
+    assert f"about {progress._duration(cost)} on 2 cores)" in idle, idle
+    assert f"about {progress._duration(cost * 11 / 2)} on 2 cores at load 10.0)" in busy, busy
+    each = progress.COMPILE_CPU_S["cpu"]["instance"] * 11 / 2
+    assert f"(about {progress._duration(each)} each)" in busy, busy

@@ -5,8 +5,11 @@ are defined once (codegen/limits.py) and agree everywhere they appear."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,68 @@ def test_limits_are_defined_once():
     assert V.BLOCK_M_VALUES == limits.BLOCK_M.values
     assert V.MAX_NUM_EXPERTS == limits.NUM_EXPERTS.hi and V.MAX_TOPK == limits.TOPK.hi
     assert V.MAX_NUM_TOKENS == limits.NUM_TOKENS.hi and V.MAX_ROWS_LIMIT == limits.MAX_ROWS
+    from aiter_aux import limits as L
+
+    assert L.MAX_ALIGN_BLOCK_SIZE == limits.ALIGN_BLOCK_SIZE.hi
+
+
+# Literal spellings of the token limit and the block_m set in code (comments and strings
+# are not code): each must come from codegen/limits.py through the generated constants.
+_LITERAL_LIMITS = re.compile(
+    r"\b16777216\b|\b1\)?\s*<<\s*24\b|\b2\s*\*\*\s*24\b|\(16,\s*32,\s*64,\s*128\)"
+    r"|==\s*16\s*(\|\||or)\s*\w+\s*==\s*32\s*(\|\||or)\s*\w+\s*==\s*64"
+)
+# The same spelling for another quantity.
+_NOT_A_LIMIT = {("csrc/kernels/mxfp4_moe/gpu/sort_policy.h", "1) << 24")}  # a tuning threshold
+
+
+def _code_of(path: Path) -> str:
+    """The code of a hand-written source file without its comments and string literals."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        toks = tokenize.generate_tokens(io.StringIO(text).readline)
+        skip = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", -1)}
+        return " ".join(t.string for t in toks if t.type not in skip)
+    return re.sub(r'//[^\n]*|"(?:\\.|[^"\\\n])*"', " ", text)
+
+
+def _hand_written_sources() -> list[Path]:
+    files = [p for d in ("aiter_aux", "codegen", "templates") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".py", ".j2")]  # fmt: skip
+    files += [p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu")]
+    return [
+        p for p in files
+        if p != ROOT / "codegen" / "limits.py" and "do not edit" not in p.read_text()[:300]
+    ]  # fmt: skip
+
+
+def test_no_hand_written_copy_of_a_limit():
+    """The token limit 2^24 and the block_m set are written in code only in
+    codegen/limits.py; every other place uses aiter_aux/limits.py (Python) or
+    aiter_aux_limits.h (C++), both generated from it."""
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in _hand_written_sources() for m in _LITERAL_LIMITS.finditer(_code_of(p))
+        if (str(p.relative_to(ROOT)), m.group(0)) not in _NOT_A_LIMIT
+    ]  # fmt: skip
+    assert found == []
+
+
+def test_every_macro_of_the_limits_header_is_used():
+    """aiter_aux_limits.h defines only what the kernels use."""
+    header = ROOT / "csrc/kernels/mxfp4_moe/aiter_aux_limits.h"
+    names = re.findall(r"#define (AITER_AUX_\w+)", header.read_text())
+    users = [_code_of(p) for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu")
+             and p != header]  # fmt: skip
+    assert names and [n for n in names if not any(re.search(rf"\b{n}\b", u) for u in users)] == []
+
+
+def test_the_python_limits_need_no_torch():
+    """aiter_aux/limits.py (what the command-line tool reads) imports nothing."""
+    p = subprocess.run([sys.executable, "-c", "import sys, aiter_aux.limits as L; "
+                        "assert 'torch' not in sys.modules; print(L.MAX_NUM_TOKENS)"],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 0 and p.stdout.strip() == str(1 << 24), p.stderr
 
 
 def test_a_dtype_set_or_copy_must_name_a_known_tensor():

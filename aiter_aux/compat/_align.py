@@ -37,15 +37,8 @@ __all__ = [
     "sglang_srt_moe_align_block_size",
 ]
 
-_SGLANG_PLUS_ONE = (
-    "SGLang's num_experts counts the routed experts plus one, the bucket of the -1 ids: "
-    "pass E + 1 for E routed experts (under expert parallelism, E is this rank's local count "
-    "and topk_ids hold local ids)"
-)
-_ANY_SHAPE = (
-    "the align ops are keyed on num_experts alone: any catalog shape with that E serves "
-    "them, so `aiter-aux add-shape` with the model's (E, model_dim, inter, topk) adds it"
-)
+_SGLANG_PLUS_ONE = "E is SGLang's num_experts - 1"
+_ANY_SHAPE = "any catalog shape with this E serves it"
 
 
 def _ids32(topk_ids):

@@ -90,6 +90,7 @@ class BuildResult:
     toolchain: str
     keys: list[str] = field(default_factory=list)
     waited_s: float = 0.0  # time spent waiting for the build lock
+    units: int = 0  # translation units compiled by this build (instances and the others)
 
 
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -114,7 +115,11 @@ def _cleanup_temps(directory: Path) -> None:
 _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 
-def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool]:
+def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool, int]:
+    """Run ninja in ``directory``: ``(instance TUs compiled, linked, TUs compiled)``.
+    ``progress(done, total, what)`` counts translation units, as the first-call note and
+    the build's summary do: every build.ninja links one library after all its compiles, so
+    ninja's total less that link, and the link line comes at ``[total/total]``."""
     cmd = [str(Path(BIN_DIR) / "ninja"), "-C", str(directory)]
     if aux_env.get("MAX_JOBS"):
         cmd += ["-j", str(aux_env.get("MAX_JOBS"))]
@@ -125,7 +130,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         pass_fds=pass_fds,
     )  # fmt: skip
-    lines, compiled, linked = [], 0, False
+    lines, compiled, linked, units = [], 0, False, 0
     try:
         for line in proc.stdout:
             lines.append(line)
@@ -134,9 +139,12 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
                 what = line[m.end() :]
                 is_link = what.startswith("LINK ") or f"-o obj/{MODULE_NAME}.so" in what
                 compiled += not is_link and "src/inst_" in what
+                units += not is_link
                 linked |= is_link
                 if progress:
-                    progress(int(m.group(1)), int(m.group(2)), line[m.end() :].strip())
+                    total = max(0, int(m.group(2)) - 1)  # the link is no translation unit
+                    done = total if is_link else min(int(m.group(1)), total)
+                    progress(done, total, line[m.end() :].strip())
             if verbose:
                 sys.stderr.write(line)
     except BaseException:  # e.g. KeyboardInterrupt: ninja stops its compilers on SIGTERM
@@ -151,7 +159,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
             + ":\n"
             + "".join(lines[-80:])
         )
-    return compiled, linked
+    return compiled, linked, units
 
 
 def build_module(
@@ -252,26 +260,26 @@ def build_locked(
         shutil.rmtree(directory / "obj", ignore_errors=True)
     elif refused is not None:
         (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)  # relink it
-    compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+    compiled, linked, units = _run_ninja(directory, verbose, progress, lock.pass_fds())
     if not linked and _link_output_changed(directory):
         # ninja saw nothing to do, yet its output is not the module it last published:
         # the link output was truncated or corrupted (or a builder died before
         # publishing).  Relink rather than publish a broken module.
         (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)
-        more, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
-        compiled += more
+        more, linked, more_units = _run_ninja(directory, verbose, progress, lock.pass_fds())
+        compiled, units = compiled + more, units + more_units
     keys = [p.stem[len("inst_") :] for p in result.instance_files]
     _check_catalog_current(inputs)  # the catalog may have changed during the compile
     path = _publish(inputs, keys)
-    return _result(inputs, path, compiled, linked, t0, lock.waited_s, keys)
+    return _result(inputs, path, compiled, linked, t0, lock.waited_s, keys, units)
 
 
-def _result(inputs, path, compiled, linked, t0, waited_s=0.0, keys=None) -> BuildResult:
+def _result(inputs, path, compiled, linked, t0, waited_s=0.0, keys=None, units=0) -> BuildResult:
     if keys is None:
         keys = (read_manifest(inputs.directory) or {}).get("keys", [])
     return BuildResult(
         path, inputs.directory, inputs.tc.backend, len(inputs.shapes), len(keys), compiled,
-        linked, time.perf_counter() - t0, inputs.tc.describe(), list(keys), waited_s,
+        linked, time.perf_counter() - t0, inputs.tc.describe(), list(keys), waited_s, units,
     )  # fmt: skip
 
 

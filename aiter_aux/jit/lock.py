@@ -28,6 +28,7 @@ from pathlib import Path
 import filelock
 
 from .. import env
+from .paths import renew_after_fork
 
 try:
     import fcntl
@@ -35,16 +36,7 @@ except ImportError:  # Windows: builders are serialised by .lock only
     fcntl = None
 
 _THREAD_LOCK = threading.Lock()
-
-
-def _new_lock_after_fork() -> None:
-    """A child of fork has one thread: a lock a vanished thread held would stay held."""
-    global _THREAD_LOCK
-    _THREAD_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+renew_after_fork(globals(), "_THREAD_LOCK", threading.Lock)
 _REPORT_EVERY_S = 5.0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .. import env as aux_env
 from . import paths
-from .paths import KEYS_DIR, MANIFEST, JitDisabledError, codegen_module
+from .paths import KEYS_DIR, MANIFEST, JitDisabledError, codegen_module, renew_after_fork
 
 log = logging.getLogger("aiter_aux")
 FORMAT = 1
@@ -48,17 +48,8 @@ _RESOLVER_T = C.CFUNCTYPE(
 _STATE = threading.local()  # .error: the exception of this thread's last failed resolve
 _KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _KEY_LOCKS_GUARD = threading.Lock()
-
-
-def _new_locks_after_fork() -> None:
-    """A child of fork has one thread: locks a vanished thread held would stay held."""
-    global _KEY_LOCKS_GUARD
-    _KEY_LOCKS_GUARD = threading.Lock()
-    _KEY_LOCKS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_locks_after_fork)
+renew_after_fork(globals(), "_KEY_LOCKS", dict)
+renew_after_fork(globals(), "_KEY_LOCKS_GUARD", threading.Lock)
 _PINNED: list[int] = []  # descriptors of loaded instance libraries (names stay unique)
 _LIBS: list[C.CDLL] = []
 
@@ -202,9 +193,8 @@ def ensure(module, inst) -> None:
         except toolchain_mod.ToolchainError as e:
             if aux_env.get("AITER_AUX_DISABLE_JIT"):  # no cache to look in: nothing to load
                 raise JitDisabledError(
-                    f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT and install "
-                    f"the {module.backend} compiler): it is not in the loaded module, and "
-                    f"without a compiler ({e}) the cache holds none"
+                    f"no instance '{inst.key}' (fix: install the {module.backend} compiler and "
+                    f"unset AITER_AUX_DISABLE_JIT): {e}"
                 ) from None
             raise
         kb = KeyBuild.of(tc, inst)
@@ -213,10 +203,8 @@ def ensure(module, inst) -> None:
             return
         if aux_env.get("AITER_AUX_DISABLE_JIT"):
             raise JitDisabledError(
-                f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT, or make this "
-                "call once with JIT on to cache it): it is not in the loaded "
-                f"{module.backend} module nor in the cache ({kb.directory}), and "
-                "AITER_AUX_DISABLE_JIT=1 builds nothing"
+                f"no instance '{inst.key}' (fix: unset AITER_AUX_DISABLE_JIT or call once with "
+                "JIT on to cache it)"
             )
         from . import build as build_mod
 

@@ -23,6 +23,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -55,8 +56,17 @@ class CacheDirError(CacheSafetyError):
     """``$AITER_AUX_CACHE_DIR`` (or a directory above it) is not a directory."""
 
 
+def renew_after_fork(namespace: dict, name: str, factory: Callable[[], object]) -> None:
+    """``namespace[name] = factory()`` again in every child of fork: a child has one
+    thread, so a lock another thread of the parent held (a worker pool forking while a
+    first op call loads or builds) would stay held in it forever."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: namespace.__setitem__(name, factory()))
+
+
 class JitDisabledError(RuntimeError):
-    """AITER_AUX_DISABLE_JIT=1 and the needed module is not in the cache."""
+    """AITER_AUX_DISABLE_JIT=1 and no module in the cache serves the backend: an op call
+    builds none (``aiter_aux.JitDisabledError``; the fix is in the message)."""
 
 
 @cache

@@ -156,7 +156,7 @@ class Reporter:
             if done < self.done:  # a new build without finish(): restart the clock
                 self._reset(total)
             self.total, self.done = total, done
-            pct = 100 * done // max(total, 1)
+            pct = 100 * done // total if total else 100
             text = f"[{done}/{total}] {pct:3d}% {self.elapsed():6.1f} s  {what}"
             if self.tty:
                 width = shutil.get_terminal_size((100, 20)).columns
@@ -179,19 +179,23 @@ class Reporter:
                 self.out.flush()
 
     def finish(self, result=None, n: int = 5) -> None:
-        """End the progress display; with a ``BuildResult`` (``compiled``, ``wall_s``,
-        ``build_dir``) print what was compiled, the wall time and the ``n`` slowest TUs
-        (from the build directory's ``.ninja_log``)."""
+        """End the progress display; with a ``BuildResult`` (``units``, ``compiled``,
+        ``wall_s``, ``build_dir``) print the translation units compiled (the count the
+        progress lines and the first-call note use; ``compiled`` of them instances), the
+        wall time and the ``n`` slowest TUs (from the build directory's ``.ninja_log``)."""
         with self._lock:
             if self._open_line:
                 self.out.write("\n")
                 self._open_line = False
-            if result is not None and getattr(result, "compiled", 0):
+            units = getattr(result, "units", 0) if result is not None else 0
+            if units:
                 since = self.start_ns - MTIME_SLACK_NS
                 slow = format_slowest(read_ninja_log(result.build_dir, since), n)
                 self.out.write(
-                    f"{self.prefix} compiled {result.compiled} instance TU(s) in "
-                    f"{result.wall_s:.1f} s" + (f"; slowest: {slow}" if slow else "") + "\n"
+                    f"{self.prefix} compiled {units} translation unit(s) ({result.compiled} "
+                    f"instance(s)) in {result.wall_s:.1f} s"
+                    + (f"; slowest: {slow}" if slow else "")
+                    + "\n"
                 )
             self.out.flush()
             self._reset(0)
@@ -219,22 +223,29 @@ def _duration(seconds: float) -> str:
 def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> str:
     """The line a first op call that must compile says first: it compiles the module of no
     shape (the binding; :data:`OTHER_TUS`) into ``directory``, then each instance as it is
-    first called; about how long each takes with this machine's cores (``jobs``:
-    ``MAX_JOBS``, if set), and how to avoid the waits."""
+    first called; about how long each takes with this machine's cores and its load (the
+    estimate is compiler CPU time, :data:`COMPILE_CPU_S`, stretched by the share of a core
+    a busy machine leaves; ``jobs``: ``MAX_JOBS``, if set), and how to avoid the waits."""
     obj = Path(directory) / "obj"
     n = len(OTHER_TUS)
     todo = sum(not (obj / f"{name}.o").exists() for name in OTHER_TUS)
     what = f"{todo} of {n} translation units"
     if todo == 0:  # every object exists: the sources changed since they were built
         todo, what = n, f"up to {n} translation units: the sources changed since the last build"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cores = max(1, min(cores or 1, jobs or cores or 1))
+    machine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    machine = max(1, machine or 1)
+    cores = min(machine, jobs or machine)
     each = ""
     if backend in COMPILE_CPU_S:
         cost = COMPILE_CPU_S[backend]
-        seconds = cost["module"] * todo / n  # the binding dominates: one core's work
-        what += f", about {_duration(seconds)} on {cores} idle core{'s' * (cores > 1)}"
-        each = f" (about {_duration(cost['instance'])} each)"
+        # The binding dominates: one core's work, of which this process gets about
+        # cores / (load + 1) of a core when the machine is busy.
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        slower = max(1.0, (load + 1) / machine)
+        seconds = cost["module"] * todo / n
+        busy = f" at load {load:.1f}" if slower > 1 else ""
+        what += f", about {_duration(seconds * slower)} on {cores} core{'s' * (cores > 1)}{busy}"
+        each = f" (about {_duration(cost['instance'] * slower)} each)"
     return (
         f"the first {backend} op call of this process compiles the binding ({what}) into "
         f"{directory}, then each instance as it is first called{each}; to skip these waits, "

@@ -57,7 +57,14 @@ from .. import env as aux_env
 from . import ondemand, paths
 from . import toolchain as toolchain_mod
 from .module import AuxModule, InstanceMissingError  # noqa: F401 (re-exported)
-from .paths import MODULE_NAME, JitDisabledError, check_safe, codegen_module, sha256_fd
+from .paths import (
+    MODULE_NAME,
+    JitDisabledError,
+    check_safe,
+    codegen_module,
+    renew_after_fork,
+    sha256_fd,
+)
 
 if TYPE_CHECKING:  # imported where used: a cache hit needs neither
     from .build import BuildResult
@@ -66,17 +73,7 @@ if TYPE_CHECKING:  # imported where used: a cache hit needs neither
 log = logging.getLogger("aiter_aux")
 
 _LOCK = threading.RLock()
-
-
-def _new_lock_after_fork() -> None:
-    """A child of fork has one thread: a lock a vanished thread held would stay held (a
-    worker pool that forks while another thread makes the first op call)."""
-    global _LOCK
-    _LOCK = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+renew_after_fork(globals(), "_LOCK", threading.RLock)
 _LOADED: dict[str, AuxModule] = {}  # backend -> the one module loaded for it
 _CHECKED: set[tuple[str, str]] = set()  # (backend, key) known to be in the loaded module
 _PINNED: list[int] = []  # descriptors of loaded modules, kept open (see the module doc)
@@ -243,9 +240,8 @@ class ModuleSpec:
             if self.refused is not None:
                 why = f"the cached module does not load ({self.refused.reason})"
             raise JitDisabledError(
-                f"AITER_AUX_DISABLE_JIT=1 and no {MODULE_NAME} serves this process on "
-                f"{self.backend}: {why}; unset AITER_AUX_DISABLE_JIT or run "
-                "`aiter-aux build` first"
+                f"no {self.backend} {MODULE_NAME} and AITER_AUX_DISABLE_JIT=1 builds none (fix: "
+                f"unset it or run `aiter-aux build` first): {why}"
             )
         # the catalog's module when the loader refused it (relinked: its objects are there),
         # else the module of no shape
@@ -301,23 +297,21 @@ def why_missing(module: AuxModule, key: str) -> str:
     """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
     process when the catalog on disk has the key (its shape was added after this process read
     the catalog), add the shape when it does not."""
-    where = f"{key} is not in the {module.backend} module this process loaded ({module.path})"
-    restart = "a process loads one module per backend (loading registers its ops)"
+    where = f"{key} is not in this process's {module.backend} module"
     path = paths.source_root() / paths.CATALOG_FILE
     try:
         shapes = paths.catalog_on_disk(path).SHAPES
         keys = {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
     except Exception:  # a catalog file being edited: say only what is sure
-        return f"{where}; {restart}, so restart the process after `aiter-aux build`"
-    if key in keys:
+        return f"{where} (fix: `aiter-aux build`, then restart the process)"
+    if key in keys:  # a process loads one module per backend: loading registers its ops
         return (
-            f"{where}, but the catalog on disk ({path}) has it: its shape was added after "
-            f"this process read the catalog, and {restart}: restart the process"
+            f"{where}, but the catalog on disk has it (fix: restart the process; its shape "
+            "was added after the module loaded)"
         )
     return (
-        f"{where}, and no shape of the catalog ({path}) gives it. To add a model shape: "
-        "`aiter-aux add-shape E,MODEL_DIM,INTER,TOPK --note MODEL` (it rebuilds; or add the "
-        "tuple to both lists and run `aiter-aux build`), then restart the process"
+        f"{where} nor in any catalog shape (fix: `aiter-aux add-shape E,MODEL_DIM,INTER,TOPK`, "
+        "then restart the process)"
     )
 
 

@@ -14,21 +14,30 @@ op table (``codegen/ops.py``) there are two torch ops and two Python functions:
 Same API and same bytes as :mod:`aiter_aux.reference` (the spec; docs/ops.md).  Errors:
 ``TypeError`` / ``ValueError`` (bad input, raised before any kernel runs, with the
 reference's message), :class:`UnsupportedShapeError` (a ``ValueError``: the catalog has no
-instance for these parameters), ``aiter_aux.jit.build.BuildError`` (the module failed
-to compile), ``RuntimeError`` (the module reported an error, or an ``out=`` buffer requires
-grad under grad mode).  The ops are not differentiable: outputs never require grad.
-Tensors on the ``meta`` device (all of them) run the fake implementation: shapes only.
-``torch.compile(fullgraph=True, dynamic=True)`` traces them without graph breaks.
+instance for these parameters and none can be built), :class:`JitDisabledError` (a
+``RuntimeError``: ``AITER_AUX_DISABLE_JIT=1`` and no module in the cache serves the backend),
+``aiter_aux.jit.build.BuildError`` (the module failed to compile), ``RuntimeError`` (the
+module reported an error, or an ``out=`` buffer requires grad under grad mode).  The ops are
+not differentiable: outputs never require grad.  Tensors on the ``meta`` device (all of
+them) run the fake implementation: shapes only.  ``torch.compile(fullgraph=True,
+dynamic=True)`` traces them without graph breaks.
 
 The wrappers are generated from the op table into :mod:`._ops` (docs/api.md lists them).
 """
 
 from __future__ import annotations
 
+from ..jit.paths import JitDisabledError
 from ..types import MoeSortOutput
 from ..validation import moe_sort_capacity
 from . import _ops
 from ._library import UnsupportedShapeError
 from ._ops import *  # noqa: F403 (the generated wrappers, _ops.__all__)
 
-__all__ = ["MoeSortOutput", "UnsupportedShapeError", "moe_sort_capacity", *_ops.__all__]
+__all__ = [
+    "JitDisabledError",
+    "MoeSortOutput",
+    "UnsupportedShapeError",
+    "moe_sort_capacity",
+    *_ops.__all__,
+]

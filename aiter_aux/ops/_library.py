@@ -19,24 +19,16 @@ op table, ``torch.ops.aiter_aux.<op>`` (allocating) and ``torch.ops.aiter_aux.<o
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
 import torch
 
+from ..jit.paths import renew_after_fork
+
 T = torch.Tensor
 _LOCK = threading.Lock()
-
-
-def _new_lock_after_fork() -> None:
-    """A child of fork has one thread: a lock a vanished thread held would stay held."""
-    global _LOCK
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+renew_after_fork(globals(), "_LOCK", threading.Lock)
 _LIB: torch.library.Library | None = None
 _LOADED_BACKENDS: set[str] = set()
 _AGAIN = threading.local()  # set while the loader re-dispatches

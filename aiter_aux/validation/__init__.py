@@ -17,22 +17,22 @@ Conventions (see docs/ops.md):
   ``bool`` and floats raise :class:`TypeError`.  Float arguments must be Python ints or
   floats; ``bool`` and tensors (0-dim included) raise :class:`TypeError`.
 
-Modules: :mod:`._checks` (generated: ``<op>`` / ``<op>_out`` validators, the limits,
-:func:`moe_sort_capacity`), :mod:`.tensors` (the tensor checks they call), :mod:`.ints`
-(int and float checks, the sort's size formulas).
+Modules: :mod:`._checks` (generated: ``<op>`` / ``<op>_out`` validators,
+:func:`moe_sort_capacity`), :mod:`aiter_aux.limits` (generated: the limits), :mod:`.tensors`
+(the tensor checks they call), :mod:`.ints` (int and float checks, the sort's size formulas).
 """
 
 from __future__ import annotations
 
-from . import _checks as checks
-from ._checks import (
+from ..limits import (
     BLOCK_M_VALUES,
     MAX_NUM_EXPERTS,
     MAX_NUM_TOKENS,
     MAX_ROWS_LIMIT,
     MAX_TOPK,
-    moe_sort_capacity,
 )
+from . import _checks as checks
+from ._checks import moe_sort_capacity
 from .ints import sort_capacity, sort_scales_rows, validate_int, validate_scale
 from .tensors import (
     check_expert_map,

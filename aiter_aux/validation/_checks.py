@@ -36,12 +36,6 @@ from .tensors import (
 
 # ruff: noqa: E501
 
-BLOCK_M_VALUES: tuple[int, ...] = (16, 32, 64, 128)
-MAX_NUM_EXPERTS = 1024
-MAX_TOPK = 255
-MAX_NUM_TOKENS = 16777216  # M < MAX_NUM_TOKENS
-MAX_ROWS_LIMIT = 2147483647
-
 
 def moe_sort_capacity(
     num_tokens: object, topk: object, num_experts: object, block_m: object

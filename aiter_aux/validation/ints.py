@@ -2,7 +2,7 @@
 such as ``M < 2**24`` can be checked without allocating large tensors).
 
 The limits themselves are the op table's (``codegen/limits.py``), generated into
-:mod:`._checks` (``BLOCK_M_VALUES``, ``MAX_NUM_EXPERTS``, ...).  Messages follow the
+:mod:`aiter_aux.limits` (``BLOCK_M_VALUES``, ``MAX_NUM_EXPERTS``, ...).  Messages follow the
 conventions of :mod:`aiter_aux.validation`.
 """
 

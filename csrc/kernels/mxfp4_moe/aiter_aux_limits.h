@@ -6,8 +6,7 @@
 #define AITER_AUX_MAX_NUM_EXPERTS 1024  // the sort's shared memory grows with E
 #define AITER_AUX_MAX_TOPK 255  // k is packed in the top 8 bits
 #define AITER_AUX_MAX_ROWS 2147483647  // rows of the sorted buffers are int32
-#define AITER_AUX_NUM_BLOCK_M 4
-#define AITER_AUX_BLOCK_M_VALUES 16, 32, 64, 128
 #define AITER_AUX_MAX_ALIGN_BLOCK_SIZE 65536  // rows + block_size - 1 stays in int32 (2**16 spare)
-// nonzero when b is an allowed block_m
+// nonzero when b is an allowed block_m; the set as messages print it
 #define AITER_AUX_VALID_BLOCK_M(b) ((b) == 16 || (b) == 32 || (b) == 64 || (b) == 128)
+#define AITER_AUX_BLOCK_M_SET "{16, 32, 64, 128}"

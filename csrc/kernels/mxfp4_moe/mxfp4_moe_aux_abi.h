@@ -35,10 +35,10 @@ enum AiterAuxStatus {
 typedef struct AiterAuxSortArgs {
   const int32_t* topk_ids;    // [num_tokens, topk]
   const float* topk_weights;  // [num_tokens, topk]
-  int64_t num_tokens;         // M, < 2^24
+  int64_t num_tokens;         // M, < AITER_AUX_MAX_NUM_TOKENS (aiter_aux_limits.h)
   int32_t num_experts;        // must equal the instance's
   int32_t topk;               // must equal the instance's
-  int32_t block_m;            // 16, 32, 64 or 128
+  int32_t block_m;            // AITER_AUX_VALID_BLOCK_M
   int32_t reserved0;
   int64_t max_rows;            // capacity of the sorted buffers, multiple of block_m
   int32_t* sorted_token_ids;   // [max_rows]  t | (k << 24); pad = M
@@ -129,9 +129,9 @@ typedef struct AiterAuxScatterArgs {
 // flat indices i of topk_ids (its topk does not matter to these ops).
 typedef struct AiterAuxAlignArgs {
   const int32_t* topk_ids;       // [numel]
-  int64_t numel;                 // pairs, < 2^24
+  int64_t numel;                 // pairs, < AITER_AUX_MAX_NUM_TOKENS
   int32_t num_experts;           // must equal the instance's (SGLang: without its -1 bucket)
-  int32_t block_size;            // 16, 32, 64 or 128
+  int32_t block_size;            // [1, AITER_AUX_MAX_ALIGN_BLOCK_SIZE]
   int64_t capacity;              // elements of sorted_token_ids (>= the op's capacity rule)
   int32_t* sorted_token_ids;     // [capacity]  i; padding and rows past the total = numel
   int32_t* expert_ids;           // [ceil(capacity / block_size)]  -1 past the used blocks
@@ -157,9 +157,6 @@ static inline int64_t aiter_aux_sglang_align_capacity(int64_t numel, int64_t num
   return numel < num_experts + 1 ? numel * block_size
                                  : numel + (num_experts + 1) * (block_size - 1);
 }
-// The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
-// (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
-// is aiter_aux.validation.ints.validate_sort_sizes).
 // The dtype of a moe_sum's input and output (AiterAuxSumArgs.dtype).
 enum AiterAuxDType {
   AITER_AUX_DTYPE_F32 = 0,
@@ -182,6 +179,9 @@ typedef struct AiterAuxSumArgs {
   void* output;  // [num_tokens, model_dim] of `dtype`
 } AiterAuxSumArgs;
 
+// The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
+// (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
+// is aiter_aux.validation.ints.sort_capacity).
 static inline int64_t aiter_aux_sort_capacity(int64_t num_tokens, int64_t topk, int64_t num_experts,
                                               int64_t block_m) {
   return (num_tokens * topk + num_experts * (block_m - 1) + block_m - 1) / block_m * block_m;

@@ -37,9 +37,8 @@ const OpInfo& op_info(int32_t op);  // defined by the generated binding TU
   std::string key = info.name;
   for (int i = 0; i < info.num_params; ++i) key += cat("_", info.letters[i], values[i]);
   fail("UnsupportedShapeError",
-       cat("no instance '", key, "': this process builds none (AITER_AUX_DISABLE_JIT=1, or ",
-           "the module was loaded without its loader). Fix: run the call once with JIT enabled, ",
-           "or `aiter-aux add-shape` a shape that gives it and `aiter-aux build`, then restart"));
+       cat("no instance '", key, "' (fix: call the op through aiter_aux with JIT on): ",
+           "this module was loaded without its on-demand loader"));
 }
 
 // The instance of `op` for `values` (its compile-time parameters): the module's own table

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../aiter_aux_limits.h"
+#include "../align_checks.h"
 #include "../mxfp4_moe_aux_abi.h"
 #include "core_cpu.h"
 
@@ -18,31 +18,6 @@ namespace cpu {
 enum class AlignFormat { Vllm, Sglang };
 
 namespace detail {
-
-// The checks of an align instance: E = the instance's num_experts; `need` = the op's capacity
-// rule.  Nothing is written before they pass.
-template <int E>
-int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
-  if (a.num_experts != E)
-    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts, E);
-  if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
-    return invalid_arg("%s: block_size=%d not in [1, %d]", op, a.block_size,
-                       AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
-  if (a.numel < 0 || a.numel >= kMaxTokens)
-    return invalid_arg("%s: numel=%lld out of [0, 2^24)", op, (long long)a.numel);
-  if (a.capacity < need || a.capacity > kInt32Max - 65536)
-    return invalid_arg("%s: capacity=%lld must be >= %lld and <= 2^31 - 2^16 - 1", op,
-                       (long long)a.capacity, (long long)need);
-  if (a.num_tokens_post_pad == nullptr) return invalid_arg("%s: num_tokens_post_pad is NULL", op);
-  if ((a.capacity > 0 && (a.sorted_token_ids == nullptr || a.expert_ids == nullptr)) ||
-      (a.numel > 0 && (a.topk_ids == nullptr || a.scatter_idx == nullptr)))
-    return invalid_arg("%s: NULL input/output pointer", op);
-  if (a.expert_map != nullptr && a.num_global_experts < 0)
-    return invalid_arg("%s: num_global_experts=%lld < 0", op, (long long)a.num_global_experts);
-  if (a.block_expert_map != nullptr && a.block_map_numel < 1)
-    return invalid_arg("%s: block_expert_map of %lld entries", op, (long long)a.block_map_numel);
-  return AITER_AUX_OK;
-}
 
 // The bucket of id `id` in [0, NB), or -1 (dropped).  vLLM: the expert (expert_map[id] with
 // a map), NB = E; SGLang: id + 1, NB = E + 1 (bucket 0 holds the -1 ids).
@@ -76,7 +51,7 @@ int align_impl(const AiterAuxAlignArgs& a) {
     pos[b] = total;
     total += round_up(cnt[b], bs);
   }
-  // total <= capacity: at most min(n, NB) segments, each wasting < bs rows (check_align).
+  // total <= capacity: at most min(n, NB) segments, each wasting < bs rows (check_align_args).
   const int32_t pad = static_cast<int32_t>(n);
   int32_t* __restrict sti = a.sorted_token_ids;
   for (int64_t r = 0; r < a.capacity; ++r) sti[r] = pad;
@@ -104,9 +79,9 @@ int align_impl(const AiterAuxAlignArgs& a) {
 
 template <int NumExperts>
 int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
-  const int rc = detail::check_align<NumExperts>(
+  const int rc = check_align_args<NumExperts>(
       a, "moe_align_block_size_vllm",
-      aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size));
+      aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size), detail::invalid_arg);
   if (rc != AITER_AUX_OK) return rc;
   return detail::align_impl<NumExperts, AlignFormat::Vllm>(a);
 }
@@ -119,9 +94,9 @@ int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
         "exceed %d",
         NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
   } else {
-    const int rc = detail::check_align<NumExperts>(
+    const int rc = check_align_args<NumExperts>(
         a, "moe_align_block_size_sglang",
-        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size));
+        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size), detail::invalid_arg);
     if (rc != AITER_AUX_OK) return rc;
     return detail::align_impl<NumExperts, AlignFormat::Sglang>(a);
   }

@@ -31,8 +31,6 @@ namespace cpu {
 
 namespace detail {
 
-constexpr int64_t kMaxTokens = int64_t(1) << 24;
-constexpr int64_t kInt32Max = 2147483647;
 
 // ------------------------------------------------------------------ moe_sort
 
@@ -61,10 +59,11 @@ int check_sort(const AiterAuxSortArgs& a, const char* op) {
   if (a.topk != TopK)
     return invalid_arg("%s: topk=%d but the instance is built for %d", op, a.topk, TopK);
   if (!valid_block_m(a.block_m))
-    return invalid_arg("%s: block_m=%d not in {16, 32, 64, 128}", op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= kMaxTokens)
-    return invalid_arg("%s: num_tokens=%lld out of [0, 2^24)", op, (long long)a.num_tokens);
-  if (a.max_rows < 0 || a.max_rows > kInt32Max)
+    return invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
+  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
+    return invalid_arg("%s: num_tokens=%lld out of [0, %d)", op, (long long)a.num_tokens,
+                       AITER_AUX_MAX_NUM_TOKENS);
+  if (a.max_rows < 0 || a.max_rows > AITER_AUX_MAX_ROWS)
     return invalid_arg("%s: max_rows=%lld out of [0, 2^31)", op, (long long)a.max_rows);
   if (a.zero_numel < 0)
     return invalid_arg("%s: zero_numel=%lld < 0", op, (long long)a.zero_numel);
@@ -380,7 +379,7 @@ void scatter_impl(const AiterAuxScatterArgs& a, RowAccum accum) {
 template <int NumExperts, int TopK>
 int moe_sort(const AiterAuxSortArgs& a) {
   static_assert(NumExperts >= 1, "num_experts >= 1");
-  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
+  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
   int rc = detail::check_sort<NumExperts, TopK>(a, "moe_sort");
   if (rc != AITER_AUX_OK) return rc;
   return detail::sort_impl<NumExperts, TopK>(a, "moe_sort");
@@ -402,7 +401,7 @@ namespace detail {
 template <int NumExperts, int TopK, int ModelDim, class QuantImpl>
 int sort_quant(const AiterAuxSortQuantArgs& a, const char* op, QuantImpl quant) {
   static_assert(NumExperts >= 1, "num_experts >= 1");
-  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
+  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
   int rc = check_sort<NumExperts, TopK>(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
@@ -439,7 +438,7 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
     return detail::invalid_arg("%s: model_dim=%d but the instance is built for %d", op,
                                a.model_dim, ModelDim);
   if (!detail::valid_block_m(a.block_m))
-    return detail::invalid_arg("%s: block_m=%d not in {16, 32, 64, 128}", op, a.block_m);
+    return detail::invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
   if (a.num_tokens < 0)
     return detail::invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
   if (a.max_rows < 0)
@@ -455,7 +454,7 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
 template <int ModelDim, int TopK>
 int moe_scatter_reduce(const AiterAuxScatterArgs& a) {
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
+  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
   int rc = detail::check_scatter<ModelDim, TopK>(a, "moe_scatter_reduce", false);
   if (rc != AITER_AUX_OK) return rc;
   const uint16_t* __restrict eo = a.expert_out;
@@ -476,7 +475,7 @@ int moe_scatter_reduce(const AiterAuxScatterArgs& a) {
 template <int ModelDim, int TopK>
 int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
   static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  static_assert(TopK >= 1 && TopK <= 255, "1 <= topk <= 255");
+  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
   int rc = detail::check_scatter<ModelDim, TopK>(a, "moe_scatter_reduce_q", true);
   if (rc != AITER_AUX_OK) return rc;
   const uint8_t* __restrict eq = a.expert_out_q;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
 
 // Implemented by the module (lookup TU); keeps the message of the last failing
@@ -30,7 +31,7 @@ __attribute__((format(printf, 1, 2), noinline, cold)) inline int invalid_arg(con
 }
 
 inline bool valid_block_m(int32_t bm) {
-  return bm == 16 || bm == 32 || bm == 64 || bm == 128;
+  return AITER_AUX_VALID_BLOCK_M(bm);
 }
 
 inline int64_t round_up(int64_t x, int64_t m) {

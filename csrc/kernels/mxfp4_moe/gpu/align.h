@@ -9,35 +9,12 @@
 // for a power of two >= 16.  docs/compat.md is the spec.
 #pragma once
 
-#include "../aiter_aux_limits.h"
+#include "../align_checks.h"
 #include "sort.h"
 
 namespace aiter_aux {
 namespace gpu {
 namespace sort_detail {
-
-template <int E>
-inline int check_align_args(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
-  if (a.num_experts != E)
-    return fail_invalid("%s: num_experts %d does not match the instance (%d)", op, a.num_experts,
-                        E);
-  if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
-    return fail_invalid("%s: block_size %d not in [1, %d]", op, a.block_size,
-                        AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
-  if (a.numel < 0 || a.numel >= (int64_t(1) << 24))
-    return fail_invalid("%s: numel %lld out of [0, 2^24)", op, (long long)a.numel);
-  if (a.capacity < need || a.capacity > INT32_MAX - 65536)
-    return fail_invalid("%s: capacity %lld must be >= %lld and < 2^31 - 2^16", op,
-                        (long long)a.capacity, (long long)need);
-  if (a.num_tokens_post_pad == nullptr ||
-      (a.capacity > 0 && (a.sorted_token_ids == nullptr || a.expert_ids == nullptr)) ||
-      (a.numel > 0 && (a.topk_ids == nullptr || a.scatter_idx == nullptr)))
-    return fail_invalid("%s: null tensor pointer", op);
-  if ((a.expert_map != nullptr && a.num_global_experts < 0) ||
-      (a.block_expert_map != nullptr && a.block_map_numel < 1))
-    return fail_invalid("%s: bad expert_map / block_expert_map sizes", op);
-  return AITER_AUX_OK;
-}
 
 // The sort kernels' args of an align call with nb buckets (the kernels' E).
 template <IdFormat F>
@@ -63,7 +40,8 @@ inline AlignSortArgs<F> align_sort_args(const AiterAuxAlignArgs& a, int nb) {
 // NB buckets: the kernels' E.
 template <int NB, IdFormat F>
 inline int launch_align(const AiterAuxAlignArgs& a, void* stream, const char* op) {
-  static_assert(NB >= 1 && NB <= kMaxSortExperts, "buckets must be in [1, 1024]");
+  static_assert(NB >= 1 && NB <= kMaxSortExperts,
+                "buckets must be in [1, AITER_AUX_MAX_NUM_EXPERTS]");
   static_assert(sort_smem_bytes<NB>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   const AlignSortArgs<F> k = align_sort_args<F>(a, NB);
   const SortProblem p{a.numel,           1, NB,    a.block_size, a.expert_map != nullptr,
@@ -79,8 +57,8 @@ inline int launch_align(const AiterAuxAlignArgs& a, void* stream, const char* op
 template <int NumExperts>
 int moe_align_block_size_vllm(const AiterAuxAlignArgs& a, void* stream) {
   constexpr const char* op = "moe_align_block_size_vllm";
-  const int rc = sort_detail::check_align_args<NumExperts>(
-      a, op, aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size));
+  const int rc = check_align_args<NumExperts>(
+      a, op, aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size), fail_invalid);
   if (rc != AITER_AUX_OK) return rc;
   return sort_detail::launch_align<NumExperts, sort_detail::IdFormat::Vllm>(a, stream, op);
 }
@@ -95,8 +73,8 @@ int moe_align_block_size_sglang(const AiterAuxAlignArgs& a, void* stream) {
     return fail_invalid("%s: num_experts + 1 = %d buckets exceed %d", op, NumExperts + 1,
                         sort_detail::kMaxSortExperts);
   } else {
-    const int rc = sort_detail::check_align_args<NumExperts>(
-        a, op, aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size));
+    const int rc = check_align_args<NumExperts>(
+        a, op, aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size), fail_invalid);
     if (rc != AITER_AUX_OK) return rc;
     return sort_detail::launch_align<NumExperts + 1, sort_detail::IdFormat::Sglang>(a, stream, op);
   }

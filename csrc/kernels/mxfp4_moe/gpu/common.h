@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
 #include "hip_compat.h"
 #include "launch_traits.h"
@@ -53,7 +54,7 @@ inline int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
 }
 
 inline bool valid_block_m(int bm) {
-  return bm == 16 || bm == 32 || bm == 64 || bm == 128;
+  return AITER_AUX_VALID_BLOCK_M(bm);
 }
 
 // Row p is the first row of a block of bm rows, for any bm >= 1 (the peers' formats: 8, 48,

@@ -18,6 +18,8 @@
 // The per-block arithmetic (scale, element codes, quant8) is in quant_codes.h.
 #pragma once
 
+#include <type_traits>
+
 #include "common.h"
 #include "quant_codes.h"
 
@@ -113,10 +115,12 @@ __device__ __forceinline__ void quant_step(const uint16_t* px, uint8_t* pq, uint
 
 // Quantises the whole tensor with warps gwarp, gwarp + nwarps, ...: warp g
 // takes the steps at blocks (g + i * nwarps) * kTiles * kTileBlocks.  Every
-// lane of a warp must call it.
-template <int D, int kTiles, bool kAligned>
-__device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                            int64_t nwarps, bool x_al16, bool q_al4) {
+// lane of a warp must call it.  The format: kQBytes bytes of a_q per block of 32
+// elements (a lane of a pair starts a quarter block in) and step(full, px, pq, ps, odd,
+// pair, rem), one step (full: std::true_type when every block of the step exists).
+template <int kQBytes, int D, int kTiles, class Step>
+__device__ __forceinline__ void quant_steps_of(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                               int64_t nwarps, Step step) {
   const int64_t nblocks = a.num_tokens * static_cast<int64_t>(D / 32);
   const int lane = lane_id();
   const int odd = lane & 1;
@@ -126,17 +130,23 @@ __device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t 
   const int64_t b0 = bw + pair;
   const int64_t stride = nwarps * kStepBlocks;
   const uint16_t* px = a.x + b0 * 32 + odd * 8;
-  uint8_t* pq = a.a_q + b0 * 16 + odd * 4;
+  uint8_t* pq = a.a_q + b0 * kQBytes + odd * (kQBytes / 4);
   uint8_t* ps = a.a_scale + b0;
   for (; bw + kStepBlocks <= nblocks; bw += stride) {
-    quant_step<kTiles, kAligned, true>(px, pq, ps, odd, pair, kStepBlocks, x_al16, q_al4);
+    step(std::true_type{}, px, pq, ps, odd, pair, kStepBlocks);
     px += stride * 32;
-    pq += stride * 16;
+    pq += stride * kQBytes;
     ps += stride;
   }
-  if (bw < nblocks)
-    quant_step<kTiles, kAligned, false>(px, pq, ps, odd, pair, static_cast<int>(nblocks - bw),
-                                        x_al16, q_al4);
+  if (bw < nblocks) step(std::false_type{}, px, pq, ps, odd, pair, static_cast<int>(nblocks - bw));
+}
+
+template <int D, int kTiles, bool kAligned>
+__device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                            int64_t nwarps, bool x_al16, bool q_al4) {
+  quant_steps_of<16, D, kTiles>(a, gwarp, nwarps, [=](auto full, auto... at) {
+    quant_step<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
+  });
 }
 
 template <int D, int kTiles>

@@ -128,29 +128,13 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
   }
 }
 
+// quant_steps (quant.h) for MXFP8: 32 bytes of a_q per block.
 template <int D, int kTiles, bool kAligned>
 __device__ __forceinline__ void quant_steps_fp8(const AiterAuxQuantArgs& a, int64_t gwarp,
                                                 int64_t nwarps, bool x_al16, bool q_al4) {
-  const int64_t nblocks = a.num_tokens * static_cast<int64_t>(D / 32);
-  const int lane = lane_id();
-  const int odd = lane & 1;
-  const int pair = lane >> 1;
-  constexpr int kStepBlocks = kTiles * kTileBlocks;
-  int64_t bw = gwarp * kStepBlocks;
-  const int64_t b0 = bw + pair;
-  const int64_t stride = nwarps * kStepBlocks;
-  const uint16_t* px = a.x + b0 * 32 + odd * 8;
-  uint8_t* pq = a.a_q + b0 * 32 + odd * 8;
-  uint8_t* ps = a.a_scale + b0;
-  for (; bw + kStepBlocks <= nblocks; bw += stride) {
-    quant_step_fp8<kTiles, kAligned, true>(px, pq, ps, odd, pair, kStepBlocks, x_al16, q_al4);
-    px += stride * 32;
-    pq += stride * 32;
-    ps += stride;
-  }
-  if (bw < nblocks)
-    quant_step_fp8<kTiles, kAligned, false>(px, pq, ps, odd, pair, static_cast<int>(nblocks - bw),
-                                            x_al16, q_al4);
+  quant_steps_of<32, D, kTiles>(a, gwarp, nwarps, [=](auto full, auto... at) {
+    quant_step_fp8<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
+  });
 }
 
 template <int D, int kTiles>

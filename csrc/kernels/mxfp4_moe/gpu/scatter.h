@@ -257,7 +257,7 @@ inline int launch_scatter_large(const AiterAuxScatterArgs& a, void* stream, cons
 template <int D, int K, bool kQ>
 inline int launch_scatter(const AiterAuxScatterArgs& a, void* stream, const char* op) {
   static_assert(D > 0, "model_dim must be positive");
-  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  static_assert(K >= 1 && K <= AITER_AUX_MAX_TOPK, "topk out of [1, AITER_AUX_MAX_TOPK]");
   if (a.model_dim != D)
     return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim, D);
   if (a.topk != K)

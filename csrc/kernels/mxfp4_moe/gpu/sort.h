@@ -2,16 +2,17 @@
 //
 // Ranking (the mid and large paths).  The pairs (t, k) are the flat indices j = t*topk + k.
 // A chunk of pairs is split into kSortWarps contiguous warp ranges; a warp walks
-// its range kWarpSize pairs at a time in ascending j.  Lanes holding the same
-// key (expert, or the sentinel E for a pair that is not local / past the end)
-// find each other with a ballot per key bit ("match"); the lowest lane of a
-// group is its leader.  Pass 1 counts, per warp, the pairs of each expert
-// (uint16 counters in shared memory, one row per warp, written by leaders
-// only).  An exclusive scan over the warps turns the counts into per-warp
-// bases.  Pass 2 walks the same pairs again: the rank of a pair among its
-// expert's pairs of the chunk is base[warp][e] + (pairs of e in the earlier
-// steps of this warp) + (lower lanes of its group) -- ascending j, with no
-// atomics, hence deterministic.
+// its range kWarpSize pairs at a time in ascending j.  The key of a pair is its
+// expert, or the sentinel E for a pair that is not local / past the end.  Pass 1
+// (warp_count, sort_rank.h) counts, per warp, the pairs of each expert: uint16
+// counters in shared memory, one row per warp, one shared atomic add per local pair
+// on the 32-bit word that holds its counter (a count does not depend on the order).
+// An exclusive scan over the warps turns the counts into per-warp bases.  Pass 2
+// (warp_place) walks the same pairs again: lanes holding the same key find each
+// other with a ballot per key bit ("match"), the lowest lane of a group is its
+// leader, and the rank of a pair among its expert's pairs of the chunk is
+// base[warp][e] + (pairs of e in the earlier steps of this warp) + (lower lanes of
+// its group) -- ascending j, with no atomics, hence deterministic.
 //
 // Paths by n = M*topk (the choice: choose_sort_path and the SortPolicy of sort_policy.h):
 //   pairs  (sort_pairs.h): n <= 64: one warp ranks the pairs by ballots, no O(E) work;
@@ -29,7 +30,7 @@
 // cb(g) + 2E), the start of its own pair range (overwritten by the reverse entries
 // in the last launch):
 //   1. count : block g < G writes its chunk's per-expert counts cnt[g][e] to
-//              home(g)[e]; the remaining blocks zero zero_buf;
+//              home(g)[e]; the remaining blocks zero zero_buf (or copy zero_init);
 //   2. scan  : one warp per expert e (kScanWarps per block): loads cnt[g][e] of
 //              all chunks at once (a few per lane), warp scan over g, writes the
 //              exclusive prefix pre[g][e] back to home(g)[e] and the total T_e to
@@ -70,8 +71,8 @@ constexpr int kPairRowIters = 4;    // this many rows per thread:
 constexpr int kPairRowsPerBlock = kPairThreads * kPairRowIters;
 constexpr int kTinyWarps = kTinyThreads / kWarpSize;
 constexpr int64_t kMidMaxChunkPairs = 65535;  // mid path: uint16 per-warp counters
-// The catalog admits E <= kMaxSortExperts (codegen/instances.py MAX_EXPERTS).
-constexpr int kMaxSortExperts = 1024;
+// The catalog admits E <= kMaxSortExperts (codegen/limits.py NUM_EXPERTS).
+constexpr int kMaxSortExperts = AITER_AUX_MAX_NUM_EXPERTS;
 // Static shared memory of one block is at most 48 KiB on every target (below).
 constexpr size_t kStaticSmemBytes = 48 * 1024;
 
@@ -96,7 +97,7 @@ namespace sort_detail {
 // Static shared memory of one block is at most 48 KiB on every target (CUDA's static
 // limit; AMD's LDS has 64 KiB).  Each sort path's struct grows with E (the large path's
 // PlaceSmem is 44 E + 64 bytes with 16 warps); the catalog admits E <= kMaxSortExperts
-// (codegen/instances.py MAX_EXPERTS), so the largest E is checked here, in every TU that
+// (codegen/limits.py NUM_EXPERTS), so the largest E is checked here, in every TU that
 // includes this header, and each instance's own E in launch_sort.  add-shape relies on
 // this bound instead of computing the sizes in Python.
 
@@ -119,9 +120,10 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
   if (a.topk != K)
     return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
   if (!valid_block_m(a.block_m))
-    return fail_invalid("%s: block_m %d not in {16, 32, 64, 128}", op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))
-    return fail_invalid("%s: num_tokens %lld out of [0, 2^24)", op, (long long)a.num_tokens);
+    return fail_invalid("%s: block_m %d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
+  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
+    return fail_invalid("%s: num_tokens %lld out of [0, %d)", op, (long long)a.num_tokens,
+                        AITER_AUX_MAX_NUM_TOKENS);
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
   // Rows and pair indices are int32 on the device (with some headroom for
   // index arithmetic past the end of a range).
@@ -269,8 +271,9 @@ inline int launch_choice(const SortChoice& c, const A& a, const AiterAuxQuantArg
 template <int E, int K, QuantFormat F, int D>
 inline int launch_sort(const AiterAuxSortArgs& a, const AiterAuxQuantArgs& q, void* stream,
                        const char* op) {
-  static_assert(E >= 1 && E <= kMaxSortExperts, "num_experts must be in [1, 1024]");
-  static_assert(K >= 1 && K <= 255, "topk must be in [1, 255]");
+  static_assert(E >= 1 && E <= kMaxSortExperts,
+                "num_experts out of [1, AITER_AUX_MAX_NUM_EXPERTS]");
+  static_assert(K >= 1 && K <= AITER_AUX_MAX_TOPK, "topk out of [1, AITER_AUX_MAX_TOPK]");
   static_assert(sort_smem_bytes<E>() <= kStaticSmemBytes, "sort shared memory exceeds 48 KiB");
   const SortChoice c =
       choose_sort_path(host_sort_policy(), sort_problem<E, K, F, D>(a, false), device_sm_count);

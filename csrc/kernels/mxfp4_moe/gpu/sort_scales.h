@@ -262,10 +262,11 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
     return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim,
                         ModelDim);
   if (!valid_block_m(a.block_m))
-    return fail_invalid("%s: block_m %d not in {16, 32, 64, 128}", op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= (int64_t(1) << 24))
-    return fail_invalid("%s: num_tokens %lld out of [0, 2^24)", op, (long long)a.num_tokens);
-  if (a.max_rows < 0 || a.max_rows > INT32_MAX)
+    return fail_invalid("%s: block_m %d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
+  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
+    return fail_invalid("%s: num_tokens %lld out of [0, %d)", op, (long long)a.num_tokens,
+                        AITER_AUX_MAX_NUM_TOKENS);
+  if (a.max_rows < 0 || a.max_rows > AITER_AUX_MAX_ROWS)
     return fail_invalid("%s: max_rows %lld out of [0, 2^31)", op, (long long)a.max_rows);
   const int64_t bm = a.block_m > 32 ? a.block_m : 32;
   const int64_t out_rows = ceil_div_i64(a.max_rows, bm) * bm;

@@ -1,0 +1,110 @@
+"""The errors of a call no instance serves are one short line with the fix in front, and
+the error a user must catch when nothing may be built is public (no compile: the on-demand
+builder is asked for a key with a stand-in module)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import aiter_aux  # noqa: E402
+from aiter_aux.jit import ondemand, paths  # noqa: E402
+
+LONGEST = 200  # characters of a missing-instance message, a drop-in's note included
+
+
+class NoInstances:
+    """A loaded module as ``ondemand.ensure`` sees it, without any instance."""
+
+    backend = "cpu"
+
+    def has(self, key: str) -> bool:
+        return False
+
+
+def missing_message(monkeypatch, tmp_path, key: str) -> str:
+    monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
+    monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(tmp_path))
+    inst = paths.codegen_module("instances").instance_of_key(key)
+    with pytest.raises(paths.JitDisabledError) as e:
+        ondemand.ensure(NoInstances(), inst)
+    return str(e.value)
+
+
+def test_missing_instance_under_disable_jit_is_short_with_the_fix_first(monkeypatch, tmp_path):
+    text = missing_message(monkeypatch, tmp_path, "moe_sort_e99_k9")
+    assert text.startswith("no instance 'moe_sort_e99_k9' (fix: unset AITER_AUX_DISABLE_JIT"), text
+    assert "\n" not in text and len(text) <= LONGEST, (len(text), text)
+
+
+@pytest.mark.parametrize("drop_in", ["vllm", "sglang"])
+def test_a_drop_ins_missing_instance_is_short_with_the_fix_first(monkeypatch, tmp_path, drop_in):
+    """The drop-ins add their note to the op's message: still one line of at most LONGEST
+    characters (they were 585-878)."""
+    from aiter_aux import ops
+    from aiter_aux.compat import sglang, vllm
+
+    key = f"moe_align_block_size_{'vllm' if drop_in == 'vllm' else 'sglang'}_e900"
+    text = missing_message(monkeypatch, tmp_path, key)
+
+    def refuse(*args, **kwargs):
+        raise ops.UnsupportedShapeError(text)
+
+    monkeypatch.setattr(ops, "moe_align_block_size_vllm_out", refuse)
+    monkeypatch.setattr(ops, "moe_align_block_size_sglang_out", refuse)
+    ids = torch.zeros(4, 2, dtype=torch.int32)
+    with pytest.raises(ops.UnsupportedShapeError) as e:
+        if drop_in == "vllm":
+            vllm.moe_align_block_size(ids, 16, 900)
+        else:
+            cap = ids.numel() * 16 + 901 * 15
+            bufs = (torch.empty(n, dtype=torch.int32) for n in (cap, -(-cap // 16), 1))
+            sglang.moe_align_block_size(ids, 901, 16, *bufs)
+    msg = str(e.value)
+    assert msg.startswith(f"no instance '{key}' (fix: "), msg
+    assert "\n" not in msg and len(msg) <= LONGEST, (len(msg), msg)
+
+
+def test_jit_disabled_error_is_public():
+    """The error of an op call under AITER_AUX_DISABLE_JIT=1 with no module is catchable
+    from the package itself."""
+    assert aiter_aux.JitDisabledError is paths.JitDisabledError
+    assert "JitDisabledError" in aiter_aux.ops.__all__
+    assert issubclass(aiter_aux.JitDisabledError, RuntimeError)
+
+
+def test_no_module_under_disable_jit_says_the_fix_first(monkeypatch, tmp_path):
+    """An empty cache and AITER_AUX_DISABLE_JIT=1: the fix comes before the details."""
+    from aiter_aux.jit import spec
+
+    monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
+    monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(tmp_path))
+    with pytest.raises(aiter_aux.JitDisabledError) as e:
+        spec.ModuleSpec("cpu").load()
+    text = str(e.value)
+    assert text.startswith(
+        "no cpu module_moe_mxfp4_aux and AITER_AUX_DISABLE_JIT=1 builds none "
+        "(fix: unset it or run `aiter-aux build` first): "
+    ), text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("in_catalog", [True, False])
+def test_why_an_instance_is_missing_is_short_with_the_fix_in_front(in_catalog):
+    """The restart / add-shape note of a module that lacks a key: one line, the fix before
+    the reasons, no paths."""
+    from aiter_aux.jit import spec
+
+    catalog = paths.catalog_on_disk(paths.source_root() / paths.CATALOG_FILE).SHAPES
+    keys = [i.key for i in paths.codegen_module("instances").enumerate_instances(catalog)]
+    key = keys[0] if in_catalog else "moe_sort_e99_k9"
+
+    class Module(NoInstances):
+        path = paths.source_root()
+
+    text = spec.why_missing(Module(), key)
+    fix = "(fix: restart the process;" if in_catalog else "(fix: `aiter-aux add-shape"
+    assert text.startswith(f"{key} is not in this process's cpu module"), text
+    assert fix in text and "\n" not in text and len(text) <= LONGEST, (len(text), text)
+    assert str(paths.source_root()) not in text
