@@ -60,7 +60,9 @@ def dry_run(tc, shapes) -> DryRun:
             skip = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
             shutil.copytree(directory, work, symlinks=True, ignore=skip)
         gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
-        text = render_build_ninja(tc, gen.instance_files, gen.lookup_file, gen.binding_file)
+        text = render_build_ninja(
+            tc, gen.instance_files, gen.lookup_file, gen.binding_file, gen.kernel_files
+        )
         codegen_module("writer").write_if_different(work / "build.ninja", text)
         p = subprocess.run(
             [str(Path(BIN_DIR) / "ninja"), "-C", str(work), "-n"],

@@ -84,12 +84,13 @@ class BuildResult:
     backend: str
     num_shapes: int
     num_instances: int
-    compiled: int  # translation units compiled by this build
+    compiled: int  # instance translation units compiled by this build
     linked: bool
     wall_s: float
     toolchain: str
     keys: list[str] = field(default_factory=list)
     waited_s: float = 0.0  # time spent waiting for the build lock
+    objects: int = 0  # every object compiled by this build (instances, kernels, binding, ...)
 
 
 def _atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -114,7 +115,8 @@ def _cleanup_temps(directory: Path) -> None:
 _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 
-def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool]:
+def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, int, bool]:
+    """Run ninja in ``directory``: ``(instance TUs compiled, objects compiled, linked)``."""
     cmd = [str(Path(BIN_DIR) / "ninja"), "-C", str(directory)]
     if aux_env.get("MAX_JOBS"):
         cmd += ["-j", str(aux_env.get("MAX_JOBS"))]
@@ -125,7 +127,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         pass_fds=pass_fds,
     )  # fmt: skip
-    lines, compiled, linked = [], 0, False
+    lines, compiled, objects, linked = [], 0, 0, False
     try:
         for line in proc.stdout:
             lines.append(line)
@@ -134,6 +136,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
                 what = line[m.end() :]
                 is_link = what.startswith("LINK ") or f"-o obj/{MODULE_NAME}.so" in what
                 compiled += not is_link and "src/inst_" in what
+                objects += not is_link
                 linked |= is_link
                 if progress:
                     progress(int(m.group(1)), int(m.group(2)), line[m.end() :].strip())
@@ -151,7 +154,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
             + ":\n"
             + "".join(lines[-80:])
         )
-    return compiled, linked
+    return compiled, objects, linked
 
 
 def build_module(
@@ -245,33 +248,34 @@ def build_locked(
     gen = codegen_module("gen_instances")
     result = gen.generate(directory / "src", tc.backend, list(inputs.shapes))
     ninja_text = render_build_ninja(
-        tc, result.instance_files, result.lookup_file, result.binding_file
+        tc, result.instance_files, result.lookup_file, result.binding_file, result.kernel_files
     )
     codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
     if force:
         shutil.rmtree(directory / "obj", ignore_errors=True)
     elif refused is not None:
         (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)  # relink it
-    compiled, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+    compiled, objects, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
     if not linked and _link_output_changed(directory):
         # ninja saw nothing to do, yet its output is not the module it last published:
         # the link output was truncated or corrupted (or a builder died before
         # publishing).  Relink rather than publish a broken module.
         (directory / "obj" / f"{MODULE_NAME}.so").unlink(missing_ok=True)
-        more, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
+        more, more_objects, linked = _run_ninja(directory, verbose, progress, lock.pass_fds())
         compiled += more
+        objects += more_objects
     keys = [p.stem[len("inst_") :] for p in result.instance_files]
     _check_catalog_current(inputs)  # the catalog may have changed during the compile
     path = _publish(inputs, keys)
-    return _result(inputs, path, compiled, linked, t0, lock.waited_s, keys)
+    return _result(inputs, path, compiled, linked, t0, lock.waited_s, keys, objects)
 
 
-def _result(inputs, path, compiled, linked, t0, waited_s=0.0, keys=None) -> BuildResult:
+def _result(inputs, path, compiled, linked, t0, waited_s=0.0, keys=None, objects=0):
     if keys is None:
         keys = (read_manifest(inputs.directory) or {}).get("keys", [])
     return BuildResult(
         path, inputs.directory, inputs.tc.backend, len(inputs.shapes), len(keys), compiled,
-        linked, time.perf_counter() - t0, inputs.tc.describe(), list(keys), waited_s,
+        linked, time.perf_counter() - t0, inputs.tc.describe(), list(keys), waited_s, objects,
     )  # fmt: skip
 
 

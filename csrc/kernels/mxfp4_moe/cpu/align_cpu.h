@@ -1,8 +1,9 @@
 // CPU kernels of moe_align_block_size_vllm and moe_align_block_size_sglang: the sort of
 // moe_sort in vLLM's and SGLang's output formats (docs/compat.md is the spec, every output
-// byte equals aiter_aux/reference/compat.py).  The format is a compile-time parameter of the
-// instance: which bucket a pair's id falls into, how a block is labelled, what pads.
-// Built on core_cpu.h's sort helpers.
+// byte equals aiter_aux/reference/compat.py).  The format (which bucket a pair's id falls
+// into, how a block is labelled, what pads) is a template parameter; num_experts and
+// block_size are read from the args at run time (one generic kernel per format, compiled
+// once per module).  Self-contained: it includes no other op's kernels.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
-#include "core_cpu.h"
+#include "cpu_common.h"
 
 namespace aiter_aux {
 namespace cpu {
@@ -19,12 +20,12 @@ enum class AlignFormat { Vllm, Sglang };
 
 namespace detail {
 
-// The checks of an align instance: E = the instance's num_experts; `need` = the op's capacity
-// rule.  Nothing is written before they pass.
-template <int E>
-int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
-  if (a.num_experts != E)
-    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts, E);
+// The checks of an align call: `max_experts` = the format's bound on num_experts; `need` =
+// the op's capacity rule.  Nothing is written before they pass.
+inline int check_align(const AiterAuxAlignArgs& a, const char* op, int32_t max_experts,
+                       int64_t need) {
+  if (a.num_experts < 1 || a.num_experts > max_experts)
+    return invalid_arg("%s: num_experts=%d not in [1, %d]", op, a.num_experts, max_experts);
   if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
     return invalid_arg("%s: block_size=%d not in [1, %d]", op, a.block_size,
                        AITER_AUX_MAX_ALIGN_BLOCK_SIZE);
@@ -46,8 +47,8 @@ int check_align(const AiterAuxAlignArgs& a, const char* op, int64_t need) {
 
 // The bucket of id `id` in [0, NB), or -1 (dropped).  vLLM: the expert (expert_map[id] with
 // a map), NB = E; SGLang: id + 1, NB = E + 1 (bucket 0 holds the -1 ids).
-template <int E, AlignFormat F>
-inline int64_t align_bucket(const AiterAuxAlignArgs& a, int32_t id) {
+template <AlignFormat F>
+inline int64_t align_bucket(const AiterAuxAlignArgs& a, int64_t E, int32_t id) {
   if constexpr (F == AlignFormat::Sglang) {
     const int64_t b = int64_t(id) + 1;
     return b >= 0 && b <= E ? b : -1;
@@ -60,15 +61,16 @@ inline int64_t align_bucket(const AiterAuxAlignArgs& a, int32_t id) {
 }
 
 // Counting sort into block-padded bucket segments, ascending pair index inside a bucket.
-template <int E, AlignFormat F>
+template <AlignFormat F>
 int align_impl(const AiterAuxAlignArgs& a) {
-  constexpr int NB = F == AlignFormat::Sglang ? E + 1 : E;
+  const int64_t E = a.num_experts;
+  const int NB = static_cast<int>(F == AlignFormat::Sglang ? E + 1 : E);
   const int64_t n = a.numel;
   const int64_t bs = a.block_size;
   const int32_t* __restrict ids = a.topk_ids;
   std::vector<int64_t> cnt(NB, 0), pos(NB);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    const int64_t b = align_bucket<F>(a, E, ids[i]);
     if (b >= 0) ++cnt[b];
   }
   int64_t total = 0;
@@ -81,7 +83,7 @@ int align_impl(const AiterAuxAlignArgs& a) {
   int32_t* __restrict sti = a.sorted_token_ids;
   for (int64_t r = 0; r < a.capacity; ++r) sti[r] = pad;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    const int64_t b = align_bucket<F>(a, E, ids[i]);
     if (b >= 0) sti[pos[b]++] = static_cast<int32_t>(i);
     a.scatter_idx[i] = b >= 0 ? static_cast<int32_t>(i) : -1;
   }
@@ -102,29 +104,21 @@ int align_impl(const AiterAuxAlignArgs& a) {
 
 }  // namespace detail
 
-template <int NumExperts>
-int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
-  const int rc = detail::check_align<NumExperts>(
-      a, "moe_align_block_size_vllm",
-      aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size));
+inline int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
+  const int rc =
+      detail::check_align(a, "moe_align_block_size_vllm", AITER_AUX_MAX_NUM_EXPERTS,
+                          aiter_aux_vllm_align_capacity(a.numel, a.num_experts, a.block_size));
   if (rc != AITER_AUX_OK) return rc;
-  return detail::align_impl<NumExperts, AlignFormat::Vllm>(a);
+  return detail::align_impl<AlignFormat::Vllm>(a);
 }
 
-template <int NumExperts>
-int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
-  if constexpr (NumExperts + 1 > AITER_AUX_MAX_NUM_EXPERTS) {
-    return detail::invalid_arg(
-        "moe_align_block_size_sglang: num_experts + 1 = %d buckets "
-        "exceed %d",
-        NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
-  } else {
-    const int rc = detail::check_align<NumExperts>(
-        a, "moe_align_block_size_sglang",
-        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size));
-    if (rc != AITER_AUX_OK) return rc;
-    return detail::align_impl<NumExperts, AlignFormat::Sglang>(a);
-  }
+// num_experts + 1 buckets (bucket 0: id -1) must fit the limit.
+inline int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
+  const int rc =
+      detail::check_align(a, "moe_align_block_size_sglang", AITER_AUX_MAX_NUM_EXPERTS - 1,
+                          aiter_aux_sglang_align_capacity(a.numel, a.num_experts, a.block_size));
+  if (rc != AITER_AUX_OK) return rc;
+  return detail::align_impl<AlignFormat::Sglang>(a);
 }
 
 }  // namespace cpu

@@ -29,6 +29,9 @@ __attribute__((format(printf, 1, 2), noinline, cold)) inline int invalid_arg(con
   return AITER_AUX_ERR_INVALID_ARGUMENT;
 }
 
+constexpr int64_t kMaxTokens = int64_t(1) << 24;
+constexpr int64_t kInt32Max = 2147483647;
+
 inline bool valid_block_m(int32_t bm) {
   return bm == 16 || bm == 32 || bm == 64 || bm == 128;
 }
