@@ -42,7 +42,7 @@ class DryRun:
 
     compile: list[str] = field(default_factory=list)
     link: bool = False
-    total: int = 0  # translation units of the build (instances, lookup, module_common, binding)
+    total: int = 0  # translation units of the build (instances and the module's other TUs)
 
 
 def dry_run(tc, shapes) -> DryRun:
@@ -73,7 +73,8 @@ def dry_run(tc, shapes) -> DryRun:
         )
     if p.returncode:
         raise RuntimeError(f"ninja -n failed: {(p.stdout + p.stderr).strip()[-500:]}")
-    result = DryRun(total=len(gen.instance_files) + 3)
+    units = codegen_module("instances").module_units(tc.backend)
+    result = DryRun(total=len(gen.instance_files) + len(units))
     for line in p.stdout.splitlines():
         m = _STATUS_RE.match(line)
         if m:

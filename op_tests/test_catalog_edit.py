@@ -219,7 +219,9 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     named = {item.rsplit(" ", 2)[0] for item in slow[0].split("slowest: ")[1].split(", ")}
     assert named <= new | {"lookup", "module_common"}, slow  # this build's TUs only
     shown = inspect.signature(format_slowest).parameters["n"].default  # names the line holds
-    assert len(named & new) == min(len(new), shown), slow  # every new TU, or a full line of them
+    # every TU this build compiled (the new instances and the lookup: on the CPU an instance
+    # compiles as fast as the lookup), or a full line of them
+    assert len(named) == min(len(new) + 1, shown), slow
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert sorted(manifest["keys"]) == sorted(keys)
     p = cli(tree, "remove-shape", "128,3072,512,4")
