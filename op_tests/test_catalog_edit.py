@@ -422,30 +422,6 @@ def test_catalog_bounds_come_from_the_limits():
     assert (alone.MAX_MODEL_DIM, alone.MAX_INTER) == (L.MODEL_DIM.hi, L.INTER.hi)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_largest_model_dim_compiles_and_the_next_does_not(tmp_path):
-    """The model_dim bound is what the kernels compile: every CPU instance of the largest
-    accepted model_dim compiles; the next multiple of 256 overflows an int in a constant
-    expression (the add-shape that used to be accepted, then fail to build)."""
-    from aiter_aux.jit.paths import codegen_module
-
-    inst, render = codegen_module("instances"), codegen_module("render")
-    cat, kernels = codegen_module("catalog"), ROOT / "csrc" / "kernels" / "mxfp4_moe"
-    top = _limits().MODEL_DIM.hi // cat.MODEL_DIM_ALIGN * cat.MODEL_DIM_ALIGN
-
-    def compiles(d: int) -> subprocess.CompletedProcess:
-        r = render.Renderer("cpu")
-        src = tmp_path / f"d{d}.cpp"
-        src.write_text("\n".join(r.render_instance(i) for i in inst.instances_for_shape(
-            (8, d, 256, 8)) if "model_dim" in i.params))  # fmt: skip
-        return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-fopenmp", f"-I{kernels}",
-                               str(src)], capture_output=True, text=True)  # fmt: skip
-
-    assert compiles(top).returncode == 0, compiles(top).stderr[-2000:]
-    p = compiles(top + cat.MODEL_DIM_ALIGN)
-    assert p.returncode != 0 and "overflow" in p.stderr
-
-
 def test_cli_refuses_a_model_dim_that_cannot_compile(tree):
     before = snapshot(tree)
     p = cli(tree, "add-shape", "256,2147482624,256,8", "--note", "x", "--no-build")
