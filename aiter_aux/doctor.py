@@ -42,7 +42,7 @@ class DryRun:
 
     compile: list[str] = field(default_factory=list)
     link: bool = False
-    total: int = 0  # translation units of the build (instances, lookup, module_common, binding)
+    total: int = 0  # translation units of the build (instances and the module's other TUs)
 
 
 def dry_run(tc, shapes) -> DryRun:
@@ -60,7 +60,9 @@ def dry_run(tc, shapes) -> DryRun:
             skip = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
             shutil.copytree(directory, work, symlinks=True, ignore=skip)
         gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
-        text = render_build_ninja(tc, gen.instance_files, gen.lookup_file, gen.binding_file)
+        text = render_build_ninja(
+            tc, gen.instance_files, gen.lookup_file, gen.binding_file, gen.kernel_files
+        )
         codegen_module("writer").write_if_different(work / "build.ninja", text)
         p = subprocess.run(
             [str(Path(BIN_DIR) / "ninja"), "-C", str(work), "-n"],
@@ -71,7 +73,8 @@ def dry_run(tc, shapes) -> DryRun:
         )
     if p.returncode:
         raise RuntimeError(f"ninja -n failed: {(p.stdout + p.stderr).strip()[-500:]}")
-    result = DryRun(total=len(gen.instance_files) + 3)
+    units = codegen_module("instances").module_units(tc.backend)
+    result = DryRun(total=len(gen.instance_files) + len(units))
     for line in p.stdout.splitlines():
         m = _STATUS_RE.match(line)
         if m:

@@ -32,8 +32,8 @@ def generate(
     backend: str = "cpu",
     shapes: list[tuple[int, int, int, int]] | None = None,
 ) -> GenerateResult:
-    """Render every instance TU of ``shapes`` (default ``SHAPES``), the lookup and the torch
-    binding (which depends on the op table only) into
+    """Render every instance TU of ``shapes`` (default ``SHAPES``), the lookup, the kernels
+    TUs (CPU) and the torch binding (the last two depend on the op table only) into
     ``working_path``; files are written only when their bytes change and instance files of
     keys no longer listed are removed.  Raises ``ValueError`` for an invalid catalog."""
     shapes = SHAPES if shapes is None else shapes
@@ -44,7 +44,11 @@ def generate(
     renderer = Renderer(backend)
     files = {renderer.instance_filename(i): renderer.render_instance(i) for i in instances}
     lookup = {renderer.lookup_filename(): renderer.render_lookup(instances)}
-    result = write_sources(Path(working_path), files, lookup, renderer.instance_glob())
+    kernels = renderer.render_kernels()
+    result = write_sources(Path(working_path), files, {**lookup, **kernels},
+                           renderer.instance_glob())  # fmt: skip
+    result.lookup_file = Path(working_path) / renderer.lookup_filename()
+    result.kernel_files = [Path(working_path) / name for name in kernels]
     result.binding_file = Path(working_path) / renderer.binding_filename()
     written = write_if_different(result.binding_file, renderer.render_binding())
     (result.written if written else result.unchanged).append(result.binding_file)

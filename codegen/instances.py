@@ -1,11 +1,13 @@
 """Shape catalog -> kernel instances.
 
-A *shape* is ``(expert, model_dim, inter_rounded, topk)``.  Each aux op is specialised at
-compile time on a subset of the shape's parameters; an *instance* is one op with concrete
-values for exactly those parameters, and its *key* (e.g. ``moe_sort_e257_k9``) spells
-them.  inter_dim is a compile-time parameter of no aux kernel, so shapes that differ only
-in inter share every instance.  The key is the one name of an instance everywhere: file
-names, C symbols, the lookup and the Python dispatch.
+A *shape* is ``(expert, model_dim, inter_rounded, topk)``.  Each aux op's GPU kernels are
+specialised at compile time on a subset of the shape's parameters; an *instance* is one op
+with concrete values for exactly those parameters, and its *key* (e.g. ``moe_sort_e257_k9``)
+spells them.  The CPU kernels are generic (compiled once per module, the shape read at run
+time); a CPU instance names its key and calls its op's kernel.  inter_dim is a compile-time
+parameter of no aux kernel, so shapes that differ only in inter share every instance.  The
+key is the one name of an instance everywhere: file names, C symbols, the lookup and the
+Python dispatch.
 
 Stdlib only: imported by the generator, by the JIT builder and by the Python ops.
 """
@@ -61,11 +63,37 @@ class Instance:
 
 
 def instance_headers(backend: str, op: str) -> list[str]:
-    """What an instance TU of ``op`` includes (relative to the kernels directory): its op's
-    kernel header alone (the op table's ``kernels``; on a GPU after the GPU kernels' common
-    header), so an edit of another op's kernels leaves it alone."""
-    cpu, gpu = OPS[op].kernels
-    return ["cpu/" + cpu] if backend == "cpu" else ["gpu/common.h", "gpu/" + gpu]
+    """What an instance TU of ``op`` includes (relative to the kernels directory).  On a GPU
+    its op's kernel header alone (the op table's ``kernels``, after the GPU kernels' common
+    header), so an edit of another op's kernels leaves it alone.  On the CPU the ABI header
+    alone: the kernels there are generic (:func:`cpu_kernel_units`), and an instance only
+    names its key and calls its op's kernel, so no kernel edit recompiles it."""
+    if backend == "cpu":
+        return ["mxfp4_moe_aux_abi.h"]
+    return ["gpu/common.h", "gpu/" + OPS[op].kernels[1]]
+
+
+#: The name of the CPU backend's kernels TU of a kernel header, e.g. ``kernels_core_cpu``.
+CPU_KERNELS_PREFIX = "kernels_"
+
+
+def cpu_kernel_units() -> dict[str, list[str]]:
+    """The CPU backend's kernels TUs, ``{stem: [op names]}`` in table order: one per CPU
+    kernel header of the op table (``kernels[0]``), which compiles the generic kernel
+    (every shape parameter read at run time) of each of its ops once per module, e.g.
+    ``{"kernels_core_cpu": ["moe_sort", ...], ...}``."""
+    units: dict[str, list[str]] = {}
+    for spec in OPS.values():
+        stem = CPU_KERNELS_PREFIX + spec.kernels[0].removesuffix(".h")
+        units.setdefault(stem, []).append(spec.name)
+    return units
+
+
+def module_units(backend: str) -> tuple[str, ...]:
+    """The TUs of a module besides its instances (the module of no shape): the lookup, the
+    backend-independent part and the binding, and on the CPU the kernels TUs."""
+    kernels = tuple(cpu_kernel_units()) if backend == "cpu" else ()
+    return ("lookup", "module_common", "binding", *kernels)
 
 
 def instance_of_key(key: str) -> Instance:

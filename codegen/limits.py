@@ -57,11 +57,11 @@ ALIGN_BLOCK_SIZE = Limit(
 )
 #: Rows of the sorted buffers are int32 on every backend.
 MAX_ROWS = (1 << 31) - 1
-#: model_dim is an ``int`` template parameter, and the CPU scatter rounds it up to its
-#: 1024-column tile in an int constant expression (``ModelDim + kTile - 1``,
-#: cpu/mxfp4_moe_aux_cpu.h): 1024 more must still fit (a catalog bound: add-shape).
-MODEL_DIM = Limit("model_dim", 1, (1 << 31) - 1 - 1024, why="an int template parameter "
-                  "that the CPU scatter rounds up to 1024 columns")  # fmt: skip
+#: model_dim is an ``int`` (a template parameter of the GPU kernels), and the CPU scatter
+#: rounds it up to its 1024-column tile in int arithmetic (``model_dim + tile - 1``,
+#: cpu/core_cpu.h): 1024 more must still fit (a catalog bound: add-shape).
+MODEL_DIM = Limit("model_dim", 1, (1 << 31) - 1 - 1024, why="an int that the CPU scatter "
+                  "rounds up to 1024 columns")  # fmt: skip
 #: inter_rounded is no kernel's parameter; the catalog keeps it a C int like the others.
 INTER = Limit("inter_rounded", 1, (1 << 31) - 1, why="a C int like the other fields")
 

@@ -1,9 +1,10 @@
 """Instances -> source text, through the Jinja templates in ``templates/``.
 
-One template set serves every backend: an instance TU includes its op's CPU kernel
-header (C++, ``.cpp``) or HIP kernel header (``.cu`` for nvcc, ``.hip`` for ROCm) alone;
-the lookup and the torch binding are plain C++ for all (the binding is the only TU with
-torch headers).
+One template set serves every backend: a GPU instance TU includes its op's HIP kernel
+header alone (``.cu`` for nvcc, ``.hip`` for ROCm); a CPU instance TU (``.cpp``) includes
+the ABI header alone and calls its op's generic kernel, compiled once per module by the
+kernels TU of its CPU kernel header (``cpu_kernels.j2``); the lookup and the torch binding
+are plain C++ for all (the binding is the only TU with torch headers).
 Generated files start with a "generated, do not edit" stamp.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from .checks import cpp_function
-from .instances import BACKENDS, Instance, instance_headers
+from .instances import BACKENDS, Instance, cpu_kernel_units, instance_headers
 from .ops import OPS
 from .opspec import cpp_signature, schemas
 from .validate import validate
@@ -73,7 +74,24 @@ class Renderer:
             stamp=STAMP.format(template="lookup.j2"),
             instances=sorted(instances),
             backend=self.backend,
+            cpu_ops=list(OPS.values()) if self.backend == "cpu" else [],
         )
+
+    def render_kernels(self) -> dict[str, str]:
+        """The kernels TUs of the backend, file name -> text: on the CPU one per kernel
+        header (:func:`~codegen.instances.cpu_kernel_units`), none on a GPU (its instances
+        compile their kernels)."""
+        if self.backend != "cpu":
+            return {}
+        template = self.env.get_template("cpu_kernels.j2")
+        return {
+            f"{stem}.cpp": template.render(
+                stamp=STAMP.format(template="cpu_kernels.j2"),
+                header=OPS[names[0]].kernels[0],
+                ops=[OPS[n] for n in names],
+            )
+            for stem, names in cpu_kernel_units().items()
+        }
 
     @staticmethod
     def binding_filename() -> str:

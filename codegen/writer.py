@@ -24,6 +24,7 @@ class GenerateResult:
     directory: Path
     instance_files: list[Path] = field(default_factory=list)
     lookup_file: Path | None = None
+    kernel_files: list[Path] = field(default_factory=list)  # the CPU kernels TUs
     binding_file: Path | None = None
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
@@ -93,19 +94,18 @@ def _is_generated(path: Path) -> bool:
 
 
 def write_sources(
-    directory: Path, instance_files: dict[str, str], lookup: dict[str, str], instance_glob: str
+    directory: Path, instance_files: dict[str, str], others: dict[str, str], instance_glob: str
 ) -> GenerateResult:
-    """Write ``instance_files`` and ``lookup`` (name -> text) into ``directory`` and remove
-    generated instance files matching ``instance_glob`` that are no longer listed."""
+    """Write ``instance_files`` and ``others`` (the lookup, the kernels TUs; name -> text)
+    into ``directory`` and remove generated instance files matching ``instance_glob`` that
+    are no longer listed.  The caller names the lookup and kernels files of the result."""
     directory.mkdir(parents=True, exist_ok=True)
     result = GenerateResult(directory)
-    for name, text in {**instance_files, **lookup}.items():
+    for name, text in {**instance_files, **others}.items():
         path = directory / name
         (result.written if write_if_different(path, text) else result.unchanged).append(path)
         if name in instance_files:
             result.instance_files.append(path)
-        else:
-            result.lookup_file = path
     for stale in sorted(directory.glob(instance_glob)):
         if stale.name not in instance_files and _is_generated(stale):
             stale.unlink()

@@ -10,8 +10,9 @@ from aiter_aux.jit.paths import codegen_module
 _instances = codegen_module("instances")
 
 N_OPS = len(_instances.OPS)  # one instance per op of the table for each shape
-#: The translation units of a build besides one per instance (build.ninja's layout).
-OTHER_TUS = ("lookup", "module_common", "binding")
+#: The translation units of a CPU build besides one per instance (build.ninja's layout): the
+#: lookup, module_common, the binding and the CPU kernels TUs.
+OTHER_TUS = _instances.module_units("cpu")
 N_OTHER_EDGES = len(OTHER_TUS) + 1  # those and the link
 
 

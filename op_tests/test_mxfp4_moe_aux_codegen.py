@@ -181,20 +181,34 @@ def test_gpu_backend_renders_same_instance_list(tmp_path):
 
 
 def test_instance_includes_only_its_ops_header(tmp_path):
-    """An instance TU includes its op's kernel header alone (the op table's ``kernels``):
-    an edit of another op's kernels does not recompile it."""
+    """A GPU instance TU includes its op's kernel header alone (the op table's ``kernels``):
+    an edit of another op's kernels does not recompile it.  A CPU instance TU includes no
+    kernel header (the ABI header alone: its op's generic kernel is the module's), and the
+    module's kernels TUs, one per CPU header, define every op's kernel once."""
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from codegen.ops import OPS; "
             "print(json.dumps({n: s.kernels for n, s in OPS.items()}))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     kernels = json.loads(out.stdout)
-    for backend, ext, side in (("cpu", ".cpp", 0), ("cuda", ".cu", 1)):
+    for backend, ext in (("cpu", ".cpp"), ("cuda", ".cu")):
         out_dir = tmp_path / backend
         for key in _lookup_keys(_generate(out_dir, backend)):
             op = max((o for o in kernels if key == o or key.startswith(o + "_")), key=len)
             tu = (out_dir / f"inst_{key}{ext}").read_text()
             included = [ln for ln in tu.splitlines() if ln.startswith("#include")]
-            header = f'#include "{("cpu", "gpu")[side]}/{kernels[op][side]}"'
-            assert included[-1] == header and len(included) <= 2, (key, included)
+            if backend == "cpu":
+                assert included == ['#include "mxfp4_moe_aux_abi.h"'], (key, included)
+            else:
+                header = f'#include "gpu/{kernels[op][1]}"'
+                assert included[-1] == header and len(included) <= 2, (key, included)
+    defined = {}
+    for tu in (tmp_path / "cpu").glob("kernels_*.cpp"):
+        text = tu.read_text()
+        included = [ln for ln in text.splitlines() if ln.startswith("#include")]
+        assert included == [f'#include "cpu/{tu.stem[len("kernels_"):]}.h"'], (tu, included)
+        for op in re.findall(r'extern "C" int aiter_aux_cpu_(\w+)\(', text):
+            defined[op] = tu.stem
+    assert {op: f"kernels_{k[0][:-2]}" for op, k in kernels.items()} == defined
+    assert not list((tmp_path / "cuda").glob("kernels_*"))  # a GPU instance has its kernels
 
 
 def test_only_the_catalog_independent_binding_includes_torch(tmp_path):

@@ -84,7 +84,7 @@ class BuildResult:
     backend: str
     num_shapes: int
     num_instances: int
-    compiled: int  # translation units compiled by this build
+    compiled: int  # instance translation units compiled by this build
     linked: bool
     wall_s: float
     toolchain: str
@@ -253,7 +253,7 @@ def build_locked(
     gen = codegen_module("gen_instances")
     result = gen.generate(directory / "src", tc.backend, list(inputs.shapes))
     ninja_text = render_build_ninja(
-        tc, result.instance_files, result.lookup_file, result.binding_file
+        tc, result.instance_files, result.lookup_file, result.binding_file, result.kernel_files
     )
     codegen_module("writer").write_if_different(directory / "build.ninja", ninja_text)
     if force:

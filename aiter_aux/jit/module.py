@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import env as aux_env
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 
 class InstanceMissingError(KeyError):
@@ -89,6 +89,9 @@ class AuxModule:
         self._resolver = None  # the installed ctypes callback, kept alive
         self.error_setter = C.cast(self.lib.aiter_aux_set_error, C.c_void_p).value
         self.pdl_flag = self.lib.aiter_aux_pdl_flag()
+        # aiter_aux_cpu_kernel: the generic kernels a CPU instance library calls (GPU: None)
+        cpu = self.backend == "cpu"
+        self.cpu_kernel = C.cast(self.lib.aiter_aux_cpu_kernel, C.c_void_p).value if cpu else None
 
     def keys(self) -> list[str]:
         """The instance keys of the module's own table (its prebuilt set)."""

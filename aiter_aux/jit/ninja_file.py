@@ -3,6 +3,8 @@
 Layout of a build directory::
 
     src/inst_<key>.<ext>, src/lookup.cpp   generated sources (codegen)
+    src/kernels_<header>.cpp                the CPU backend's generic kernels, one TU per
+                                            CPU kernel header (codegen)
     src/binding.cpp                         the torch binding (the only TU with torch headers)
     obj/*.o                                objects
     obj/module_moe_mxfp4_aux.so            link output (published by build.py)
@@ -107,12 +109,18 @@ def render_build_ninja(
     instance_sources: list[Path],
     lookup_source: Path,
     binding_source: Path | None = None,
+    kernel_sources: list[Path] = (),
 ) -> str:
     """The text of build.ninja of the module (paths relative to the build directory; the
-    sources are in its ``src/``)."""
+    sources are in its ``src/``).  ``kernel_sources``: the CPU kernels TUs (compiled as the
+    instances are)."""
     buf, w = _header(tc)
     objects = []
-    for src in instance_sources:
+    if binding_source is not None:  # first: the longest compile starts first
+        build(w, "obj/binding.o", "compile_binding", [f"src/{binding_source.name}"],
+              binding_source)  # fmt: skip
+        objects.append("obj/binding.o")
+    for src in [*kernel_sources, *instance_sources]:
         obj = f"obj/{src.stem}.o"
         build(w, obj, "compile_device", [f"src/{src.name}"], src)
         objects.append(obj)
@@ -120,10 +128,6 @@ def render_build_ninja(
     build(w, "obj/lookup.o", "compile_host", [f"src/{lookup_source.name}"], lookup_source)
     build(w, "obj/module_common.o", "compile_host", [common], common)
     objects += ["obj/lookup.o", "obj/module_common.o"]
-    if binding_source is not None:
-        build(w, "obj/binding.o", "compile_binding", [f"src/{binding_source.name}"],
-              binding_source)  # fmt: skip
-        objects.append("obj/binding.o")
     w.newline()
     build(w, f"obj/{MODULE_NAME}.so", "link", objects)
     w.default(f"obj/{MODULE_NAME}.so")

@@ -12,8 +12,9 @@ registered at run time; on a miss it calls the *resolver* installed here
    directory (``<toolchain dir>/keys/<key>/``, under that directory's build lock, so
    threads and processes asking for one key build it once) and published atomically;
 3. the library is opened, its bytes checked against its manifest through the descriptor,
-   loaded through ``/proc/self/fd/N``, linked to the module (error setter, PDL flag) and
-   its instance registered.  Then the binding looks again and runs the call.
+   loaded through ``/proc/self/fd/N``, linked to the module (error setter, PDL flag, and
+   on the CPU the module's generic kernels, which a CPU instance calls) and its instance
+   registered.  Then the binding looks again and runs the call.
 
 What fails is raised by the binding as ``"<ErrorType>: <message>"`` and re-raised by the
 op wrappers as the original exception (:func:`take_error`): ``BuildError`` with the
@@ -165,8 +166,8 @@ def _load_library(path: Path, sha256: str, module, inst) -> bool:
     if lib.aiter_aux_abi_version() != ABI_VERSION:
         raise RuntimeError(f"{path}: ABI version {lib.aiter_aux_abi_version()}, expected "
                            f"{ABI_VERSION}; remove it (`aiter-aux clean`)")  # fmt: skip
-    lib.aiter_aux_link_module.argtypes = [C.c_void_p, C.c_void_p]
-    lib.aiter_aux_link_module(module.error_setter, module.pdl_flag)
+    lib.aiter_aux_link_module.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+    lib.aiter_aux_link_module(module.error_setter, module.pdl_flag, module.cpu_kernel)
     fn = C.cast(getattr(lib, inst.symbol), C.c_void_p).value
     module.register(inst.key, inst.spec.op_id, inst.padded_values, fn)
     return True

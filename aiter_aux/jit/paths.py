@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 MODULE_NAME = "module_moe_mxfp4_aux"
 MANIFEST = "manifest.json"
 # Below a toolchain's build directory (which holds the module of the catalog): the module
-# without instances (the binding alone, built by a first call that finds no module), and one
-# directory per instance library built on demand (:mod:`.ondemand`).
+# without instances (the binding, and on the CPU the kernels; built by a first call that finds
+# no module), and one directory per instance library built on demand (:mod:`.ondemand`).
 CORE_DIR = "core"
 KEYS_DIR = "keys"
 SOURCE_DIRS = ("codegen", "templates", "csrc")
@@ -316,8 +316,9 @@ def build_dir(tc: Toolchain) -> Path:
 class BuildInputs:
     """Everything a build's output depends on, its digest and its build directory, computed
     once (see :mod:`.build`).  ``catalog`` is True when ``shapes`` is the catalog this
-    process imported.  No shapes: the module holds the binding alone (instances are then
-    built on demand), in the ``core`` directory below the toolchain's."""
+    process imported.  No shapes: the module holds the binding (and on the CPU the kernels)
+    but no instance (instances are then built on demand), in the ``core`` directory below
+    the toolchain's."""
 
     tc: Toolchain
     shapes: tuple[tuple[int, ...], ...]

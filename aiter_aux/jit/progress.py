@@ -31,13 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-#: Compiler CPU seconds (user + sys) of the module of no shape (lookup, module_common and
-#: the binding, which includes torch's headers) and of one instance, by backend: the
-#: estimate of :func:`first_build_note` (CPU time, unlike wall time, hardly depends on the
-#: machine's load).  cpu: g++ 12 -O3 on x86-64, the binding ~4.6 s, an instance 0.4-1.1 s.
-#: The GPU backends are not measured: their note gives no time.
-COMPILE_CPU_S = {"cpu": {"module": 5.5, "instance": 1.0}}
-OTHER_TUS = ("lookup", "module_common", "binding")  # the module of no shape
+#: Compiler CPU seconds (user + sys) of the module of no shape (lookup, module_common, the
+#: binding, which includes torch's headers, and on the CPU the kernels TUs) and of one
+#: instance, by backend: the estimate of :func:`first_build_note` (CPU time, unlike wall
+#: time, hardly depends on the machine's load).  cpu: g++ 12 -O3 on x86-64, the binding
+#: ~4.6 s, the kernels TUs ~1.5 s, an instance (a call of its op's kernel) and its library's
+#: link ~0.1 s.  The GPU backends are not measured: their note gives no time.
+COMPILE_CPU_S = {"cpu": {"module": 6.5, "instance": 0.2}}
+
+
+def module_units(backend: str) -> tuple[str, ...]:
+    """The TUs of the module of no shape (:func:`codegen.instances.module_units`)."""
+    from .paths import codegen_module
+
+    return codegen_module("instances").module_units(backend)
+
 
 NINJA_LOG = ".ninja_log"
 MTIME_SLACK_NS = 50_000_000  # file mtimes use a coarse clock that may lag time.time_ns()
@@ -222,13 +230,14 @@ def _duration(seconds: float) -> str:
 
 def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> str:
     """The line a first op call that must compile says first: it compiles the module of no
-    shape (the binding; :data:`OTHER_TUS`) into ``directory``, then each instance as it is
+    shape (the binding; :func:`module_units`) into ``directory``, then each instance as it is
     first called; about how long each takes with this machine's cores and its load (the
     estimate is compiler CPU time, :data:`COMPILE_CPU_S`, stretched by the share of a core
     a busy machine leaves; ``jobs``: ``MAX_JOBS``, if set), and how to avoid the waits."""
     obj = Path(directory) / "obj"
-    n = len(OTHER_TUS)
-    todo = sum(not (obj / f"{name}.o").exists() for name in OTHER_TUS)
+    units = module_units(backend)
+    n = len(units)
+    todo = sum(not (obj / f"{name}.o").exists() for name in units)
     what = f"{todo} of {n} translation units"
     if todo == 0:  # every object exists: the sources changed since they were built
         todo, what = n, f"up to {n} translation units: the sources changed since the last build"
@@ -247,7 +256,8 @@ def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> 
         what += f", about {_duration(seconds * slower)} on {cores} core{'s' * (cores > 1)}{busy}"
         each = f" (about {_duration(cost['instance'] * slower)} each)"
     return (
-        f"the first {backend} op call of this process compiles the binding ({what}) into "
+        f"the first {backend} op call of this process compiles the binding"
+        f"{' and the kernels' if backend == 'cpu' else ''} ({what}) into "
         f"{directory}, then each instance as it is first called{each}; to skip these waits, "
         "run `aiter-aux build` ahead of time or install the prebuilt wheel "
         "(AITER_AUX_PREBUILD=1)"

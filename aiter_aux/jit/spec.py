@@ -174,7 +174,7 @@ class ModuleSpec:
 
     @cached_property
     def core_inputs(self) -> paths.BuildInputs:
-        """The build inputs of the module without instances (the binding alone)."""
+        """The build inputs of the module without instances (the binding; CPU: the kernels)."""
         return paths.BuildInputs.of(self.inputs.tc, ())
 
     def _from_cache(self, strict: bool = False, core: bool = False) -> AuxModule | None:
@@ -230,8 +230,8 @@ class ModuleSpec:
         return module
 
     def _build_and_load(self) -> AuxModule:
-        """Build the module of no shape (the binding alone: instances are built as they are
-        called) into the cache and load it."""
+        """Build the module of no shape (the binding, and on the CPU the kernels: instances
+        are built as they are called) into the cache and load it."""
         from . import build as build_mod
         from .progress import Reporter
 

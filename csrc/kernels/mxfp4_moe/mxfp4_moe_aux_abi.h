@@ -3,7 +3,9 @@
 // Instance translation units include no torch header, so each compiles in about a
 // second.  Every instance exports one function with the uniform signature
 // `AiterAuxFn`; the generated lookup maps an instance key (e.g. "moe_sort_e257_k9")
-// and its compile-time parameter values to it.  The one translation unit that
+// and its compile-time parameter values to it.  On the CPU the kernels are generic (the
+// shape read from these structs at run time), compiled once per module; a CPU instance
+// calls its op's kernel through `aiter_aux_cpu_kernel`.  The one translation unit that
 // includes torch's stable-ABI headers is the binding (binding/torch_binding.h,
 // rendered by templates/binding.j2): it validates the torch ops' arguments, fills
 // these structs and calls the instance.  Every consumer of the structs is compiled
@@ -14,7 +16,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 7
+#define AITER_AUX_ABI_VERSION 8
 
 #ifdef __cplusplus
 extern "C" {
@@ -233,8 +235,14 @@ typedef int (*AiterAuxResolver)(int32_t op, const int32_t* params, int32_t num_p
 void aiter_aux_set_resolver(AiterAuxResolver resolver);  // NULL: none
 AiterAuxResolver aiter_aux_resolver(void);
 // What an instance library (instance_lib.cpp) is linked to when it is loaded: the module's
-// error setter and PDL flag (a std::atomic<int>*).
+// error setter, PDL flag (a std::atomic<int>*) and, from a CPU module, its
+// aiter_aux_cpu_kernel (NULL from a GPU module):
+//   void aiter_aux_link_module(void (*set_error)(const char*), void* pdl_flag,
+//                              AiterAuxFn (*cpu_kernel)(int32_t op));
 void* aiter_aux_pdl_flag(void);
+// The CPU backend's generic kernel of op `op` (its op_id), which serves every key of the op;
+// exported by the lookup TU of a CPU module, and by an instance library linked to one.
+AiterAuxFn aiter_aux_cpu_kernel(int32_t op);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,8 +1,9 @@
 // CPU kernels of moe_align_block_size_vllm and moe_align_block_size_sglang: the sort of
 // moe_sort in vLLM's and SGLang's output formats (docs/compat.md is the spec, every output
-// byte equals aiter_aux/reference/compat.py).  The format is a compile-time parameter of the
-// instance: which bucket a pair's id falls into, how a block is labelled, what pads.
-// Built on core_cpu.h's sort helpers.
+// byte equals aiter_aux/reference/compat.py).  The format (which bucket a pair's id falls
+// into, how a block is labelled, what pads) is a template parameter; num_experts and
+// block_size are read from the args at run time (one generic kernel per format, compiled
+// once per module).  Self-contained: it includes no other op's kernels.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "../align_checks.h"
 #include "../mxfp4_moe_aux_abi.h"
-#include "core_cpu.h"
+#include "cpu_common.h"
 
 namespace aiter_aux {
 namespace cpu {
@@ -21,8 +22,8 @@ namespace detail {
 
 // The bucket of id `id` in [0, NB), or -1 (dropped).  vLLM: the expert (expert_map[id] with
 // a map), NB = E; SGLang: id + 1, NB = E + 1 (bucket 0 holds the -1 ids).
-template <int E, AlignFormat F>
-inline int64_t align_bucket(const AiterAuxAlignArgs& a, int32_t id) {
+template <AlignFormat F>
+inline int64_t align_bucket(const AiterAuxAlignArgs& a, int64_t E, int32_t id) {
   if constexpr (F == AlignFormat::Sglang) {
     const int64_t b = int64_t(id) + 1;
     return b >= 0 && b <= E ? b : -1;
@@ -35,15 +36,16 @@ inline int64_t align_bucket(const AiterAuxAlignArgs& a, int32_t id) {
 }
 
 // Counting sort into block-padded bucket segments, ascending pair index inside a bucket.
-template <int E, AlignFormat F>
+template <AlignFormat F>
 int align_impl(const AiterAuxAlignArgs& a) {
-  constexpr int NB = F == AlignFormat::Sglang ? E + 1 : E;
+  const int64_t E = a.num_experts;
+  const int NB = static_cast<int>(F == AlignFormat::Sglang ? E + 1 : E);
   const int64_t n = a.numel;
   const int64_t bs = a.block_size;
   const int32_t* __restrict ids = a.topk_ids;
   std::vector<int64_t> cnt(NB, 0), pos(NB);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    const int64_t b = align_bucket<F>(a, E, ids[i]);
     if (b >= 0) ++cnt[b];
   }
   int64_t total = 0;
@@ -56,7 +58,7 @@ int align_impl(const AiterAuxAlignArgs& a) {
   int32_t* __restrict sti = a.sorted_token_ids;
   for (int64_t r = 0; r < a.capacity; ++r) sti[r] = pad;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t b = align_bucket<E, F>(a, ids[i]);
+    const int64_t b = align_bucket<F>(a, E, ids[i]);
     if (b >= 0) sti[pos[b]++] = static_cast<int32_t>(i);
     a.scatter_idx[i] = b >= 0 ? static_cast<int32_t>(i) : -1;
   }
@@ -83,7 +85,7 @@ int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
       a, "moe_align_block_size_vllm",
       aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size), detail::invalid_arg);
   if (rc != AITER_AUX_OK) return rc;
-  return detail::align_impl<NumExperts, AlignFormat::Vllm>(a);
+  return detail::align_impl<AlignFormat::Vllm>(a);
 }
 
 template <int NumExperts>

@@ -1,27 +1,30 @@
 // CPU kernels of moe_sort, mxfp4_quant, moe_sort_quant, moe_sort_scales and the
-// scatter-reduces, and the helpers the other CPU op headers share (docs/ops.md is the spec;
-// every output byte must equal aiter_aux/reference).  Header-only: each generated instance
-// translation unit includes its op's header (the op table's `kernels`) and instantiates one
-// kernel for its compile-time parameters, e.g.
+// scatter-reduces, and the sort and quant helpers mxfp8_cpu.h shares (docs/ops.md is the
+// spec; every output byte must equal aiter_aux/reference).  Generic: every shape parameter
+// (num_experts, topk, model_dim) is read from the args at run time, so each kernel is compiled
+// once per module, in the generated kernels TU of this header (templates/cpu_kernels.j2):
 //
 //   #include "cpu/core_cpu.h"
-//   extern "C" int aiter_aux_moe_sort_e257_k9(const void* args, void*) {
-//     return aiter_aux::cpu::moe_sort<257, 9>(*static_cast<const AiterAuxSortArgs*>(args));
+//   extern "C" int aiter_aux_cpu_moe_sort(const void* args, void*) {
+//     return aiter_aux::cpu::moe_sort(*static_cast<const AiterAuxSortArgs*>(args));
 //   }
+//
+// An instance TU of the CPU backend includes no kernel header: it names its key and calls
+// the kernel of its op (templates/instance.j2).
 //
 // Built with -std=c++17 -O3 -fopenmp -fno-fast-math -ffp-contract=off.  Without
 // -fopenmp the kernels run serially and give the same bytes: every parallel
 // split is by fixed chunks, independent of the thread count.
 //
-// Every kernel first checks the run-time fields of its args against the
-// instance and returns AITER_AUX_ERR_INVALID_ARGUMENT (after
-// aiter_aux_set_error) before writing anything.
+// Every kernel first checks the run-time fields of its args and returns
+// AITER_AUX_ERR_INVALID_ARGUMENT (after aiter_aux_set_error) before writing anything.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
 #include "cpu_common.h"
 #include "mxfp4_codec.h"
@@ -31,7 +34,6 @@ namespace cpu {
 
 namespace detail {
 
-
 // ------------------------------------------------------------------ moe_sort
 
 // The local expert of topk id `id` as unsigned (>= E, e.g. 2^32 - 1, when not local): the
@@ -40,7 +42,7 @@ inline uint32_t local_expert(const AiterAuxSortArgs& a, int32_t id) {
   const uint32_t g = static_cast<uint32_t>(id);
   if (a.expert_map == nullptr) return g;
   return g < static_cast<uint64_t>(a.num_global_experts) ? static_cast<uint32_t>(a.expert_map[g])
-                                                          : 0xFFFFFFFFu;
+                                                         : 0xFFFFFFFFu;
 }
 
 // zero_buf := zero_init (bit copy) or +0.0.
@@ -51,13 +53,12 @@ inline void init_zero_buf(const AiterAuxSortArgs& a) {
     zero_u16(a.zero_buf, a.zero_numel);
 }
 
-template <int NumExperts, int TopK>
-int check_sort(const AiterAuxSortArgs& a, const char* op) {
-  if (a.num_experts != NumExperts)
-    return invalid_arg("%s: num_experts=%d but the instance is built for %d", op, a.num_experts,
-                       NumExperts);
-  if (a.topk != TopK)
-    return invalid_arg("%s: topk=%d but the instance is built for %d", op, a.topk, TopK);
+inline int check_sort(const AiterAuxSortArgs& a, const char* op) {
+  if (a.num_experts < 1 || a.num_experts > AITER_AUX_MAX_NUM_EXPERTS)
+    return invalid_arg("%s: num_experts=%d not in [1, %d]", op, a.num_experts,
+                       AITER_AUX_MAX_NUM_EXPERTS);
+  if (a.topk < 1 || a.topk > AITER_AUX_MAX_TOPK)
+    return invalid_arg("%s: topk=%d not in [1, %d]", op, a.topk, AITER_AUX_MAX_TOPK);
   if (!valid_block_m(a.block_m))
     return invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
   if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
@@ -65,8 +66,7 @@ int check_sort(const AiterAuxSortArgs& a, const char* op) {
                        AITER_AUX_MAX_NUM_TOKENS);
   if (a.max_rows < 0 || a.max_rows > AITER_AUX_MAX_ROWS)
     return invalid_arg("%s: max_rows=%lld out of [0, 2^31)", op, (long long)a.max_rows);
-  if (a.zero_numel < 0)
-    return invalid_arg("%s: zero_numel=%lld < 0", op, (long long)a.zero_numel);
+  if (a.zero_numel < 0) return invalid_arg("%s: zero_numel=%lld < 0", op, (long long)a.zero_numel);
   if (a.zero_buf == nullptr && a.zero_numel != 0)
     return invalid_arg("%s: zero_buf is NULL but zero_numel=%lld", op, (long long)a.zero_numel);
   if (a.num_valid_ids == nullptr) return invalid_arg("%s: num_valid_ids is NULL", op);
@@ -85,9 +85,9 @@ int check_sort(const AiterAuxSortArgs& a, const char* op) {
 // Tokens are split into fixed chunks (independent of the thread count): a
 // per-chunk histogram, a serial exclusive scan over (expert, chunk) and a
 // per-chunk scatter keep the order deterministic.
-template <int NumExperts, int TopK>
-int sort_impl(const AiterAuxSortArgs& a, const char* op) {
-  constexpr int E = NumExperts;
+inline int sort_impl(const AiterAuxSortArgs& a, const char* op) {
+  const int E = a.num_experts;
+  const int topk = a.topk;
   const int64_t M = a.num_tokens;
   const int64_t bm = a.block_m;
   if (M == 0) {
@@ -100,7 +100,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
 
   // ~64K pairs per chunk (a serial pass over that costs well under a
   // millisecond, less than waking threads on a busy machine), at most 64.
-  const int64_t want_tok = (int64_t(65536) + TopK - 1) / TopK;
+  const int64_t want_tok = (int64_t(65536) + topk - 1) / topk;
   int64_t nc = ceil_div(M, want_tok);
   if (nc > 64) nc = 64;
   const int64_t tpc = ceil_div(M, nc);
@@ -115,7 +115,7 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
   for (int64_t c = 0; c < nc; ++c) {
     int64_t* __restrict hc = h + c * E;
     const int64_t t1 = (c + 1) * tpc < M ? (c + 1) * tpc : M;
-    for (int64_t i = c * tpc * TopK; i < t1 * TopK; ++i) {
+    for (int64_t i = c * tpc * topk; i < t1 * topk; ++i) {
       const uint32_t e = local_expert(a, ids[i]);
       if (e < static_cast<uint32_t>(E)) ++hc[e];
     }
@@ -150,13 +150,13 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
     const int64_t t0 = c * tpc;
     const int64_t t1 = (c + 1) * tpc < M ? (c + 1) * tpc : M;
     for (int64_t t = t0; t < t1; ++t) {
-      for (int k = 0; k < TopK; ++k) {
-        const int64_t i = t * TopK + k;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t i = t * topk + k;
         const uint32_t e = local_expert(a, ids[i]);
         if (e < static_cast<uint32_t>(E)) {
           const int64_t p = pos[e]++;
-          sti[p] = static_cast<int32_t>(static_cast<uint32_t>(t) |
-                                        (static_cast<uint32_t>(k) << 24));
+          sti[p] =
+              static_cast<int32_t>(static_cast<uint32_t>(t) | (static_cast<uint32_t>(k) << 24));
           std::memcpy(sw + p, wts + i, sizeof(float));  // bit copy
           mi[p] = static_cast<int32_t>(t);
           rev[i] = static_cast<int32_t>(p);
@@ -191,46 +191,42 @@ int sort_impl(const AiterAuxSortArgs& a, const char* op) {
 
 // --------------------------------------------------------------- mxfp4_quant
 
-template <int ModelDim>
-int check_quant(const AiterAuxQuantArgs& a, const char* op) {
-  if (a.model_dim != ModelDim)
-    return invalid_arg("%s: model_dim=%d but the instance is built for %d", op, a.model_dim,
-                       ModelDim);
-  if (a.num_tokens < 0)
-    return invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
+inline int check_quant(const AiterAuxQuantArgs& a, const char* op) {
+  if (a.model_dim < 32 || a.model_dim % 32 != 0)
+    return invalid_arg("%s: model_dim=%d is no positive multiple of 32", op, a.model_dim);
+  if (a.num_tokens < 0) return invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
   if (a.num_tokens > 0 && (a.x == nullptr || a.a_q == nullptr || a.a_scale == nullptr))
     return invalid_arg("%s: NULL input/output pointer", op);
   return AITER_AUX_OK;
 }
 
-template <int ModelDim>
-void quant_impl(const AiterAuxQuantArgs& a) {
-  constexpr int kBlocks = ModelDim / 32;
+inline void quant_impl(const AiterAuxQuantArgs& a) {
+  const int64_t model_dim = a.model_dim;
+  const int blocks = static_cast<int>(model_dim / 32);
   const int64_t M = a.num_tokens;
   const uint16_t* __restrict x = a.x;
   uint8_t* __restrict q = a.a_q;
   uint8_t* __restrict sc = a.a_scale;
   // Rows per task: ~64K elements.
-  constexpr int64_t kRowsPerTask = ModelDim >= 65536 ? 1 : 65536 / ModelDim;
-  const int64_t ntask = ceil_div(M, kRowsPerTask);
+  const int64_t rows_per_task = model_dim >= 65536 ? 1 : 65536 / model_dim;
+  const int64_t ntask = ceil_div(M, rows_per_task);
 #pragma omp parallel for schedule(static) if (ntask > 1)
   for (int64_t task = 0; task < ntask; ++task) {
-    const int64_t r1 = (task + 1) * kRowsPerTask < M ? (task + 1) * kRowsPerTask : M;
-    for (int64_t r = task * kRowsPerTask; r < r1; ++r) {
-      const uint16_t* xr = x + r * ModelDim;
-      uint8_t* qr = q + r * (ModelDim / 2);
-      uint8_t* sr = sc + r * kBlocks;
-      for (int b = 0; b < kBlocks; ++b) sr[b] = codec::quant_block32(xr + 32 * b, qr + 16 * b);
+    const int64_t r1 = (task + 1) * rows_per_task < M ? (task + 1) * rows_per_task : M;
+    for (int64_t r = task * rows_per_task; r < r1; ++r) {
+      const uint16_t* xr = x + r * model_dim;
+      uint8_t* qr = q + r * (model_dim / 2);
+      uint8_t* sr = sc + r * blocks;
+      for (int b = 0; b < blocks; ++b) sr[b] = codec::quant_block32(xr + 32 * b, qr + 16 * b);
     }
   }
 }
 
 // ----------------------------------------------------------- moe_sort_scales
 
-template <int ModelDim>
-int sort_scales_impl(const AiterAuxSortScalesArgs& a) {
-  constexpr int kCols = ModelDim / 32;  // scale bytes per row
-  constexpr int kCK1 = ModelDim / 256;
+inline int sort_scales_impl(const AiterAuxSortScalesArgs& a) {
+  const int cols = a.model_dim / 32;  // scale bytes per row
+  const int ck1 = a.model_dim / 256;
   const int64_t M = a.num_tokens;
   const int64_t BM = a.block_m > 32 ? a.block_m : 32;
   const int64_t max_rows = a.max_rows;
@@ -244,29 +240,30 @@ int sort_scales_impl(const AiterAuxSortScalesArgs& a) {
 
   // Unit u = c * C_M1 + mi covers rows [32u, 32u + 32) and, in the output,
   // the contiguous 64 * C_K1 dwords starting at dword 64 * C_K1 * u.
-  static const uint8_t kZeros[kCols] = {};  // source of padding rows
+  const std::vector<uint8_t> zeros(static_cast<size_t>(cols), 0);  // source of padding rows
+  const uint8_t* zero_row = zeros.data();
   const int64_t nunits = out_rows / 32;
-  constexpr int64_t kUnitBytes = int64_t(256) * kCK1;
-#pragma omp parallel for schedule(static) if (nunits * kUnitBytes >= 65536)
+  const int64_t unit_bytes = int64_t(256) * ck1;
+#pragma omp parallel for schedule(static) if (nunits * unit_bytes >= 65536)
   for (int64_t u = 0; u < nunits; ++u) {
-    uint8_t* __restrict o = out + u * kUnitBytes;
+    uint8_t* __restrict o = out + u * unit_bytes;
     const int64_t r0 = 32 * u;
     if (r0 >= lim) {
-      std::memset(o, 0, kUnitBytes);
+      std::memset(o, 0, unit_bytes);
       continue;
     }
     const uint8_t* src[32];
     for (int i = 0; i < 32; ++i) {
       const int64_t row = r0 + i;
-      src[i] = kZeros;
+      src[i] = zero_row;
       if (row < lim) {
         const int64_t tok = static_cast<uint32_t>(sti[row]) & 0xFFFFFFu;
-        if (tok < M) src[i] = as + tok * kCols;
+        if (tok < M) src[i] = as + tok * cols;
       }
     }
     // dword (((ku * 4 + kl) * 16 + nl) within the unit; byte 2*ik + ia holds
     // a_scale[token(r0 + ia*16 + nl), 8*ku + 4*ik + kl].
-    for (int ku = 0; ku < kCK1; ++ku) {
+    for (int ku = 0; ku < ck1; ++ku) {
       for (int kl = 0; kl < 4; ++kl) {
         const int col0 = 8 * ku + kl;
         const int col1 = col0 + 4;
@@ -285,15 +282,13 @@ int sort_scales_impl(const AiterAuxSortScalesArgs& a) {
 
 // --------------------------------------------------------- moe_scatter_reduce
 
-template <int ModelDim, int TopK>
-int check_scatter(const AiterAuxScatterArgs& a, const char* op, bool quantized) {
-  if (a.model_dim != ModelDim)
-    return invalid_arg("%s: model_dim=%d but the instance is built for %d", op, a.model_dim,
-                       ModelDim);
-  if (a.topk != TopK)
-    return invalid_arg("%s: topk=%d but the instance is built for %d", op, a.topk, TopK);
-  if (a.num_tokens < 0)
-    return invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
+inline int check_scatter(const AiterAuxScatterArgs& a, const char* op, bool quantized) {
+  if (a.model_dim < 1 || (quantized && a.model_dim % 32 != 0))
+    return invalid_arg("%s: model_dim=%d is no positive%s", op, a.model_dim,
+                       quantized ? " multiple of 32" : " size");
+  if (a.topk < 1 || a.topk > AITER_AUX_MAX_TOPK)
+    return invalid_arg("%s: topk=%d not in [1, %d]", op, a.topk, AITER_AUX_MAX_TOPK);
+  if (a.num_tokens < 0) return invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
   if (a.num_rows < 0) return invalid_arg("%s: num_rows=%lld < 0", op, (long long)a.num_rows);
   if (a.num_tokens == 0) return AITER_AUX_OK;
   if (a.reverse_sorted == nullptr || a.out == nullptr)
@@ -301,12 +296,11 @@ int check_scatter(const AiterAuxScatterArgs& a, const char* op, bool quantized) 
   if (a.num_rows > 0) {
     const bool missing = quantized ? (a.expert_out_q == nullptr || a.expert_out_scale == nullptr)
                                    : a.expert_out == nullptr;
-    if (missing || a.sorted_weights == nullptr)
-      return invalid_arg("%s: NULL input pointer", op);
+    if (missing || a.sorted_weights == nullptr) return invalid_arg("%s: NULL input pointer", op);
   }
   // Every referenced row must exist (cheap: M * topk ints).
   const int32_t* rev = a.reverse_sorted;
-  const int64_t n = a.num_tokens * TopK;
+  const int64_t n = a.num_tokens * a.topk;
   const int64_t rows = a.num_rows;
   int64_t bad = -1;
   for (int64_t i = 0; i < n; ++i) {
@@ -329,39 +323,43 @@ constexpr int kScatterTile = 1024;  // columns per accumulation tile
 
 // The compiler must assume *p was read and changed here: values stored before
 // are materialised in memory and reloaded after (no FMA across it).
-inline void compiler_barrier(void* p) { __asm__ __volatile__("" : : "r"(p) : "memory"); }
+inline void compiler_barrier(void* p) {
+  __asm__ __volatile__("" : : "r"(p) : "memory");
+}
 
-template <int ModelDim, int TopK, class RowAccum>
+template <class RowAccum>
 void scatter_impl(const AiterAuxScatterArgs& a, RowAccum accum) {
-  constexpr int kTile = ModelDim < kScatterTile ? ModelDim : kScatterTile;  // multiple of 32
-  constexpr int kTiles = (ModelDim + kTile - 1) / kTile;
+  const int model_dim = a.model_dim;
+  const int topk = a.topk;
+  const int tile = model_dim < kScatterTile ? model_dim : kScatterTile;
+  const int tiles = (model_dim + tile - 1) / tile;
   const int64_t M = a.num_tokens;
   const int32_t* __restrict rev = a.reverse_sorted;
   const float* __restrict sw = a.sorted_weights;
   uint16_t* __restrict out = a.out;
   const float scale = a.routed_scaling_factor;
-  const bool par = M > 1 && M * int64_t(ModelDim) * TopK >= 32768;
+  const bool par = M > 1 && M * int64_t(model_dim) * topk >= 32768;
 #pragma omp parallel if (par)
   {
     FpEnvGuard fpenv;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < M; ++t) {
-      int64_t ps[TopK];
-      float ws[TopK];
+      int64_t ps[AITER_AUX_MAX_TOPK];
+      float ws[AITER_AUX_MAX_TOPK];
       int n = 0;
-      for (int k = 0; k < TopK; ++k) {
-        const int32_t p = rev[t * TopK + k];
+      for (int k = 0; k < topk; ++k) {
+        const int32_t p = rev[t * topk + k];
         if (p >= 0) {
           ps[n] = p;
           ws[n] = sw[p];
           ++n;
         }
       }
-      uint16_t* __restrict o = out + t * ModelDim;
-      for (int tile = 0; tile < kTiles; ++tile) {
-        const int d0 = tile * kTile;
-        const int nd = ModelDim - d0 < kTile ? ModelDim - d0 : kTile;
-        float acc[kTile];
+      uint16_t* __restrict o = out + t * model_dim;
+      for (int ti = 0; ti < tiles; ++ti) {
+        const int d0 = ti * tile;
+        const int nd = model_dim - d0 < tile ? model_dim - d0 : tile;
+        float acc[kScatterTile];
         for (int d = 0; d < nd; ++d) acc[d] = 0.0f;
         for (int j = 0; j < n; ++j) accum(ps[j], ws[j], d0, nd, acc);
         if (scale != 1.0f)  // acc * 1.0f == acc: 1.0 keeps the plain sum's bytes
@@ -376,21 +374,16 @@ void scatter_impl(const AiterAuxScatterArgs& a, RowAccum accum) {
 
 // =================================================================== kernels
 
-template <int NumExperts, int TopK>
-int moe_sort(const AiterAuxSortArgs& a) {
-  static_assert(NumExperts >= 1, "num_experts >= 1");
-  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
-  int rc = detail::check_sort<NumExperts, TopK>(a, "moe_sort");
+inline int moe_sort(const AiterAuxSortArgs& a) {
+  int rc = detail::check_sort(a, "moe_sort");
   if (rc != AITER_AUX_OK) return rc;
-  return detail::sort_impl<NumExperts, TopK>(a, "moe_sort");
+  return detail::sort_impl(a, "moe_sort");
 }
 
-template <int ModelDim>
-int mxfp4_quant(const AiterAuxQuantArgs& a) {
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  int rc = detail::check_quant<ModelDim>(a, "mxfp4_quant");
+inline int mxfp4_quant(const AiterAuxQuantArgs& a) {
+  int rc = detail::check_quant(a, "mxfp4_quant");
   if (rc != AITER_AUX_OK) return rc;
-  detail::quant_impl<ModelDim>(a);
+  detail::quant_impl(a);
   return AITER_AUX_OK;
 }
 
@@ -398,45 +391,34 @@ namespace detail {
 // The fused sort + quant of either format: every check first (the sort checks its capacity
 // before writing anything, so on failure nothing has been written), then both, then (when
 // a.sorted_scales is given) moe_sort_scales on their outputs.
-template <int NumExperts, int TopK, int ModelDim, class QuantImpl>
+template <class QuantImpl>
 int sort_quant(const AiterAuxSortQuantArgs& a, const char* op, QuantImpl quant) {
-  static_assert(NumExperts >= 1, "num_experts >= 1");
-  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  int rc = check_sort<NumExperts, TopK>(a.sort, op);
+  int rc = check_sort(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
-  rc = check_quant<ModelDim>(a.quant, op);
+  rc = check_quant(a.quant, op);
   if (rc != AITER_AUX_OK) return rc;
   if (a.sort.num_tokens != a.quant.num_tokens)
     return invalid_arg("%s: num_tokens of sort (%lld) and quant (%lld) differ", op,
                        (long long)a.sort.num_tokens, (long long)a.quant.num_tokens);
-  if (a.sorted_scales != nullptr && ModelDim % 256 != 0)
-    return invalid_arg("%s: sorted_scales needs model_dim %% 256 == 0, the instance is built "
-                       "for %d", op, ModelDim);
-  rc = sort_impl<NumExperts, TopK>(a.sort, op);
+  if (a.sorted_scales != nullptr && a.quant.model_dim % 256 != 0)
+    return invalid_arg("%s: sorted_scales needs model_dim %% 256 == 0, got %d", op,
+                       a.quant.model_dim);
+  rc = sort_impl(a.sort, op);
   if (rc != AITER_AUX_OK) return rc;
   quant(a.quant);
-  if constexpr (ModelDim % 256 == 0) {
-    if (a.sorted_scales != nullptr)
-      return sort_scales_impl<ModelDim>(aiter_aux_sort_scales_args(&a));
-  }
+  if (a.sorted_scales != nullptr) return sort_scales_impl(aiter_aux_sort_scales_args(&a));
   return AITER_AUX_OK;
 }
 }  // namespace detail
 
-template <int NumExperts, int TopK, int ModelDim>
-int moe_sort_quant(const AiterAuxSortQuantArgs& a) {
-  return detail::sort_quant<NumExperts, TopK, ModelDim>(
-      a, "moe_sort_quant", [](const AiterAuxQuantArgs& q) { detail::quant_impl<ModelDim>(q); });
+inline int moe_sort_quant(const AiterAuxSortQuantArgs& a) {
+  return detail::sort_quant(a, "moe_sort_quant", detail::quant_impl);
 }
 
-template <int ModelDim>
-int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
-  static_assert(ModelDim > 0 && ModelDim % 256 == 0, "model_dim % 256 == 0");
+inline int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
   const char* op = "moe_sort_scales";
-  if (a.model_dim != ModelDim)
-    return detail::invalid_arg("%s: model_dim=%d but the instance is built for %d", op,
-                               a.model_dim, ModelDim);
+  if (a.model_dim < 256 || a.model_dim % 256 != 0)
+    return detail::invalid_arg("%s: model_dim=%d is no positive multiple of 256", op, a.model_dim);
   if (!detail::valid_block_m(a.block_m))
     return detail::invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
   if (a.num_tokens < 0)
@@ -448,43 +430,39 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
     return detail::invalid_arg("%s: NULL input/output pointer", op);
   if (a.num_tokens > 0 && a.a_scale == nullptr)
     return detail::invalid_arg("%s: a_scale is NULL", op);
-  return detail::sort_scales_impl<ModelDim>(a);
+  return detail::sort_scales_impl(a);
 }
 
-template <int ModelDim, int TopK>
-int moe_scatter_reduce(const AiterAuxScatterArgs& a) {
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
-  int rc = detail::check_scatter<ModelDim, TopK>(a, "moe_scatter_reduce", false);
+inline int moe_scatter_reduce(const AiterAuxScatterArgs& a) {
+  int rc = detail::check_scatter(a, "moe_scatter_reduce", false);
   if (rc != AITER_AUX_OK) return rc;
   const uint16_t* __restrict eo = a.expert_out;
-  detail::scatter_impl<ModelDim, TopK>(
-      a, [eo](int64_t p, float w, int d0, int nd, float* __restrict acc) {
-        const uint16_t* __restrict r = eo + p * ModelDim + d0;
-        // Products and sums in separate loops through memory, with a compiler
-        // barrier between them: even without -ffp-contract=off they cannot be
-        // fused into FMAs.
-        float prod[detail::kScatterTile];
-        for (int d = 0; d < nd; ++d) prod[d] = codec::bf16_to_f32(r[d]) * w;
-        detail::compiler_barrier(prod);
-        for (int d = 0; d < nd; ++d) acc[d] = acc[d] + prod[d];
-      });
+  const int64_t model_dim = a.model_dim;
+  detail::scatter_impl(a,
+                       [eo, model_dim](int64_t p, float w, int d0, int nd, float* __restrict acc) {
+                         const uint16_t* __restrict r = eo + p * model_dim + d0;
+                         // Products and sums in separate loops through memory, with a compiler
+                         // barrier between them: even without -ffp-contract=off they cannot be
+                         // fused into FMAs.
+                         float prod[detail::kScatterTile];
+                         for (int d = 0; d < nd; ++d) prod[d] = codec::bf16_to_f32(r[d]) * w;
+                         detail::compiler_barrier(prod);
+                         for (int d = 0; d < nd; ++d) acc[d] = acc[d] + prod[d];
+                       });
   return AITER_AUX_OK;
 }
 
-template <int ModelDim, int TopK>
-int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  static_assert(TopK >= 1 && TopK <= AITER_AUX_MAX_TOPK, "1 <= topk <= AITER_AUX_MAX_TOPK");
-  int rc = detail::check_scatter<ModelDim, TopK>(a, "moe_scatter_reduce_q", true);
+inline int moe_scatter_reduce_q(const AiterAuxScatterArgs& a) {
+  int rc = detail::check_scatter(a, "moe_scatter_reduce_q", true);
   if (rc != AITER_AUX_OK) return rc;
   const uint8_t* __restrict eq = a.expert_out_q;
   const uint8_t* __restrict es = a.expert_out_scale;
-  detail::scatter_impl<ModelDim, TopK>(
-      a, [eq, es](int64_t p, float w, int d0, int nd, float* __restrict acc) {
+  const int64_t model_dim = a.model_dim;
+  detail::scatter_impl(
+      a, [eq, es, model_dim](int64_t p, float w, int d0, int nd, float* __restrict acc) {
         // d0 and nd are multiples of 32
-        const uint8_t* __restrict q = eq + p * (ModelDim / 2) + d0 / 2;
-        const uint8_t* __restrict s = es + p * (ModelDim / 32) + d0 / 32;
+        const uint8_t* __restrict q = eq + p * (model_dim / 2) + d0 / 2;
+        const uint8_t* __restrict s = es + p * (model_dim / 32) + d0 / 32;
         float prod[detail::kScatterTile];
         for (int b = 0; b < nd / 32; ++b) {
           const float scale = codec::e8m0_to_f32(s[b]);

@@ -1,6 +1,7 @@
-// Every CPU kernel of the MXFP4 MoE auxiliary ops, for tools that want them all.  An
-// instance translation unit includes only its op's header (the op table's `kernels`), so an
-// edit of one op's kernels recompiles only that op's instances.
+// Every CPU kernel of the MXFP4 MoE auxiliary ops, for tools that want them all.  A module
+// compiles each op's header (the op table's `kernels`) in a kernels TU of its own and no CPU
+// instance includes one, so an edit of one op's kernels recompiles only its kernels TU (and
+// mxfp8_cpu.h's, which builds on core_cpu.h).
 #pragma once
 
 // clang-format off

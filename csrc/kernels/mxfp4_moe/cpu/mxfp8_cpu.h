@@ -1,6 +1,7 @@
 // CPU kernels of the MXFP8 ops (a8w4): mxfp8_quant and the fused moe_sort_quant_fp8.
-// Built on core_cpu.h's helpers; the E4M3 encode is the shared integer code of
-// ../mxfp8_e4m3.h (docs/ops.md "mxfp8_quant").
+// Built on core_cpu.h's sort and checks, and generic as those (model_dim is read at run
+// time); the E4M3 encode is the shared integer code of ../mxfp8_e4m3.h (docs/ops.md
+// "mxfp8_quant").
 #pragma once
 
 #include "../mxfp8_e4m3.h"
@@ -55,40 +56,35 @@ inline uint8_t quant_block32_fp8(const uint16_t* __restrict x, uint8_t* __restri
   return static_cast<uint8_t>(s);
 }
 
-template <int ModelDim>
-void quant_fp8_impl(const AiterAuxQuantArgs& a) {
-  constexpr int kBlocks = ModelDim / 32;
+inline void quant_fp8_impl(const AiterAuxQuantArgs& a) {
+  const int64_t model_dim = a.model_dim;
+  const int blocks = static_cast<int>(model_dim / 32);
   const int64_t M = a.num_tokens;
-  constexpr int64_t kRowsPerTask = ModelDim >= 65536 ? 1 : 65536 / ModelDim;
-  const int64_t ntask = ceil_div(M, kRowsPerTask);
+  const int64_t rows_per_task = model_dim >= 65536 ? 1 : 65536 / model_dim;
+  const int64_t ntask = ceil_div(M, rows_per_task);
 #pragma omp parallel for schedule(static) if (ntask > 1)
   for (int64_t task = 0; task < ntask; ++task) {
-    const int64_t r1 = (task + 1) * kRowsPerTask < M ? (task + 1) * kRowsPerTask : M;
-    for (int64_t r = task * kRowsPerTask; r < r1; ++r) {
-      const uint16_t* xr = a.x + r * ModelDim;
-      uint8_t* qr = a.a_q + r * ModelDim;
-      uint8_t* sr = a.a_scale + r * kBlocks;
-      for (int b = 0; b < kBlocks; ++b) sr[b] = quant_block32_fp8(xr + 32 * b, qr + 32 * b);
+    const int64_t r1 = (task + 1) * rows_per_task < M ? (task + 1) * rows_per_task : M;
+    for (int64_t r = task * rows_per_task; r < r1; ++r) {
+      const uint16_t* xr = a.x + r * model_dim;
+      uint8_t* qr = a.a_q + r * model_dim;
+      uint8_t* sr = a.a_scale + r * blocks;
+      for (int b = 0; b < blocks; ++b) sr[b] = quant_block32_fp8(xr + 32 * b, qr + 32 * b);
     }
   }
 }
 
 }  // namespace detail
 
-template <int ModelDim>
-int mxfp8_quant(const AiterAuxQuantArgs& a) {
-  static_assert(ModelDim > 0 && ModelDim % 32 == 0, "model_dim % 32 == 0");
-  int rc = detail::check_quant<ModelDim>(a, "mxfp8_quant");
+inline int mxfp8_quant(const AiterAuxQuantArgs& a) {
+  int rc = detail::check_quant(a, "mxfp8_quant");
   if (rc != AITER_AUX_OK) return rc;
-  detail::quant_fp8_impl<ModelDim>(a);
+  detail::quant_fp8_impl(a);
   return AITER_AUX_OK;
 }
 
-template <int NumExperts, int TopK, int ModelDim>
-int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a) {
-  return detail::sort_quant<NumExperts, TopK, ModelDim>(
-      a, "moe_sort_quant_fp8",
-      [](const AiterAuxQuantArgs& q) { detail::quant_fp8_impl<ModelDim>(q); });
+inline int moe_sort_quant_fp8(const AiterAuxSortQuantArgs& a) {
+  return detail::sort_quant(a, "moe_sort_quant_fp8", detail::quant_fp8_impl);
 }
 
 }  // namespace cpu

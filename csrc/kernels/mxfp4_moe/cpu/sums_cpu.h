@@ -1,8 +1,9 @@
 // CPU kernel of moe_sum (docs/ops.md "moe_sum"; aiter_aux/reference/sums.py the spec):
 // output[t] = round(fp32(acc) * factor), acc the fp32 sum of input[t, k] for k = 0..topk-1
 // in order from +0.0, skipping the non-local slots of topk_ids / expert_map.  Self-contained:
-// its instance includes no other op's kernels.  One instance serves every shape and dtype (the
-// dtype is a run-time field; the element loops are instantiated per dtype here).
+// it includes no other op's kernels.  Generic, as every CPU kernel: one kernel serves every
+// shape and dtype (the dtype is a run-time field; the element loops are instantiated per dtype
+// here).
 #pragma once
 
 #include <type_traits>
