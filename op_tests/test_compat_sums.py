@@ -267,3 +267,19 @@ def test_import_loads_nothing():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("call", ["vllm", "sglang"])
+def test_drop_in_write_invalidates_saved_tensors(call):
+    """The drop-ins' writes are seen by autograd: backward over overwritten values raises."""
+    a = torch.randn(4, 64, requires_grad=True)
+    out = a * 1.0
+    y = (out * out).sum()
+    inp = torch.randn(4, 8, 64)
+    with torch.no_grad():
+        if call == "vllm":
+            vllm.moe_sum(inp, out)
+        else:
+            sglang.moe_sum_reduce(inp, out, 1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()

@@ -16,7 +16,9 @@ Same API and same bytes as :mod:`aiter_aux.reference` (the spec; docs/ops.md).  
 reference's message), :class:`UnsupportedShapeError` (a ``ValueError``: the catalog has no
 instance for these parameters), ``aiter_aux.jit.build.BuildError`` (the module failed
 to compile), ``RuntimeError`` (the module reported an error, or an ``out=`` buffer requires
-grad under grad mode).  The ops are not differentiable: outputs never require grad.
+grad under grad mode).  The ops are not differentiable: outputs never require grad.  Every
+written tensor's version is bumped, as by torch's in-place ops, so autograd refuses a
+backward over values an op overwrote ("modified by an inplace operation").
 Tensors on the ``meta`` device (all of them) run the fake implementation: shapes only.
 ``torch.compile(fullgraph=True, dynamic=True)`` traces them without graph breaks.
 
