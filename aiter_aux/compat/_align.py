@@ -19,8 +19,9 @@ Beyond the references' rules:
 * int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU; values past
   int32 clamped, so that they are dropped as before).
 * The checks that read tensor values (SGLang ids in ``[-1, E)``, vLLM map values with
-  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, so
-  there the kernels drop such ids (and map values) instead of reading out of bounds.
+  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, and
+  under ``torch.compile`` they cannot be traced, so there the kernels drop such ids (and
+  map values) instead of reading out of bounds.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def _ids32(topk_ids):
     if topk_ids.dtype == torch.int32:
         return topk_ids
     return topk_ids.clamp(-2, 2**31 - 1).to(torch.int32)
+
+
+def _checking_values(t) -> bool:
+    """Whether the value checks run: on CPU tensors, outside a ``torch.compile`` trace."""
+    import torch
+
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def vllm_moe_align_block_size(
@@ -97,7 +105,7 @@ def vllm_moe_align_block_size(
             raise ValueError(
                 f"expert_map must have >= num_experts ({e}) entries, got {expert_map.numel()}"
             )
-        if ignore and expert_map.device.type == "cpu":
+        if ignore and _checking_values(expert_map):
             R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
     if want_scatter and expert_map is not None and not ignore:
         raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
@@ -172,7 +180,7 @@ def sglang_moe_align_block_size(
     R.check_align_buffers(
         (("sorted_token_ids", sorted_token_ids, cap), ("experts_ids", experts_ids, -(-cap // bs)),
          ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
-    if topk_ids.device.type == "cpu":
+    if _checking_values(topk_ids):
         try:
             R.check_sglang_ids(topk_ids, e, ignore)
         except ValueError as err:
@@ -265,7 +273,7 @@ def vllm_custom_moe_align_block_size(
             raise ValueError(
                 f"expert_map must have >= num_experts ({e}) entries, got {emap.numel()}"
             )
-        if emap.device.type == "cpu":
+        if _checking_values(emap):
             R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
         maps["expert_map"] = emap
     ids = _ids32(topk_ids)
