@@ -32,6 +32,7 @@ from aiter_aux import ops as aux_ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.compat import sglang, vllm  # noqa: E402
 from aiter_aux.compat.vllm import custom_ops as vllm_ops  # noqa: E402
+from aiter_aux.reference import compat as RC  # noqa: E402
 
 
 def _inputs(shape, device, m: int):
@@ -60,6 +61,8 @@ def _inputs(shape, device, m: int):
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)  # moe_sum's [M, topk, D]
     rev, sw = sort.reverse_sorted, sort.sorted_weights
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
+    align = {f: tuple(torch.empty_like(t) for t in aux_ops.__dict__[f"moe_align_block_size_{f}"](
+        ids, e, bm)) for f in ("vllm", "sglang")}  # fmt: skip
     return {
         # op: (positional args of the allocating form, extra args of the _out form)
         "moe_sort": ((ids, w, e, bm), tuple(sort_buf)),
@@ -69,6 +72,8 @@ def _inputs(shape, device, m: int):
         "moe_scatter_reduce": ((eo, rev, sw, k), (out,)),
         "moe_scatter_reduce_q": ((eo_q, eo_s, rev, sw, k), (out,)),
         "moe_sum": ((sum_in,), (out,)),
+        "moe_align_block_size_vllm": ((ids, e, bm), align["vllm"]),
+        "moe_align_block_size_sglang": ((ids, e, bm), align["sglang"]),
     }, (w, w)
 
 
@@ -82,10 +87,10 @@ def _drop_ins(shape, device, m: int) -> dict:
     ids = ids.to(torch.int32).to(device)
     bs = 64
     kw = dict(dtype=torch.int32, device=device)
-    cap = ids.numel() + e * (bs - 1)  # vLLM's capacity (no padding)
+    cap = RC.vllm_align_capacity(ids.numel(), e, bs)  # the buffers the peers' callers size
     v_sorted, v_experts, v_total = (torch.empty(cap, **kw), torch.empty(-(-cap // bs), **kw),
                                     torch.empty(1, **kw))  # fmt: skip
-    s_cap = ids.numel() + (e + 1) * (bs - 1)  # SGLang's: num_experts + 1 buckets
+    s_cap = RC.sglang_align_capacity(ids.numel(), e, bs)
     s_sorted, s_experts, s_total = (torch.empty(s_cap, **kw), torch.empty(-(-s_cap // bs), **kw),
                                     torch.empty(1, **kw))  # fmt: skip
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)
@@ -185,11 +190,11 @@ def main(argv=None) -> int:
                         tuple(o for o in args.ops.split(",") if o))  # fmt: skip
     print(f"host cost per call, shape {args.shape}, torch {torch.__version__}; "
           f"median of {args.repeats} loops x {args.calls} calls (min-max)")  # fmt: skip
-    print(f"{'device':<7} {'M':>2} {'op':<27} {'api':<14} {'us/call':>8} {'min-max':>13} "
+    print(f"{'device':<7} {'M':>2} {'op':<31} {'api':<14} {'us/call':>8} {'min-max':>13} "
           f"{'x add':>6}")  # fmt: skip
     for r in rows:
         spread = f"{r['min_us']:.1f}-{r['max_us']:.1f}"
-        print(f"{r['device']:<7} {r['M']:>2} {r['op']:<27} {r['api']:<14} {r['median_us']:>8.2f} "
+        print(f"{r['device']:<7} {r['M']:>2} {r['op']:<31} {r['api']:<14} {r['median_us']:>8.2f} "
               f"{spread:>13} {r['x_add']:>6.2f}")  # fmt: skip
     if args.csv:
         fields = ["device", "shape", "M", "op", "form", "api", "median_us", "min_us", "max_us",
