@@ -3,10 +3,10 @@ the ``aiter_aux`` ops that write tensors (bumps their versions, refuses a leaf t
 grad; see that file).
 
 It uses torch's full C++ API, so it is built apart from the kernel modules (which keep to
-torch's stable ABI and ship prebuilt): once per torch build, with
-``torch.utils.cpp_extension``, into ``$AITER_AUX_CACHE_DIR/autograd-<torch build>``.  Where it
-cannot be built or loaded (no compiler, ``AITER_AUX_DISABLE_JIT=1`` and no copy in the
-cache), :func:`load` says why and the ops register the same kernel in Python instead.
+torch's stable ABI and ship prebuilt): once per torch build and source, with
+``torch.utils.cpp_extension``, into ``$AITER_AUX_CACHE_DIR/autograd-torch-<build>-<source>``.
+Where it cannot be built or loaded (no compiler, ``AITER_AUX_DISABLE_JIT=1`` and no copy in
+the cache), :func:`load` says why and the ops register the same kernel in Python instead.
 """
 
 from __future__ import annotations
@@ -19,32 +19,38 @@ from .. import env
 from . import paths
 
 NAME = "aiter_aux_written_versions"
+DIR_PREFIX = "autograd-torch-"  # the build directories' names in the cache
 SOURCE = "csrc/autograd/written_versions.cpp"  # relative to the source root
 
 
 def build_dir() -> Path:
-    """Where the library of this torch build lives (its ABI is that build's)."""
+    """Where the library of this torch build and this source lives (its ABI is that
+    build's)."""
     import torch
 
     build = f"{torch.__version__}-{(torch.version.git_version or 'unknown')[:12]}"
-    return paths.cache_root() / f"autograd-torch-{build.replace('+', '_')}"
+    source = paths.sha256_file(paths.source_root() / SOURCE)[:12]
+    return paths.cache_root() / f"{DIR_PREFIX}{build.replace('+', '_')}-{source}"
 
 
 def load() -> str | None:
-    """Build if needed and load the library (its loading registers the kernels of the ops
-    defined at that moment); None when loaded, else why not (one line)."""
+    """Load the library, building it first if it is not in the cache (its loading registers
+    the kernels of the ops defined at that moment); None when loaded, else why not (one
+    line).  A cache hit loads the file directly; a build goes through
+    ``torch.utils.cpp_extension``, which holds a lock file in the directory meanwhile."""
     import torch
-    from torch.utils import cpp_extension
 
     directory = build_dir()
     built = directory / f"{NAME}.so"
     try:
         paths.ensure_dir(directory)
-        if env.get("AITER_AUX_DISABLE_JIT"):
-            if not built.is_file():
-                return f"AITER_AUX_DISABLE_JIT=1 and {built} is not built"
+        if built.is_file() and not (directory / "lock").exists():
             torch.ops.load_library(str(built))
             return None
+        if env.get("AITER_AUX_DISABLE_JIT"):
+            return f"AITER_AUX_DISABLE_JIT=1 and {built} is not built"
+        from torch.utils import cpp_extension
+
         with contextlib.redirect_stdout(io.StringIO()):  # ninja's lines; errors raise
             cpp_extension.load(
                 NAME,
