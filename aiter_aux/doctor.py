@@ -229,10 +229,17 @@ def _cache(r: _Report, tc, current) -> None:
     except CacheSafetyError as e:
         r.line("cache", str(root))
         r.problem(str(e))
+    from .jit import written_versions
+
     dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not dirs:
         r.line("", "no build directories")
     for d in dirs:
+        if d.name.startswith(written_versions.DIR_PREFIX):
+            built = (d / f"{written_versions.NAME}.so").is_file()
+            r.line("", f"{d.name}: the C++ autograd kernel of one torch build, "
+                   f"{'built' if built else 'not built'}")  # fmt: skip
+            continue
         is_current = tc is not None and d.name == tc.build_dir_name()
         m = read_manifest(d)
         tag = " [current toolchain]" if is_current else ""

@@ -4,13 +4,15 @@ A serving engine pays the CPU time of each call (argument parsing, dispatch, val
 launch) on top of the kernel.  This benchmark times a host-bound loop of back-to-back calls
 (no synchronisation inside the loop) at M = 1 (``--tokens``), for every op in both forms
 (allocating and ``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and
-``aiter_aux.ops.<op>``), on the CPU (where the time includes the kernel: M = 0 leaves only
-the call) and, when present, on the GPU.
+``aiter_aux.ops.<op>``), and the drop-ins of :mod:`aiter_aux.compat` (api ``compat``), on the
+CPU (where the time includes the kernel: M = 0 leaves only the call) and, when present, on
+the GPU.
 Each row is the median of ``--repeats`` loops of ``--calls`` calls (spread: min to max of
 the loops), in µs per call, and its ratio to ``torch.add(a, b)`` of the same run.
 
     python benchmarks/bench_host.py [--device cpu,cuda] [--shape 257,7168,256,9]
-                                    [--calls 2000] [--repeats 7] [--csv FILE]
+                                    [--calls 2000] [--repeats 7] [--ops moe_sum,compat]
+                                    [--csv FILE]
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiter_aux import ops as aux_ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.compat import sglang, vllm  # noqa: E402
+from aiter_aux.compat.vllm import custom_ops as vllm_ops  # noqa: E402
+from aiter_aux.reference import compat as RC  # noqa: E402
 
 
 def _inputs(shape, device, m: int):
@@ -56,6 +61,8 @@ def _inputs(shape, device, m: int):
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)  # moe_sum's [M, topk, D]
     rev, sw = sort.reverse_sorted, sort.sorted_weights
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
+    align = {f: tuple(torch.empty_like(t) for t in aux_ops.__dict__[f"moe_align_block_size_{f}"](
+        ids, e, bm)) for f in ("vllm", "sglang")}  # fmt: skip
     return {
         # op: (positional args of the allocating form, extra args of the _out form)
         "moe_sort": ((ids, w, e, bm), tuple(sort_buf)),
@@ -65,7 +72,38 @@ def _inputs(shape, device, m: int):
         "moe_scatter_reduce": ((eo, rev, sw, k), (out,)),
         "moe_scatter_reduce_q": ((eo_q, eo_s, rev, sw, k), (out,)),
         "moe_sum": ((sum_in,), (out,)),
+        "moe_align_block_size_vllm": ((ids, e, bm), align["vllm"]),
+        "moe_align_block_size_sglang": ((ids, e, bm), align["sglang"]),
     }, (w, w)
+
+
+def _drop_ins(shape, device, m: int) -> dict:
+    """The drop-ins, each called as its peer's callers do, with valid arguments for M tokens:
+    row name -> a call."""
+    e, d, _inter, k = shape
+    g = torch.Generator().manual_seed(0)
+    ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(m)]) if m else (
+        torch.empty(0, k, dtype=torch.int64))  # fmt: skip
+    ids = ids.to(torch.int32).to(device)
+    bs = 64
+    kw = dict(dtype=torch.int32, device=device)
+    cap = RC.vllm_align_capacity(ids.numel(), e, bs)  # the buffers the peers' callers size
+    v_sorted, v_experts, v_total = (torch.empty(cap, **kw), torch.empty(-(-cap // bs), **kw),
+                                    torch.empty(1, **kw))  # fmt: skip
+    s_cap = RC.sglang_align_capacity(ids.numel(), e, bs)
+    s_sorted, s_experts, s_total = (torch.empty(s_cap, **kw), torch.empty(-(-s_cap // bs), **kw),
+                                    torch.empty(1, **kw))  # fmt: skip
+    sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)
+    out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
+    return {
+        "vllm.moe_sum": lambda: vllm_ops.moe_sum(sum_in, out),
+        "sglang.moe_sum_reduce": lambda: sglang.moe_sum_reduce(sum_in, out, 2.5),
+        "vllm.custom moe_align": lambda: vllm_ops.moe_align_block_size(
+            ids, e, bs, v_sorted, v_experts, v_total, None),
+        "vllm.moe_align_block_size": lambda: vllm.moe_align_block_size(ids, bs, e),
+        "sglang.moe_align_block_size": lambda: sglang.moe_align_block_size(
+            ids, e + 1, bs, s_sorted, s_experts, s_total, None),
+    }  # fmt: skip
 
 
 def _python_call(op: str, alloc_args, out_args, out_form: bool):
@@ -96,8 +134,11 @@ def _per_call_us(fn, calls: int, repeats: int, sync) -> list[float]:
     return times
 
 
-def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1) -> list[dict]:
+def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1,
+        ops: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
+    """The rows of one device and M; ``ops``: only the ops (or ``compat``) named."""
     cases, (a, b) = _inputs(shape, device, m)
+    cases = {op: c for op, c in cases.items() if not ops or op in ops}
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     rows = []
     base = _per_call_us(lambda: torch.add(a, b), calls, repeats, sync)
@@ -115,6 +156,10 @@ def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1) -> li
                 times = _per_call_us(fn, calls, repeats, sync)
                 rows.append(dict(op=name, form="out" if out_form else "alloc", api=api,
                                  times=times))  # fmt: skip
+    if not ops or "compat" in ops:
+        for name, fn in _drop_ins(shape, device, m).items():
+            times = _per_call_us(fn, calls, repeats, sync)
+            rows.append(dict(op=name, form="drop-in", api="compat", times=times))
     for r in rows:
         r.update(device=str(device), shape=",".join(map(str, shape)), M=m)
         r["median_us"] = statistics.median(r["times"])
@@ -131,6 +176,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", default="1", help="comma list of M (M = 0 on the CPU: the cost "
                    "of the call without the kernel's work)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=7, help="timed loops per row")
+    p.add_argument("--ops", default="", help="comma list of the ops to time (their two forms; "
+                   "`compat`: the drop-ins); default: all")  # fmt: skip
     p.add_argument("--csv", type=Path, help="write the rows to this CSV file")
     args = p.parse_args(argv)
     shape = tuple(int(v) for v in args.shape.split(","))
@@ -139,14 +186,15 @@ def main(argv=None) -> int:
     rows = []
     for dev in devices:
         for m in (int(t) for t in args.tokens.split(",")):
-            rows += run(torch.device(dev), shape, args.calls, args.repeats, m)
+            rows += run(torch.device(dev), shape, args.calls, args.repeats, m,
+                        tuple(o for o in args.ops.split(",") if o))  # fmt: skip
     print(f"host cost per call, shape {args.shape}, torch {torch.__version__}; "
           f"median of {args.repeats} loops x {args.calls} calls (min-max)")  # fmt: skip
-    print(f"{'device':<7} {'M':>2} {'op':<24} {'api':<14} {'us/call':>8} {'min-max':>13} "
+    print(f"{'device':<7} {'M':>2} {'op':<31} {'api':<14} {'us/call':>8} {'min-max':>13} "
           f"{'x add':>6}")  # fmt: skip
     for r in rows:
         spread = f"{r['min_us']:.1f}-{r['max_us']:.1f}"
-        print(f"{r['device']:<7} {r['M']:>2} {r['op']:<24} {r['api']:<14} {r['median_us']:>8.2f} "
+        print(f"{r['device']:<7} {r['M']:>2} {r['op']:<31} {r['api']:<14} {r['median_us']:>8.2f} "
               f"{spread:>13} {r['x_add']:>6.2f}")  # fmt: skip
     if args.csv:
         fields = ["device", "shape", "M", "op", "form", "api", "median_us", "min_us", "max_us",

@@ -194,6 +194,15 @@ def test_errors_before_any_kernel(cpu_module):
          "expert_map values"),
         (lambda: CO.moe_align_block_size(ids, 256, 0, sti, eid, nt, None), ValueError,
          "block_size"),
+        # what the binding accepts and the peers' rules do not: a bool for an int, 0-D ids,
+        # the SGLang buffers with ignore_invalid_expert (the op's capacity is vLLM's)
+        (lambda: V.moe_align_block_size(ids, True, 256), TypeError, "block_size"),
+        (lambda: CO.moe_align_block_size(ids, 256, True, sti, eid, nt, None), TypeError,
+         "block_size"),
+        (lambda: S.moe_align_block_size(ids[0, 0], 257, 64, sti, eid, nt, None), ValueError,
+         "1-D or 2-D"),
+        (lambda: S.moe_align_block_size(ids, 257, 64, sti, eid[:3], nt, None, False, True),
+         ValueError, "experts_ids must have >="),
     ]  # fmt: skip
     for fn, exc, match in cases:
         _no_kernel(cpu_module, fn, exc, match)

@@ -217,8 +217,10 @@ def test_same_errors_as_the_reference():
     x = torch.zeros(2, 3, 8, dtype=torch.float16)
     out = torch.empty(2, 8, dtype=torch.float16)
     ids = torch.zeros(2, 3, dtype=I32)
+    more_rows = torch.empty(3, 8, dtype=torch.float16)  # the binding takes it, the peers not
     for args in ((x, out.bfloat16()), (x[0], out), (x, out[:1]), (x, out, ids[:1]),
-                 (x, out, ids.float()), (x, out, ids, torch.zeros(3))):  # fmt: skip
+                 (x, out, ids.float()), (x, out, ids, torch.zeros(3)), (x, more_rows),
+                 (x, more_rows, ids)):  # fmt: skip
         with pytest.raises((TypeError, ValueError)) as mine:
             vllm.moe_sum(*args)
         with pytest.raises(type(mine.value)) as theirs:
@@ -229,6 +231,13 @@ def test_same_errors_as_the_reference():
             sglang.moe_sum_reduce(x, out, scale)
         with pytest.raises(TypeError) as theirs:
             RC.sglang_moe_sum_reduce(x, out, scale)
+        assert str(mine.value) == str(theirs.value)
+    for call, ref_call in ((sglang.moe_sum_reduce, RC.sglang_moe_sum_reduce),
+                           (sglang.moe_sum, RC.sglang_moe_sum)):  # fmt: skip
+        with pytest.raises(ValueError) as mine:
+            call(x, more_rows)
+        with pytest.raises(ValueError) as theirs:
+            ref_call(x, more_rows)
         assert str(mine.value) == str(theirs.value)
 
 
@@ -268,3 +277,19 @@ def test_import_loads_nothing():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("call", ["vllm", "sglang"])
+def test_drop_in_write_invalidates_saved_tensors(call):
+    """The drop-ins' writes are seen by autograd: backward over overwritten values raises."""
+    a = torch.randn(4, 64, requires_grad=True)
+    out = a * 1.0
+    y = (out * out).sum()
+    inp = torch.randn(4, 8, 64)
+    with torch.no_grad():
+        if call == "vllm":
+            vllm.moe_sum(inp, out)
+        else:
+            sglang.moe_sum_reduce(inp, out, 1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()

@@ -265,3 +265,38 @@ def test_not_differentiable(op, d):
             with torch.no_grad():  # torch's rule: allowed without grad mode
                 fn(ops, op + "_out")(**a, **bad)
             t.requires_grad_(False)
+
+
+def _written(a: dict, kw: dict) -> list:
+    """Every tensor a call writes: the ``out=`` buffers and ``zero_buf`` / ``sorted_scales``."""
+    extra = {k: a[k] for k in ("zero_buf", "sorted_scales") if a.get(k) is not None}
+    return [t for _name, t, _put in slots({**kw, **extra})]
+
+
+@pytest.mark.parametrize("op", OPS)
+@settings(FUZZ, max_examples=2)
+@given(d=st.data())
+def test_writes_are_seen_by_autograd(op, d):
+    """Every tensor an op writes has its version bumped, through the wrapper and through
+    ``torch.ops.aiter_aux`` (what ``torch.library.custom_op`` does for mutated arguments), so
+    autograd refuses a backward over overwritten values; under grad mode the torch op refuses
+    a written tensor that requires grad, as torch's ``out=`` ops do, before any write."""
+    a, outs = make_case(op, d, m_min=1)
+    torch_op = getattr(torch.ops.aiter_aux, op + "_out").default
+    for call in (fn(ops, op + "_out"), lambda **kw: torch_op(**_schema_kwargs(kw))):
+        kw, _ = alloc_outs(outs, 0)
+        written = _written(a, kw)
+        before = [t._version for t in written]
+        call(**a, **kw)
+        assert all(t._version > v for t, v in zip(written, before, strict=True)), op
+    kw, wholes = alloc_outs(outs, 0)
+    floats = (torch.float32, torch.float16, torch.bfloat16)
+    for _name, t, put in slots(kw):
+        if t.dtype in floats:
+            bad = {**kw, **put(t.detach().requires_grad_())}
+            with pytest.raises(RuntimeError, match="requires grad"):
+                torch_op(**_schema_kwargs({**a, **bad}))
+            assert untouched(wholes)
+            with torch.no_grad():  # allowed without grad mode, as torch's out= ops
+                torch_op(**_schema_kwargs({**a, **bad}))
+            t.requires_grad_(False)

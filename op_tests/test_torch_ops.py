@@ -8,9 +8,15 @@
   (every op's opcheck is in test_conformance.py).
 * CUDA-graph capture of the ``_out`` ops at fixed buffer sizes, replayed with new routing
   (including all ids -1); skipped where torch sees no CUDA GPU.
+* autograd sees every write: versions bumped, a leaf that requires grad refused (the C++
+  kernel, and the Python one where that cannot load).
 """
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -18,6 +24,7 @@ torch = pytest.importorskip("torch")
 
 from aiter_aux import ops as T  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
+from aiter_aux.ops._library import grad_error  # noqa: E402
 from aiter_aux.pipeline import draw_routing  # noqa: E402
 
 E, D, K = 256, 3072, 8  # catalog shape (256, 3072, 256, 8)
@@ -319,3 +326,80 @@ def test_cuda_graph_replay_with_fewer_tokens_than_captured():
         torch.cuda.synchronize()
         check_out_buffers(bufs, ids, w, x, eo)
         check_padding_transparent(bufs, ids, w, x, eo, m_real)
+
+
+def _backward_over(write):
+    """``write(out)`` under no_grad between the forward and the backward of ``out * out``."""
+    a = torch.randn(4, 64, requires_grad=True)
+    out = a * 1.0
+    y = (out * out).sum()
+    with torch.no_grad():
+        write(out)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_out_write_invalidates_saved_tensors():
+    """An ``_out`` op that overwrites a tensor autograd saved makes backward raise (as
+    torch's own ``out=`` ops), instead of silently using the new values."""
+    inp = torch.randn(4, 8, 64)
+    _backward_over(lambda out: T.moe_sum_out(inp, out))
+    _backward_over(lambda out: torch.ops.aiter_aux.moe_sum_out(inp, out))
+    _backward_over(lambda out: torch.ops.aiter_aux.moe_sum_out.default(inp, out))
+
+
+def test_torch_op_refuses_a_leaf_that_requires_grad():
+    leaf = torch.zeros(4, 64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=re.escape(str(grad_error("moe_sum_out")))):
+        torch.ops.aiter_aux.moe_sum_out(torch.randn(4, 8, 64), leaf)
+    assert not leaf.detach().any()
+    with pytest.raises(RuntimeError, match="requires grad"):  # torch's own out= rule
+        torch.add(leaf, 1, out=leaf)
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
+def test_out_write_bumps_versions_in_every_mode(mode):
+    """The wrapper and the torch op bump alike in every mode; in inference mode a normal
+    tensor is bumped too (torch's in-place ops do the same)."""
+    ctx = {"grad": torch.enable_grad, "no_grad": torch.no_grad,
+           "inference": torch.inference_mode}[mode]  # fmt: skip
+    inp, out = torch.randn(4, 8, 64), torch.empty(4, 64)
+    for call in (T.moe_sum_out, torch.ops.aiter_aux.moe_sum_out):
+        v = out._version
+        with ctx():
+            call(inp, out)
+        assert out._version > v
+        assert same(out, ref.moe_sum(inp))
+
+
+def test_written_versions_in_python_where_the_cpp_kernel_cannot_load():
+    """Where csrc/autograd cannot be built or loaded, the ops bump and refuse the same way
+    through the Python kernel."""
+    code = (
+        "import torch\n"
+        "from aiter_aux.jit import written_versions\n"
+        "written_versions.load = lambda: 'no compiler'\n"
+        "import aiter_aux\n"
+        "from aiter_aux.ops import _library\n"
+        "inp = torch.randn(4, 8, 64)\n"
+        "for call in (aiter_aux.moe_sum_out, torch.ops.aiter_aux.moe_sum_out):\n"
+        "    a = torch.randn(4, 64, requires_grad=True)\n"
+        "    out = a * 1.0\n"
+        "    y = (out * out).sum()\n"
+        "    with torch.no_grad():\n"
+        "        call(inp, out)\n"
+        "    try:\n"
+        "        y.backward()\n"
+        "        raise SystemExit('backward ran over overwritten values')\n"
+        "    except RuntimeError as e:\n"
+        "        assert 'modified by an inplace operation' in str(e), e\n"
+        "assert _library.register_written_versions() == 'no compiler'\n"
+        "leaf = torch.zeros(4, 64, requires_grad=True)\n"
+        "try:\n"
+        "    torch.ops.aiter_aux.moe_sum_out(inp, leaf)\n"
+        "    raise SystemExit('wrote a leaf that requires grad')\n"
+        "except RuntimeError as e:\n"
+        "    assert 'requires grad' in str(e), e\n"
+        "assert not leaf.detach().any()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

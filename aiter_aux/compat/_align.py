@@ -3,10 +3,9 @@
 The kernels write the peers' formats themselves (``moe_align_block_size_vllm`` /
 ``moe_align_block_size_sglang`` of :mod:`aiter_aux.ops`: the id encoding, the padding, the
 buckets and the block labels are compile-time parameters of the sort instance); these
-functions only check the arguments as the references do, allocate what the peer allocates
-and call one ``_out`` op.  Re-exported as ``moe_align_block_size`` by
-:mod:`aiter_aux.compat.vllm` and :mod:`aiter_aux.compat.sglang`.  Importing this module
-loads nothing (torch and the ops are imported on the first call).
+functions allocate what the peer allocates and call one ``_out`` torch op.  Re-exported as
+``moe_align_block_size`` by :mod:`aiter_aux.compat.vllm` and :mod:`aiter_aux.compat.sglang`.
+Importing this module loads nothing (torch and the ops are imported on the first call).
 
 Beyond the references' rules:
 
@@ -19,8 +18,14 @@ Beyond the references' rules:
 * int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU; values past
   int32 clamped, so that they are dropped as before).
 * The checks that read tensor values (SGLang ids in ``[-1, E)``, vLLM map values with
-  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, so
-  there the kernels drop such ids (and map values) instead of reading out of bounds.
+  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, and
+  under ``torch.compile`` they cannot be traced, so there the kernels drop such ids (and
+  map values) instead of reading out of bounds.
+
+Per call, these functions do what the peers' wrappers do (allocate, call the op) plus
+plain comparisons of the int and bool arguments; the op's binding checks the tensors.  On
+an error, or an argument of another type (a numpy int), the checks of
+:mod:`aiter_aux.reference.compat` run and name what is wrong as the reference does.
 """
 
 from __future__ import annotations
@@ -41,14 +46,83 @@ _SGLANG_PLUS_ONE = "E is SGLang's num_experts - 1"
 _ANY_SHAPE = "any catalog shape with this E serves it"
 
 
-def _ids32(topk_ids):
-    """int32 ids with the same meaning: int64 values past int32 are clamped to ids that are
-    dropped as they are (-2, or 2**31 - 1) rather than wrapped."""
+_T: list = []  # torch, torch.int32, the vLLM-format and SGLang-format _out ops
+_MOST: list = []  # vLLM's num_experts, SGLang's buckets: the most the checks allow
+_CAP: list = []  # the capacity functions of the reference: vLLM's, SGLang's
+_ALLOC: list = []  # the allocating vLLM-format op
+
+
+def _t() -> list:
+    if not _T:
+        import torch
+
+        from .. import ops  # noqa: F401 (defines the ops)
+        from ..reference import compat as R
+        from ..validation import MAX_NUM_EXPERTS
+
+        aux = torch.ops.aiter_aux
+        _MOST.extend((R.VLLM_MAX_EXPERTS, min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)))
+        _CAP.extend((R.vllm_align_capacity, R.sglang_align_capacity))
+        _ALLOC.append(aux.moe_align_block_size_vllm.default)
+        _T.extend((torch, torch.int32, aux.moe_align_block_size_vllm_out.default,
+                   aux.moe_align_block_size_sglang_out.default))  # fmt: skip
+    return _T
+
+
+def _error(error: Exception, check, hint: str) -> Exception:
+    """The exception of a failed call: ``check`` (the reference's checks) names a bad
+    argument; else the op's error as the wrappers translate it, a missing instance with
+    ``hint``."""
+    from ..ops import UnsupportedShapeError
+    from ..ops._library import translate
+
+    err = translate(error, check)
+    if isinstance(err, UnsupportedShapeError):
+        return UnsupportedShapeError(f"{err} ({hint})")
+    return err
+
+
+def _ids2d(topk_ids, torch, i32):
+    """int32 ``[M, topk]`` ids with the same meaning: int64 values past int32 are clamped to
+    ids that are dropped as they are (-2, or 2**31 - 1) rather than wrapped; other shapes
+    read as ``[numel, 1]`` (only the flat pairs matter)."""
+    if topk_ids.dtype == torch.int64:
+        topk_ids = topk_ids.clamp(-2, 2**31 - 1).to(i32)
+    return topk_ids if topk_ids.dim() == 2 else topk_ids.reshape(-1, 1)
+
+
+def _checking_values(t) -> bool:
+    """Whether the value checks run: on CPU tensors, outside a ``torch.compile`` trace."""
     import torch
 
-    if topk_ids.dtype == torch.int32:
-        return topk_ids
-    return topk_ids.clamp(-2, 2**31 - 1).to(torch.int32)
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, scatter):
+    """The reference's checks of vLLM's function; returns ``(block_size, num_experts, pad,
+    ignore, scatter)`` as plain ints and bools."""
+    from ..reference import compat as R
+    from ..validation import check_expert_map
+
+    topk_ids = R._check_ids(topk_ids, None)
+    pad = R._check_flag(pad, "pad_sorted_ids")
+    ignore = R._check_flag(ignore, "ignore_invalid_experts")
+    scatter = R._check_flag(scatter, "return_scatter_idx")
+    bs, e, _ = R._check_sizes(
+        topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
+        lambda n, e, b: R.vllm_align_capacity(n, e, b, pad),
+    )  # fmt: skip
+    if expert_map is not None:
+        expert_map = check_expert_map(expert_map, topk_ids.device)
+        if expert_map.numel() < e:
+            raise ValueError(
+                f"expert_map must have >= num_experts ({e}) entries, got {expert_map.numel()}"
+            )
+        if ignore and _checking_values(expert_map):
+            R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+    if scatter and expert_map is not None and not ignore:
+        raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
+    return bs, e, pad, ignore, scatter
 
 
 def vllm_moe_align_block_size(
@@ -70,48 +144,78 @@ def vllm_moe_align_block_size(
         ``(sorted_ids, expert_ids, num_tokens_post_pad[, scatter_idx])``, every element
         written (``scatter_idx`` int32 ``[topk_ids.numel(), 1]``).
     """
-    import torch
-
-    from ..ops import UnsupportedShapeError, moe_align_block_size_vllm_out
-    from ..reference import compat as R
-    from ..validation import check_expert_map
-
-    topk_ids = R._check_ids(topk_ids, None)
-    pad = R._check_flag(pad_sorted_ids, "pad_sorted_ids")
-    ignore = R._check_flag(ignore_invalid_experts, "ignore_invalid_experts")
-    want_scatter = R._check_flag(return_scatter_idx, "return_scatter_idx")
-    bs, e, cap = R._check_sizes(
-        topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
-        lambda n, e, b: R.vllm_align_capacity(n, e, b, pad),
-    )  # fmt: skip
-    if expert_map is not None:
-        expert_map = check_expert_map(expert_map, topk_ids.device)
-        if expert_map.numel() < e:
-            raise ValueError(
-                f"expert_map must have >= num_experts ({e}) entries, got {expert_map.numel()}"
-            )
-        if ignore and expert_map.device.type == "cpu":
-            R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
-    if want_scatter and expert_map is not None and not ignore:
-        raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
-    ids = _ids32(topk_ids)
-    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
-    kw = dict(dtype=torch.int32, device=ids.device)
-    sorted_ids = torch.empty(cap, **kw)
-    expert_ids = torch.empty(-(-cap // bs), **kw)
-    total = torch.empty(1, **kw)
-    scatter_idx = torch.empty(ids.numel(), **kw)
-    maps = {}
-    if expert_map is not None:
-        maps["expert_map" if ignore else "block_expert_map"] = expert_map
+    torch, i32, op, _ = _T or _t()
+    bs, e, pad, ignore, scatter = (block_size, num_experts, pad_sorted_ids,
+                                   ignore_invalid_experts, return_scatter_idx)  # fmt: skip
+    args = (topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
+            ignore_invalid_experts, return_scatter_idx)  # fmt: skip
     try:
-        moe_align_block_size_vllm_out(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx,
-                                      **maps)  # fmt: skip
-    except UnsupportedShapeError as err:
-        raise UnsupportedShapeError(f"{err} ({_ANY_SHAPE})") from None
-    if want_scatter:
+        if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
+                and type(pad) is bool and type(ignore) is bool and type(scatter) is bool
+                and expert_map is None):  # fmt: skip
+            bs, e, pad, ignore, scatter = _vllm_checks(*args)
+        ids = topk_ids if topk_ids.dtype == i32 and topk_ids.dim() == 2 else (
+            _ids2d(topk_ids, torch, i32))  # fmt: skip
+        if not pad:  # the allocating op's capacity is vLLM's without padding
+            maps = {} if expert_map is None else (
+                {"expert_map" if ignore else "block_expert_map": expert_map})  # fmt: skip
+            sorted_ids, expert_ids, total, scatter_idx = _ALLOC[0](ids, e, bs, **maps)
+        else:
+            n = ids.numel()
+            cap = _CAP[0](n, e, bs, pad)
+            dev = ids.device
+            sorted_ids = torch.empty(cap, dtype=i32, device=dev)
+            expert_ids = torch.empty(-(-cap // bs), dtype=i32, device=dev)
+            total = torch.empty(1, dtype=i32, device=dev)
+            scatter_idx = torch.empty(n, dtype=i32, device=dev)
+            if expert_map is None:
+                op(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx)
+            elif ignore:
+                op(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx, expert_map=expert_map)
+            else:
+                op(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx,
+                   block_expert_map=expert_map)  # fmt: skip
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE) from None
+    if scatter:
         return sorted_ids, expert_ids, total, scatter_idx.view(-1, 1)
     return sorted_ids, expert_ids, total
+
+
+def _sglang_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                   num_tokens_post_pad, pad, ignore) -> tuple:  # fmt: skip
+    """The reference's checks of sgl-kernel's function (``num_experts``: the buckets);
+    returns ``(block_size, routed experts, ignore)``."""
+    from ..reference import compat as R
+    from ..validation import MAX_NUM_EXPERTS, validate_int
+
+    topk_ids = R._check_ids(topk_ids, (1, 2))
+    buckets = validate_int(num_experts, "num_experts")
+    most = min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)  # buckets: routed + 1
+    if not 2 <= buckets <= most:
+        raise ValueError(
+            f"num_experts must be in [2, {most}] (SGLang's num_experts + 1: the routed "
+            f"experts, at most {most - 1} in our sort, plus one), got {buckets}"
+        )
+    bs, e, cap = R._check_sizes(topk_ids, block_size, buckets - 1, R.SGLANG_MAX_EXPERTS,
+                                R.sglang_align_capacity)  # fmt: skip
+    R._check_flag(pad, "pad_sorted_token_ids")
+    ignore = R._check_flag(ignore, "ignore_invalid_expert")
+    R.check_align_buffers(
+        (("sorted_token_ids", sorted_token_ids, cap), ("experts_ids", experts_ids, -(-cap // bs)),
+         ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
+    _check_sglang_values(topk_ids, e, ignore)
+    return bs, e, ignore
+
+
+def _check_sglang_values(topk_ids, e: int, ignore: bool) -> None:
+    if topk_ids.numel() and _checking_values(topk_ids):
+        from ..reference import compat as R
+
+        try:
+            R.check_sglang_ids(topk_ids, e, ignore)
+        except ValueError as err:
+            raise ValueError(f"{err} ({_SGLANG_PLUS_ONE})") from None
 
 
 def sglang_moe_align_block_size(
@@ -140,47 +244,47 @@ def sglang_moe_align_block_size(
             than SGLang's capacity, or an ``experts_ids`` shorter than its blocks, is a
             ``ValueError`` (sgl-kernel writes past them).
     """
-    import torch
+    torch, i32, vllm_op, sglang_op = _T or _t()
+    bs, e, ignore = block_size, num_experts, ignore_invalid_expert
+    args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+            num_tokens_post_pad, pad_sorted_token_ids, ignore_invalid_expert)  # fmt: skip
+    try:
+        if not (type(bs) is int and type(e) is int and 1 <= bs and 2 <= e <= _MOST[1]
+                and type(pad_sorted_token_ids) is bool and type(ignore) is bool):  # fmt: skip
+            bs, e, ignore = _sglang_checks(*args)
+        else:
+            e -= 1  # the routed experts
+            _check_sglang_values(topk_ids, e, ignore)
+        ids = topk_ids if topk_ids.dtype == i32 and topk_ids.dim() == 2 else (
+            _ids2d(topk_ids, torch, i32))  # fmt: skip
+        n = ids.numel()
+        cap = _CAP[1](n, e, bs)
+        if not 1 <= topk_ids.dim() <= 2 or sorted_token_ids.numel() < cap or (
+                experts_ids.numel() < -(-cap // bs)):  # fmt: skip
+            _sglang_checks(*args)  # with ignore_invalid_expert the op's limits are vLLM's
+        if sorted_token_ids.dim() != 1:
+            sorted_token_ids = sorted_token_ids.view(-1)
+        if experts_ids.dim() != 1:
+            experts_ids = experts_ids.view(-1)
+        if num_tokens_post_pad.dim() != 1 or num_tokens_post_pad.numel() != 1:
+            num_tokens_post_pad = num_tokens_post_pad.view(-1)[:1]
+        scatter_idx = torch.empty(n, dtype=i32, device=ids.device)
+        # Without ids < 0, bucket 0 is empty and takes no rows: the buckets, rows and labels
+        # (e - 1 of bucket e) are vLLM's format of the e routed experts.
+        (vllm_op if ignore else sglang_op)(ids, e, bs, sorted_token_ids, experts_ids,
+                                           num_tokens_post_pad, scatter_idx)  # fmt: skip
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(err, lambda: _sglang_checks(*args),
+                     f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
 
-    from ..ops import (
-        UnsupportedShapeError,
-        moe_align_block_size_sglang_out,
-        moe_align_block_size_vllm_out,
-    )
+
+def _srt_checks(topk_ids, block_size, num_experts) -> tuple[int, int]:
     from ..reference import compat as R
-    from ..validation import MAX_NUM_EXPERTS, validate_int
 
     topk_ids = R._check_ids(topk_ids, (1, 2))
-    buckets = validate_int(num_experts, "num_experts")
-    most = min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)  # buckets: routed + 1
-    if not 2 <= buckets <= most:
-        raise ValueError(
-            f"num_experts must be in [2, {most}] (SGLang's num_experts + 1: the routed "
-            f"experts, at most {most - 1} in our sort, plus one), got {buckets}"
-        )
-    bs, e, cap = R._check_sizes(topk_ids, block_size, buckets - 1, R.SGLANG_MAX_EXPERTS,
-                                R.sglang_align_capacity)  # fmt: skip
-    R._check_flag(pad_sorted_token_ids, "pad_sorted_token_ids")
-    ignore = R._check_flag(ignore_invalid_expert, "ignore_invalid_expert")
-    R.check_align_buffers(
-        (("sorted_token_ids", sorted_token_ids, cap), ("experts_ids", experts_ids, -(-cap // bs)),
-         ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
-    if topk_ids.device.type == "cpu":
-        try:
-            R.check_sglang_ids(topk_ids, e, ignore)
-        except ValueError as err:
-            raise ValueError(f"{err} ({_SGLANG_PLUS_ONE})") from None
-    ids = _ids32(topk_ids)
-    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
-    scatter_idx = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
-    # Without ids < 0, bucket 0 is empty and takes no rows: the buckets, rows and labels
-    # (e - 1 of bucket e) are vLLM's format of the e routed experts.
-    op = moe_align_block_size_vllm_out if ignore else moe_align_block_size_sglang_out
-    try:
-        op(ids, e, bs, sorted_token_ids.view(-1), experts_ids.view(-1),
-           num_tokens_post_pad.view(-1)[:1], scatter_idx)  # fmt: skip
-    except UnsupportedShapeError as err:
-        raise UnsupportedShapeError(f"{err} ({_SGLANG_PLUS_ONE}; {_ANY_SHAPE})") from None
+    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.SGLANG_MAX_EXPERTS,
+                              R.sglang_align_capacity)  # fmt: skip
+    return bs, e
 
 
 def sglang_srt_moe_align_block_size(
@@ -197,20 +301,54 @@ def sglang_srt_moe_align_block_size(
         ``(sorted_ids, expert_ids, num_tokens_post_pad)`` as
         :func:`aiter_aux.reference.compat.sglang_moe_align_block_size`.
     """
-    import torch
-
-    from ..reference import compat as R
-
-    topk_ids = R._check_ids(topk_ids, (1, 2))
-    bs, e, cap = R._check_sizes(topk_ids, block_size, num_experts, R.SGLANG_MAX_EXPERTS,
-                                R.sglang_align_capacity)  # fmt: skip
-    kw = dict(dtype=torch.int32, device=topk_ids.device)
-    sorted_ids = torch.empty(cap, **kw)
-    expert_ids = torch.empty(-(-cap // bs), **kw)
-    total = torch.empty(1, **kw)
+    torch, i32, _, _ = _T or _t()
+    bs, e = block_size, num_experts
+    try:
+        if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e < _MOST[1]):
+            bs, e = _srt_checks(topk_ids, block_size, num_experts)
+        cap = _CAP[1](topk_ids.numel(), e, bs)
+        dev = topk_ids.device
+        sorted_ids = torch.empty(cap, dtype=i32, device=dev)
+        expert_ids = torch.empty(-(-cap // bs), dtype=i32, device=dev)
+        total = torch.empty(1, dtype=i32, device=dev)
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
+                     _ANY_SHAPE) from None  # fmt: skip
     sglang_moe_align_block_size(topk_ids, e + 1, bs, sorted_ids, expert_ids, total, None, True,
                                 ignore_invalid_expert)  # fmt: skip
     return sorted_ids, expert_ids, total
+
+
+def _custom_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                   num_tokens_post_pad, maybe_expert_map, scatter_idx) -> tuple:  # fmt: skip
+    """The reference's checks of ``vllm._custom_ops.moe_align_block_size``; returns
+    ``(block_size, num_experts)`` as ints."""
+    from ..reference import compat as R
+    from ..validation import check_expert_map
+
+    topk_ids = R._check_ids(topk_ids, None)
+    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
+                              R.vllm_align_capacity)  # fmt: skip
+    n = topk_ids.numel()
+    R.check_align_buffers(
+        (("sorted_token_ids", sorted_token_ids, R.vllm_align_capacity(n, e, bs)),
+         ("experts_ids", experts_ids, None), ("num_tokens_post_pad", num_tokens_post_pad, 1)),
+        bs)  # fmt: skip
+    if scatter_idx is not None:
+        R.check_align_buffers((("scatter_idx", scatter_idx, n),), bs)
+        if scatter_idx.numel() != n:
+            raise ValueError(
+                f"scatter_idx must have topk_ids.numel() = {n} elements, got {scatter_idx.numel()}"
+            )
+    if maybe_expert_map is not None:
+        emap = check_expert_map(maybe_expert_map, topk_ids.device)
+        if emap.numel() < e:
+            raise ValueError(
+                f"expert_map must have >= num_experts ({e}) entries, got {emap.numel()}"
+            )
+        if _checking_values(emap):
+            R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+    return bs, e
 
 
 def vllm_custom_moe_align_block_size(
@@ -231,46 +369,34 @@ def vllm_custom_moe_align_block_size(
     Raises:
         TypeError, ValueError: before anything is written (as the reference).
     """
-    import torch
-
-    from ..ops import UnsupportedShapeError, moe_align_block_size_vllm_out
-    from ..reference import compat as R
-    from ..validation import check_expert_map
-
-    topk_ids = R._check_ids(topk_ids, None)
-    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
-                              R.vllm_align_capacity)  # fmt: skip
-    n = topk_ids.numel()
-    cap = R.check_align_buffers(
-        (("sorted_token_ids", sorted_token_ids, R.vllm_align_capacity(n, e, bs)),
-         ("experts_ids", experts_ids, None), ("num_tokens_post_pad", num_tokens_post_pad, 1)),
-        bs)  # fmt: skip
-    if scatter_idx is not None:
-        R.check_align_buffers((("scatter_idx", scatter_idx, n),), bs)
-        if scatter_idx.numel() != n:
-            raise ValueError(
-                f"scatter_idx must have topk_ids.numel() = {n} elements, got {scatter_idx.numel()}"
-            )
-    maps = {}
-    if maybe_expert_map is not None:
-        emap = check_expert_map(maybe_expert_map, topk_ids.device)
-        if emap.numel() < e:
-            raise ValueError(
-                f"expert_map must have >= num_experts ({e}) entries, got {emap.numel()}"
-            )
-        if emap.device.type == "cpu":
-            R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
-        maps["expert_map"] = emap
-    ids = _ids32(topk_ids)
-    ids = ids if ids.dim() == 2 else ids.reshape(-1, 1)  # M and topk as the caller's
-    sc = (
-        scatter_idx.view(-1)
-        if scatter_idx is not None
-        else torch.empty(n, dtype=torch.int32, device=ids.device)
-    )
+    torch, i32, op, _ = _T or _t()
+    bs, e = block_size, num_experts
+    args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+            num_tokens_post_pad, maybe_expert_map, scatter_idx)  # fmt: skip
     try:
-        moe_align_block_size_vllm_out(ids, e, bs, sorted_token_ids.view(-1),
-                                      experts_ids.view(-1)[: -(-cap // bs)],
-                                      num_tokens_post_pad.view(-1)[:1], sc, **maps)  # fmt: skip
-    except UnsupportedShapeError as err:
-        raise UnsupportedShapeError(f"{err} ({_ANY_SHAPE})") from None
+        if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
+                and maybe_expert_map is None):  # fmt: skip
+            bs, e = _custom_checks(*args)
+        ids = topk_ids if topk_ids.dtype == i32 and topk_ids.dim() == 2 else (
+            _ids2d(topk_ids, torch, i32))  # fmt: skip
+        n = ids.numel()
+        cap = sorted_token_ids.numel()
+        n_blocks = -(-cap // bs)
+        blocks = experts_ids.numel()
+        if blocks < n_blocks or (scatter_idx is not None and scatter_idx.numel() != n):
+            _custom_checks(*args)  # vLLM's rules (the op's allow more): says which
+        if sorted_token_ids.dim() != 1:
+            sorted_token_ids = sorted_token_ids.view(-1)
+        if blocks != n_blocks or experts_ids.dim() != 1:
+            experts_ids = experts_ids.view(-1)[:n_blocks]
+        if num_tokens_post_pad.dim() != 1 or num_tokens_post_pad.numel() != 1:
+            num_tokens_post_pad = num_tokens_post_pad.view(-1)[:1]
+        sc = torch.empty(n, dtype=i32, device=ids.device) if scatter_idx is None else (
+            scatter_idx.view(-1))  # fmt: skip
+        if maybe_expert_map is None:
+            op(ids, e, bs, sorted_token_ids, experts_ids, num_tokens_post_pad, sc)
+        else:
+            op(ids, e, bs, sorted_token_ids, experts_ids, num_tokens_post_pad, sc,
+               expert_map=maybe_expert_map)  # fmt: skip
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE) from None

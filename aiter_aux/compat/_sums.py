@@ -2,30 +2,43 @@
 :func:`aiter_aux.ops.moe_sum_out` (re-exported by :mod:`.vllm`, :mod:`.vllm.custom_ops` and
 :mod:`.sglang`; docs/compat.md "The sums").
 
-The peers' checks are those of :mod:`aiter_aux.reference.compat` (the same functions run
-them, so a bad call raises the reference's error before anything is written); the sum is
-our ``moe_sum`` op, whose bytes are the reference's: fp32 accumulation from +0.0 in ``k``
-order, one rounding to the output dtype, NaN written canonically, the same on every call.
+Each calls the ``moe_sum_out`` torch op, whose binding checks the call before anything is
+written, as the peers' own wrappers call theirs; when it raises, the checks of
+:mod:`aiter_aux.reference.compat` name what is wrong as the reference does.  The bytes are
+the reference's: fp32 accumulation from +0.0 in ``k`` order, one rounding to the output
+dtype, NaN written canonically, the same on every call.
 Importing this module loads nothing; torch and the compiled module are loaded on the first
 call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 _INT32_MAX = (1 << 31) - 1
+_OP: list = []  # torch.ops.aiter_aux.moe_sum_out.default, once imported
 
 
-def _aux() -> tuple[Any, Any]:
-    """(aiter_aux.ops, aiter_aux.reference.compat), imported on first use."""
-    from .. import ops
-    from ..reference import compat
+def _op():
+    """The ``moe_sum_out`` torch op (importing :mod:`aiter_aux.ops` defines it)."""
+    if not _OP:
+        import torch
 
-    return ops, compat
+        from .. import ops  # noqa: F401
+
+        _OP.append(torch.ops.aiter_aux.moe_sum_out.default)
+    return _OP[0]
+
+
+def _error(error: Exception, check) -> Exception:
+    """The exception for a failed call: the reference's checks (``check``) name what is
+    wrong as the peer's arguments; else the op's own error, translated as the wrappers'."""
+    from ..ops._library import translate
+
+    return translate(error, check)
 
 
 def _scale(value: object) -> float:
@@ -48,6 +61,9 @@ def moe_sum(
     < 0; ``expert_map`` without ``topk_ids`` is ignored, as in vLLM.  int64 ids are narrowed
     to int32 with ``clamp(-1, 2**31 - 1)`` first (the same slots are skipped).
 
+    The op's binding checks the call; only ``output``'s row count, which the op lets exceed
+    M, is compared here.  On an error the reference's checks name the argument.
+
     Args:
         input: float32/float16/bfloat16 ``[M, topk, hidden]``, contiguous, ``topk >= 1``.
         output: ``input``'s dtype, ``[M, hidden]``, contiguous, not overlapping an input.
@@ -56,14 +72,32 @@ def moe_sum(
         TypeError, ValueError: as :func:`aiter_aux.reference.compat.vllm_moe_sum`, before
             anything is written.
     """
-    ops, rc = _aux()
-    topk_ids, expert_map = rc.check_vllm_sum_call(input, output, topk_ids, expert_map)
-    if topk_ids is not None and topk_ids.dtype != rc.ID_DTYPES[0]:
-        topk_ids = topk_ids.clamp(-1, _INT32_MAX).to(rc.ID_DTYPES[0])
-    if topk_ids is None:
-        ops.moe_sum_out(input, output)
-    else:
-        ops.moe_sum_out(input, output, topk_ids=topk_ids, expert_map=expert_map)
+    op = _OP[0] if _OP else _op()
+    try:
+        if output.shape[0] != input.shape[0]:
+            raise ValueError("output rows")  # the reference's check says it in full
+        if topk_ids is None:
+            op(input, output)
+        else:
+            topk_ids = _narrow(topk_ids)
+            op(input, output, topk_ids=topk_ids, expert_map=expert_map)
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(e, lambda: _vllm_checks(input, output, topk_ids, expert_map)) from None
+
+
+def _vllm_checks(input, output, topk_ids, expert_map) -> None:
+    from ..reference import compat
+
+    compat.check_vllm_sum_call(input, output, topk_ids, expert_map)
+
+
+def _narrow(topk_ids: Tensor) -> Tensor:
+    """int64 ids as int32 skipping the same slots (other dtypes are left to the checks)."""
+    import torch
+
+    if topk_ids.dtype != torch.int64:
+        return topk_ids
+    return topk_ids.clamp(-1, _INT32_MAX).to(torch.int32)
 
 
 def sglang_moe_sum(input: Tensor, output: Tensor) -> None:
@@ -74,9 +108,20 @@ def sglang_moe_sum(input: Tensor, output: Tensor) -> None:
         TypeError, ValueError: as :func:`aiter_aux.reference.compat.sglang_moe_sum`, before
             anything is written.
     """
-    ops, rc = _aux()
-    rc.check_sum_call(input, output)
-    ops.moe_sum_out(input, output)
+    op = _OP[0] if _OP else _op()
+    try:
+        if output.shape[0] != input.shape[0]:
+            raise ValueError("output rows")  # the reference's check says it in full
+        op(input, output)
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(e, lambda: _sglang_checks(input, output, 1.0)) from None
+
+
+def _sglang_checks(input, output, routed_scaling_factor) -> None:
+    from ..reference import compat
+
+    compat.check_sum_call(input, output)
+    _scale(routed_scaling_factor)
 
 
 def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float = 1.0) -> None:
@@ -93,7 +138,15 @@ def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float =
         TypeError, ValueError: as :func:`aiter_aux.reference.compat.sglang_moe_sum_reduce`,
             before anything is written.
     """
-    ops, rc = _aux()
-    rc.check_sum_call(input, output)
-    scale = _scale(routed_scaling_factor)
-    ops.moe_sum_out(input, output, routed_scaling_factor=scale)
+    op = _OP[0] if _OP else _op()
+    try:
+        if output.shape[0] != input.shape[0]:
+            raise ValueError("output rows")  # the reference's check says it in full
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _scale(routed_scaling_factor)
+        if routed_scaling_factor == 1.0:
+            op(input, output)  # a keyword costs ~0.5 us
+        else:
+            op(input, output, routed_scaling_factor=routed_scaling_factor)
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise _error(e, lambda: _sglang_checks(input, output, routed_scaling_factor)) from None

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from functools import cached_property
 from pathlib import Path
@@ -225,6 +226,9 @@ class ModuleSpec:
                     module = self.try_load() or self._build_and_load()
                     ondemand.install(module)
                     _LOADED[self.backend] = module
+                    library = sys.modules.get("aiter_aux.ops._library")
+                    if library is not None:  # the ops exist: their version bumps too
+                        library.register_written_versions()
         if key is not None and (self.backend, key) not in _CHECKED:
             self._require(module, key)
         return module

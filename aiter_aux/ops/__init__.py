@@ -18,9 +18,11 @@ instance for these parameters and none can be built), :class:`JitDisabledError` 
 ``RuntimeError``: ``AITER_AUX_DISABLE_JIT=1`` and no module in the cache serves the backend),
 ``aiter_aux.jit.build.BuildError`` (the module failed to compile), ``RuntimeError`` (the
 module reported an error, or an ``out=`` buffer requires grad under grad mode).  The ops are
-not differentiable: outputs never require grad.  Tensors on the ``meta`` device (all of
-them) run the fake implementation: shapes only.  ``torch.compile(fullgraph=True,
-dynamic=True)`` traces them without graph breaks.
+not differentiable: outputs never require grad.  Every written tensor's version is bumped,
+as by torch's in-place ops, so autograd refuses a backward over values an op overwrote
+("modified by an inplace operation").  Tensors on the ``meta`` device (all of them) run the
+fake implementation: shapes only.  ``torch.compile(fullgraph=True, dynamic=True)`` traces
+them without graph breaks.
 
 The wrappers are generated from the op table into :mod:`._ops` (docs/api.md lists them).
 """

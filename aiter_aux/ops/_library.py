@@ -15,10 +15,19 @@ op table, ``torch.ops.aiter_aux.<op>`` (allocating) and ``torch.ops.aiter_aux.<o
   to C++.  Concurrent first calls wait for the one load, then dispatch again;
 * a fallthrough kernel for the ``Autograd`` key: the ops are not differentiable, their
   outputs never require grad (as the reference's don't), and tracing sees through them.
+
+When a backend's module loads, :func:`register_written_versions` gives every op that writes
+tensors (``Tensor(a!)`` in its schema: the ``_out`` buffers, ``zero_buf``, ``sorted_scales``)
+an ``ADInplaceOrView`` kernel, as torch's own ``out=`` ops have: under grad mode it refuses a
+written tensor that requires grad before anything runs, and it bumps the version of each
+written tensor, so autograd refuses a backward over values the op overwrote.  It is C++
+(csrc/autograd, :mod:`aiter_aux.jit.written_versions`); where that cannot be built, the
+same in Python (about 3 us more per call).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -29,8 +38,12 @@ from ..jit.paths import renew_after_fork
 T = torch.Tensor
 _LOCK = threading.Lock()
 renew_after_fork(globals(), "_LOCK", threading.Lock)
+_WRITTEN_LOCK = threading.Lock()  # register_written_versions (called with the loader's held)
+renew_after_fork(globals(), "_WRITTEN_LOCK", threading.Lock)
 _LIB: torch.library.Library | None = None
 _LOADED_BACKENDS: set[str] = set()
+_SCHEMAS: dict[str, str] = {}  # the defined ops' schemas
+_WRITTEN_VERSIONS: list[str | None] = []  # once registered: None (C++) or why Python
 _AGAIN = threading.local()  # set while the loader re-dispatches
 
 
@@ -101,8 +114,59 @@ def define(schemas: dict[str, str], fakes: dict[str, Callable]) -> torch.library
                     lib.impl(name, _loader(name, fakes[name]), "CompositeExplicitAutograd")
                     lib.impl(name, torch.library.fallthrough_kernel, "Autograd")
                     torch.library.register_fake(f"aiter_aux::{name}", fakes[name], lib=lib)
+                _SCHEMAS.update(schemas)
                 _LIB = lib
+            spec = sys.modules.get("aiter_aux.jit.spec")
+            if spec is not None and spec.loaded_modules():  # loaded before the ops existed
+                register_written_versions()
     return _LIB
+
+
+def _written(schema: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The positions and keyword names of the arguments ``schema`` writes (``Tensor(a!)``)."""
+    args = torch._C.parse_schema(schema).arguments
+    writes = [(i, a) for i, a in enumerate(args) if a.alias_info and a.alias_info.is_write]
+    return (tuple(i for i, a in writes if not a.kwarg_only),
+            tuple(a.name for _, a in writes if a.kwarg_only))  # fmt: skip
+
+
+def _python_written_versions(name: str, writes: tuple[tuple[int, ...], tuple[str, ...]]):
+    """csrc/autograd/written_versions.cpp's kernel in Python, for where that cannot load."""
+    after = torch._C._after_ADInplaceOrView_keyset
+    positions, keywords = writes
+    handle = getattr(torch.ops.aiter_aux, name).default._handle
+
+    def kernel(keyset, *args, **kwargs):
+        written = [args[i] for i in positions if i < len(args)]
+        written += [kwargs[k] for k in keywords if kwargs.get(k) is not None]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in written):
+            raise grad_error(name)
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            result = handle.redispatch_boxed(keyset & after, *args, **kwargs)
+        torch._C._increment_version([t for t in written if not t.is_inference()])
+        return result
+
+    kernel.__name__ = f"bump_versions_of_{name}"
+    return kernel
+
+
+def register_written_versions() -> str | None:
+    """Give the defined ops that write tensors their ``ADInplaceOrView`` kernel (once per
+    process; see the module's doc).  None when it is the C++ one, else why it is not."""
+    if _LIB is None or _WRITTEN_VERSIONS:
+        return _WRITTEN_VERSIONS[0] if _WRITTEN_VERSIONS else None
+    with _WRITTEN_LOCK:
+        if not _WRITTEN_VERSIONS:
+            from ..jit import written_versions
+
+            why = written_versions.load()
+            if why is not None:
+                for name, schema in _SCHEMAS.items():
+                    if any(writes := _written(schema)):
+                        kernel = _python_written_versions(name, writes)
+                        _LIB.impl(name, kernel, "ADInplaceOrView", with_keyset=True)
+            _WRITTEN_VERSIONS.append(why)
+    return _WRITTEN_VERSIONS[0]
 
 
 # ------------------------------------------------------------------ for the wrappers

@@ -1,0 +1,66 @@
+"""Build and load csrc/autograd/written_versions.cpp: the C++ ``ADInplaceOrView`` kernel of
+the ``aiter_aux`` ops that write tensors (bumps their versions, refuses a leaf that requires
+grad; see that file).
+
+It uses torch's full C++ API, so it is built apart from the kernel modules (which keep to
+torch's stable ABI and ship prebuilt): once per torch build and source, with
+``torch.utils.cpp_extension``, into ``$AITER_AUX_CACHE_DIR/autograd-torch-<build>-<source>``.
+Where it cannot be built or loaded (no compiler, ``AITER_AUX_DISABLE_JIT=1`` and no copy in
+the cache), :func:`load` says why and the ops register the same kernel in Python instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+from .. import env
+from . import paths
+
+NAME = "aiter_aux_written_versions"
+DIR_PREFIX = "autograd-torch-"  # the build directories' names in the cache
+SOURCE = "csrc/autograd/written_versions.cpp"  # relative to the source root
+
+
+def build_dir() -> Path:
+    """Where the library of this torch build and this source lives (its ABI is that
+    build's)."""
+    import torch
+
+    build = f"{torch.__version__}-{(torch.version.git_version or 'unknown')[:12]}"
+    source = paths.sha256_file(paths.source_root() / SOURCE)[:12]
+    return paths.cache_root() / f"{DIR_PREFIX}{build.replace('+', '_')}-{source}"
+
+
+def load() -> str | None:
+    """Load the library, building it first if it is not in the cache (its loading registers
+    the kernels of the ops defined at that moment); None when loaded, else why not (one
+    line).  A cache hit loads the file directly; a build goes through
+    ``torch.utils.cpp_extension``, which holds a lock file in the directory meanwhile."""
+    import torch
+
+    directory = build_dir()
+    built = directory / f"{NAME}.so"
+    try:
+        paths.ensure_dir(directory)
+        if built.is_file() and not (directory / "lock").exists():
+            torch.ops.load_library(str(built))
+            return None
+        if env.get("AITER_AUX_DISABLE_JIT"):
+            return f"AITER_AUX_DISABLE_JIT=1 and {built} is not built"
+        from torch.utils import cpp_extension
+
+        with contextlib.redirect_stdout(io.StringIO()):  # ninja's lines; errors raise
+            cpp_extension.load(
+                NAME,
+                [str(paths.source_root() / SOURCE)],
+                extra_cflags=["-O2"],
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=env.get("AITER_AUX_VERBOSE"),
+            )
+    except Exception as e:  # noqa: BLE001 (any failure leaves the Python kernels)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"{type(e).__name__}: {first}"
+    return None

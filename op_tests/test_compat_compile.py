@@ -1,0 +1,129 @@
+"""The drop-ins of :mod:`aiter_aux.compat` under ``torch.compile(fullgraph=True)`` on CPU:
+each traces without a graph break (as the native ops do) and its compiled form writes the
+same bytes as its eager form.  The ``aot_eager`` backend runs the traced graph through
+AOTAutograd's functionalization of the written buffers; the bytes come from the ops."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aiter_aux.compat import aiter as A  # noqa: E402
+from aiter_aux.compat import sglang as S  # noqa: E402
+from aiter_aux.compat import vllm as V  # noqa: E402
+from aiter_aux.compat.sglang import srt as SRT  # noqa: E402
+from aiter_aux.compat.vllm import custom_ops as CO  # noqa: E402
+
+E, K, M, BS = 33, 8, 5, 16  # a catalog (num_experts, topk) of the align tests
+I32 = torch.int32
+
+
+@pytest.fixture(autouse=True)
+def _module(cpu_module):
+    return cpu_module
+
+
+def _bytes(ts) -> list[bytes]:
+    return [t.contiguous().view(torch.uint8).numpy().tobytes() for t in ts]
+
+
+def _same_compiled(fn, make_args):
+    """``fn(*args)`` (returning tensors) eager and compiled on fresh arguments: same bytes."""
+    torch._dynamo.reset()
+    eager = fn(*make_args())
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")(*make_args())
+    assert _bytes(compiled) == _bytes(eager)
+
+
+def _ids(seed: int = 0, ids_dtype=I32):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(M)]).to(ids_dtype)
+    ids[0, 0] = -1
+    return ids
+
+
+def _sum_args():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(M, K, 64, generator=g).to(torch.bfloat16), torch.empty(
+        M, 64, dtype=torch.bfloat16
+    )
+
+
+def test_sums():
+    def vllm_sum(x, out, ids, emap):
+        V.moe_sum(x, out, ids, emap)
+        return (out.clone(),)
+
+    def sglang_sums(x, out):
+        S.moe_sum_reduce(x, out, 2.5)
+        first = out.clone()
+        S.moe_sum(x, out)
+        return first, out.clone()
+
+    emap = torch.arange(E, dtype=I32) - 1  # expert 0 not local
+    _same_compiled(vllm_sum, lambda: (*_sum_args(), None, None))
+    _same_compiled(vllm_sum, lambda: (*_sum_args(), _ids(), emap))
+    _same_compiled(sglang_sums, _sum_args)
+
+
+def test_aiter_quant():
+    d = 3072
+
+    def quant(x, q, scale, zero):
+        A.mxfp4_moe_quant(x, q, scale, zero, 256, 8, d, 32)
+        return q.clone(), scale.clone(), zero.clone()
+
+    def args():
+        x = torch.randn(M, d, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+        q = torch.empty(M, d // 2, dtype=torch.uint8)
+        return x, q, torch.empty(M, d // 32, dtype=torch.uint8), torch.ones(M, d).bfloat16()
+
+    _same_compiled(quant, args)
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+@pytest.mark.parametrize("with_map", [False, True])
+def test_vllm_align(with_map, ignore):
+    emap = torch.where(torch.arange(E) % 3 == 0, -1, torch.arange(E)).to(I32)
+
+    def align(ids):
+        return V.moe_align_block_size(ids, BS, E, emap if with_map else None,
+                                      ignore_invalid_experts=ignore,
+                                      return_scatter_idx=ignore or not with_map)  # fmt: skip
+
+    _same_compiled(align, lambda: (_ids(),))
+    _same_compiled(align, lambda: (_ids(3, torch.int64),))
+
+
+@pytest.mark.parametrize("with_map", [False, True])
+def test_vllm_custom_align(with_map):
+    cap = M * K + E * (BS - 1)
+
+    def align(ids, sorted_ids, expert_ids, total, scatter_idx):
+        emap = torch.arange(E, dtype=I32).flip(0) if with_map else None
+        CO.moe_align_block_size(ids, E, BS, sorted_ids, expert_ids, total, emap, scatter_idx)
+        return sorted_ids.clone(), expert_ids.clone(), total.clone(), scatter_idx.clone()
+
+    def args():
+        return (_ids(), torch.full((cap,), -7, dtype=I32), torch.full((cap // BS + 2,), -7,
+                dtype=I32), torch.empty(1, dtype=I32), torch.empty(M * K, dtype=I32))  # fmt: skip
+
+    _same_compiled(align, args)
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_sglang_align(ignore):
+    cap = M * K + (E + 1) * (BS - 1)
+
+    def align(ids, sorted_ids, expert_ids, total):
+        S.moe_align_block_size(ids, E + 1, BS, sorted_ids, expert_ids, total, None, False,
+                               ignore)  # fmt: skip
+        return sorted_ids.clone(), expert_ids.clone(), total.clone()
+
+    def args():
+        return (_ids(), torch.empty(cap, dtype=I32), torch.empty(-(-cap // BS), dtype=I32),
+                torch.empty(1, dtype=I32))  # fmt: skip
+
+    _same_compiled(align, args)
+    _same_compiled(lambda ids: SRT.moe_align_block_size(ids, BS, E, ignore), lambda: (_ids(),))
