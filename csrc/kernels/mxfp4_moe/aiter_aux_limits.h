@@ -9,5 +9,7 @@
 #define AITER_AUX_NUM_BLOCK_M 4
 #define AITER_AUX_BLOCK_M_VALUES 16, 32, 64, 128
 #define AITER_AUX_MAX_ALIGN_BLOCK_SIZE 65536  // rows + block_size - 1 stays in int32 (2**16 spare)
+#define AITER_AUX_MAX_ROUTE_EXPERTS 1024  // ids packed in 11 bits of the selection keys
+#define AITER_AUX_MAX_ROUTE_TOPK 16  // the selection's rounds per token
 // nonzero when b is an allowed block_m
 #define AITER_AUX_VALID_BLOCK_M(b) ((b) == 16 || (b) == 32 || (b) == 64 || (b) == 128)
