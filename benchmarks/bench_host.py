@@ -54,6 +54,10 @@ def _inputs(shape, device, m: int):
     scales = aux_ops.moe_sort_scales(sc, sort.sorted_token_ids, sort.num_valid_ids, bm)
     out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)  # moe_sum's [M, topk, D]
+    logits = torch.randn(m, e, device=device).to(torch.bfloat16)  # moe_route's router logits
+    kr = min(k, 16)
+    route_w = torch.empty(m, kr, device=device)
+    route_ids = torch.empty(m, kr, dtype=torch.int32, device=device)
     rev, sw = sort.reverse_sorted, sort.sorted_weights
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
     return {
@@ -65,6 +69,7 @@ def _inputs(shape, device, m: int):
         "moe_scatter_reduce": ((eo, rev, sw, k), (out,)),
         "moe_scatter_reduce_q": ((eo_q, eo_s, rev, sw, k), (out,)),
         "moe_sum": ((sum_in,), (out,)),
+        "moe_route": ((logits, kr), (route_w, route_ids)),
     }, (w, w)
 
 

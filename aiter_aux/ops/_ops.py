@@ -1739,8 +1739,9 @@ def moe_route_out(
     experts of largest ``choice`` (descending, ties to the lower id, NaN last) and
     ``topk_weights`` float32 ``[M, topk]`` = their ``scores``.  ``scores`` = softmax over the row
     (``scoring="softmax"``) or sigmoid (``"sigmoid"``) of ``router_logits`` (float32, float16 or
-    bfloat16 ``[M, E]``, E <= 1024) in fp32; ``choice = scores + correction_bias`` (float32
-    ``[E]``) when given, else ``scores``.  With ``num_expert_group`` G and ``topk_group``, only
+    bfloat16 ``[M, E]``, E <= 1024) in fp32, or the logits themselves (``"none"``);
+    ``choice = scores + correction_bias`` (float32 ``[E]``) when given, else ``scores``.  With
+    ``num_expert_group`` G and ``topk_group``, only
     the experts of the ``topk_group`` best groups of E / G consecutive ids are chosen (a group's
     score: the sum of its two largest ``choice`` with a bias, else its largest score).  The
     weights are divided by their fp32 sum when ``renormalize``, then multiplied by

@@ -114,8 +114,11 @@ def _select(key: torch.Tensor, k: int) -> torch.Tensor:
     return unique.topk(k, dim=-1, sorted=True).indices
 
 
-def _scores(x: torch.Tensor, softmax: bool) -> torch.Tensor:
-    if not softmax:
+def _scores(x: torch.Tensor, scoring: int) -> torch.Tensor:
+    """The fp32 scores of fp32 logits ``x``; ``scoring``: 0 softmax, 1 sigmoid, 2 none."""
+    if scoring == 2:
+        return x
+    if scoring == 1:
         return sigmoid_f32(x)
     neg_inf = torch.full_like(x, float("-inf"))
     m = torch.where(torch.isnan(x), neg_inf, x).amax(dim=1, keepdim=True)
@@ -123,10 +126,10 @@ def _scores(x: torch.Tensor, softmax: bool) -> torch.Tensor:
     return e / row_sum(e)[:, None]
 
 
-def _route_rows(x, bias, topk, softmax, renormalize, groups, topk_group, scale):
+def _route_rows(x, bias, topk, scoring, renormalize, groups, topk_group, scale):
     """``(weights, ids)`` of the fp32 logits ``x`` [m, E]."""
     m, n = x.shape
-    scores = _scores(x, softmax)
+    scores = _scores(x, scoring)
     choice = scores if bias is None else scores + bias
     key = order_key(choice)
     if groups:
@@ -170,7 +173,8 @@ def moe_route_out(
     ``topk_ids``.
 
     ``scores`` = softmax over the row (``scoring="softmax"``) or the sigmoid of each logit
-    (``"sigmoid"``), fp32 as the module docstring defines them; ``choice = scores +
+    (``"sigmoid"``), fp32 as the module docstring defines them, or the logits widened to fp32
+    (``"none"``: they are scores already); ``choice = scores +
     correction_bias`` (fp32) when a bias is given, else ``scores``.  With
     ``num_expert_group`` (G, dividing E) the experts form G groups of E / G consecutive ids; a
     group's score is the sum of its two largest ``choice`` (largest first; its one ``choice``
@@ -186,7 +190,7 @@ def moe_route_out(
         topk: experts per token, ``1 <= topk <= min(E, 16)``.
         topk_weights: float32 ``[>= M, topk]``; the first M rows are written.
         topk_ids: int32 ``[>= M, topk]``; the first M rows are written.
-        scoring: ``"softmax"`` or ``"sigmoid"``.
+        scoring: ``"softmax"``, ``"sigmoid"`` or ``"none"``.
         renormalize: divide the weights by their sum.
         num_expert_group: None, or the number of groups G (E % G == 0); needs topk_group.
         topk_group: None, or the groups kept, ``1 <= topk_group <= G`` with ``topk <=
@@ -212,7 +216,7 @@ def moe_route_out(
     step = chunks.rows_per_chunk(s.E)
     for t0 in range(0, s.M, step):
         x = router_logits[t0 : t0 + step].to(F32)
-        w, ids = _route_rows(x, bias, topk, codes[0] == 0, bool(codes[1]), codes[2],
+        w, ids = _route_rows(x, bias, topk, codes[0], bool(codes[1]), codes[2],
                              codes[3], scale)  # fmt: skip
         topk_weights[t0 : t0 + x.shape[0]] = w
         topk_ids[t0 : t0 + x.shape[0]] = ids

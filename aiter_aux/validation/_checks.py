@@ -1639,8 +1639,10 @@ def moe_route(
     num_expert_group = _int(num_expert_group, "num_expert_group")
     topk_group = _int(topk_group, "topk_group")
     routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-    if not (scoring >= 0 and scoring < 2):
-        raise ValueError(f"scoring must be a code in [0, 1] (softmax, sigmoid), got {scoring}")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
     if not (renormalize == 0 or renormalize == 1):
         raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
     if not (num_expert_group >= 0):
@@ -1704,8 +1706,10 @@ def moe_route_out(
     num_expert_group = _int(num_expert_group, "num_expert_group")
     topk_group = _int(topk_group, "topk_group")
     routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-    if not (scoring >= 0 and scoring < 2):
-        raise ValueError(f"scoring must be a code in [0, 1] (softmax, sigmoid), got {scoring}")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
     if not (renormalize == 0 or renormalize == 1):
         raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
     if not (num_expert_group >= 0):
@@ -1771,7 +1775,7 @@ def moe_route_codes(
 ) -> tuple[int, ...]:
     """The int codes of ``moe_route``'s options (scoring, renormalize, num_expert_group, topk_group), in that order."""
     return (
-        _choice(scoring, "scoring", ("softmax", "sigmoid")),
+        _choice(scoring, "scoring", ("softmax", "sigmoid", "none")),
         _flag(renormalize, "renormalize"),
         _count(num_expert_group, "num_expert_group"),
         _count(topk_group, "topk_group"),

@@ -186,6 +186,7 @@ typedef struct AiterAuxSumArgs {
 enum AiterAuxScoring {
   AITER_AUX_SCORING_SOFTMAX = 0,
   AITER_AUX_SCORING_SIGMOID = 1,
+  AITER_AUX_SCORING_NONE = 2,  // the logits are the scores (widened to fp32)
 };
 
 typedef struct AiterAuxRouteArgs {

@@ -119,7 +119,8 @@ AITER_AUX_ROUTE_HD uint64_t pack_key(uint32_t key, int64_t id) {
          static_cast<uint64_t>(((1 << kIndexBits) - 1) - id);
 }
 AITER_AUX_ROUTE_HD int32_t key_id(uint64_t packed) {
-  return static_cast<int32_t>(((1 << kIndexBits) - 1) - static_cast<int32_t>(packed & ((1u << kIndexBits) - 1)));
+  return static_cast<int32_t>(((1 << kIndexBits) - 1) -
+                              static_cast<int32_t>(packed & ((1u << kIndexBits) - 1)));
 }
 
 // The weight as written: a NaN as 0x7FFFFFFF.

@@ -23,13 +23,13 @@ inline int check_route(const AiterAuxRouteArgs& a, const char* op) {
     return invalid_arg("%s: topk=%lld out of range", op, (long long)a.topk);
   if (a.dtype < AITER_AUX_DTYPE_F32 || a.dtype > AITER_AUX_DTYPE_BF16)
     return invalid_arg("%s: unknown dtype code %d", op, a.dtype);
-  if (a.scoring != AITER_AUX_SCORING_SOFTMAX && a.scoring != AITER_AUX_SCORING_SIGMOID)
+  if (a.scoring < AITER_AUX_SCORING_SOFTMAX || a.scoring > AITER_AUX_SCORING_NONE)
     return invalid_arg("%s: unknown scoring code %d", op, a.scoring);
   const int64_t g = a.num_expert_group, kg = a.topk_group;
   if (g < 0 || kg < 0 || (g == 0) != (kg == 0) || kg > g ||
       (g > 0 && (a.num_experts % g != 0 || a.topk > kg * (a.num_experts / g))))
-    return invalid_arg("%s: bad groups (num_expert_group=%lld, topk_group=%lld)", op,
-                       (long long)g, (long long)kg);
+    return invalid_arg("%s: bad groups (num_expert_group=%lld, topk_group=%lld)", op, (long long)g,
+                       (long long)kg);
   if (a.num_tokens == 0) return AITER_AUX_OK;
   if (a.router_logits == nullptr || a.topk_weights == nullptr || a.topk_ids == nullptr)
     return invalid_arg("%s: NULL router_logits / topk_weights / topk_ids", op);
@@ -59,8 +59,8 @@ inline int64_t route_argmax(const uint64_t* keys, int64_t n) {
 inline void route_row(const AiterAuxRouteArgs& a, int64_t t, float* scores, uint64_t* keys) {
   namespace rm = route_math;
   const int64_t E = a.num_experts, K = a.topk;
-  const void* row = static_cast<const char*>(a.router_logits) +
-                    t * E * (a.dtype == AITER_AUX_DTYPE_F32 ? 4 : 2);
+  const void* row =
+      static_cast<const char*>(a.router_logits) + t * E * (a.dtype == AITER_AUX_DTYPE_F32 ? 4 : 2);
   if (a.scoring == AITER_AUX_SCORING_SOFTMAX) {
     float m = -__builtin_inff();
     for (int64_t i = 0; i < E; ++i) {
@@ -77,8 +77,10 @@ inline void route_row(const AiterAuxRouteArgs& a, int64_t t, float* scores, uint
     for (int h = rm::kSumLanes / 2; h > 0; h /= 2)
       for (int j = 0; j < h; ++j) p[j] = rm::rt_add(p[j], p[j + h]);
     for (int64_t i = 0; i < E; ++i) scores[i] = rm::rt_div(scores[i], p[0]);
-  } else {
+  } else if (a.scoring == AITER_AUX_SCORING_SIGMOID) {
     for (int64_t i = 0; i < E; ++i) scores[i] = rm::sigmoid_f32(route_load(row, i, a.dtype));
+  } else {
+    for (int64_t i = 0; i < E; ++i) scores[i] = route_load(row, i, a.dtype);
   }
   const float* bias = a.correction_bias;
   for (int64_t i = 0; i < E; ++i) {

@@ -1,6 +1,6 @@
 // moe_route on the GPU; docs/ops.md "moe_route" is the spec (aiter_aux/reference/route.py).
 //
-// One warp per token row, kRows rows per block, grid-stride over the rows.  Lane l owns the
+// One warp per token row, kRows rows per block, one row per warp.  Lane l owns the
 // columns i = l + n * kWarpSize (n = 0, 1, ...); the arithmetic is route_math.h's, in the
 // reference's order:
 //   * softmax: the row's NaN-ignoring max (a warp max), e_i = exp_f32(x_i - m) kept in
@@ -15,12 +15,15 @@
 //     rescanned only by the lane that lost its best); every lane adds the winner's score
 //     to the weights' sum in round order; lane k writes output k.
 // One instance serves every shape, dtype and option: E, topk and the groups are run-time
-// values; the dtype and E's size class (<= 256: 4 rows per block, else 1) pick the kernel.
+// values; the dtype, E's size class (<= 256: 4 rows per block, else 1) and whether there are
+// groups pick the kernel.
 #pragma once
 
+#include "common.h"  // first: the portability layer defines what route_math.h's HIP path uses
+// clang-format off
 #include "../aiter_aux_limits.h"
 #include "../route_math.h"
-#include "common.h"
+// clang-format on
 
 namespace aiter_aux {
 namespace gpu {
@@ -28,7 +31,7 @@ namespace route_detail {
 
 namespace rm = ::aiter_aux::route_math;
 
-constexpr uint32_t kTaken = 0xFFFFFFFFu;  // a group key past selection (no value's key)
+constexpr uint32_t kTaken = 0xFFFFFFFFu;          // a group key past selection (no value's key)
 constexpr int kCols = rm::kSumLanes / kWarpSize;  // partial sums per lane
 static_assert(kCols >= 1 && kCols * kWarpSize == rm::kSumLanes, "64 partial sums");
 
@@ -39,7 +42,12 @@ __device__ __forceinline__ float load_logit(const void* row, int64_t i) {
   } else {
     const uint32_t h = static_cast<const uint16_t*>(row)[i];
     if constexpr (kDT == AITER_AUX_DTYPE_BF16) return as_f32(h << 16);
-    return f16_bits_to_f32_any(h);
+    const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0u) {  // zero or subnormal: m * 2^-24, exact in fp32 (branch-free, no loop)
+      const float v = rm::rt_mul(static_cast<float>(m), 5.9604644775390625e-8f);
+      return as_f32(as_u32(v) | sign);
+    }
+    return as_f32(sign | (e == 31u ? 0x7F800000u : (e + 112u) << 23) | (m << 13));
   }
 }
 
@@ -65,10 +73,10 @@ __device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
 
 // The best packed key among this lane's columns not taken (bit n of `taken`) and kept
 // (excluded columns have key kTaken); 0 if none.
-__device__ __forceinline__ uint64_t lane_best(const uint32_t* ck, int64_t E, uint32_t taken) {
+__device__ __forceinline__ uint64_t lane_best(const uint32_t* ck, int E, uint32_t taken) {
   uint64_t best = 0;
   int n = 0;
-  for (int64_t i = lane_id(); i < E; i += kWarpSize, ++n) {
+  for (int i = lane_id(); i < E; i += kWarpSize, ++n) {
     if ((taken >> n) & 1u) continue;
     const uint32_t k = ck[i];
     if (k == kTaken) continue;
@@ -78,9 +86,57 @@ __device__ __forceinline__ uint64_t lane_best(const uint32_t* ck, int64_t E, uin
   return best;
 }
 
-template <int kDT, int kMaxE, int kRows>
-__global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteArgs a,
-                                                                 int num_blocks) {
+// The groups: lane g scores group g (the sum of its two largest choices with a bias, else its
+// largest score), the topk_group best are taken by warp arg-max rounds, and every expert of
+// another group gets key kTaken (never selected).
+__device__ __forceinline__ void keep_groups(const float* sc, uint32_t* ck, uint32_t* gk,
+                                            const float* bias, int E, int G, int S,
+                                            int topk_group) {
+  const int lane = lane_id();
+  for (int g = lane; g < G; g += kWarpSize) {
+    const int b = g * S;
+    // the best two packed keys (unique: ties to the lower id), without branches
+    uint64_t p1 = 0, p2 = 0;
+    for (int i = 0; i < S; ++i) {
+      const uint64_t p = rm::pack_key(ck[b + i], i);
+      const uint64_t lo = p < p1 ? p : p1;
+      p1 = p > p1 ? p : p1;
+      p2 = lo > p2 ? lo : p2;
+    }
+    const int b1 = b + rm::key_id(p1);
+    float gs;
+    if (bias) {
+      gs = rm::rt_add(sc[b1], bias[b1]);
+      if (S >= 2) {  // uniform: p2 is a key
+        const int b2 = b + rm::key_id(p2);
+        gs = rm::rt_add(gs, rm::rt_add(sc[b2], bias[b2]));
+      }
+    } else {
+      gs = sc[b1];
+    }
+    gk[g] = rm::order_key(gs);
+  }
+  warp_sync();
+  for (int r = 0; r < topk_group; ++r) {
+    uint64_t best = 0;
+    for (int g = lane; g < G; g += kWarpSize) {
+      const uint32_t k = gk[g];
+      const uint64_t p = k != kTaken ? rm::pack_key(k, g) : 0;
+      best = p > best ? p : best;
+    }
+    best = warp_max_u64(best);
+    const int g = rm::key_id(best);
+    warp_sync();
+    if (lane == g % kWarpSize) gk[g] = kTaken;
+    warp_sync();
+  }
+  for (int i = lane; i < E; i += kWarpSize)
+    if (gk[i / S] != kTaken) ck[i] = kTaken;  // not in a kept group: never selected
+}
+
+// kGrouped: num_expert_group > 0 (a kernel of its own: the other one keeps fewer registers)
+template <int kDT, int kMaxE, int kRows, bool kGrouped>
+__global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteArgs a) {
   const PdlScope pdl;
   static_assert(kMaxE / kWarpSize <= 32, "a lane's columns fit a 32-bit mask");
   __shared__ float sc_all[kRows][kMaxE];
@@ -90,17 +146,20 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   uint32_t* ck = ck_all[warp_id()];
   uint32_t* gk = gk_all[warp_id()];
   const int lane = lane_id();
-  const int64_t E = a.num_experts, K = a.topk, G = a.num_expert_group;
-  const int64_t S = G > 0 ? E / G : E;
+  // E <= 1024, topk <= 16, G <= E: 32-bit indices (fewer scalar registers than int64)
+  const int E = static_cast<int>(a.num_experts), K = static_cast<int>(a.topk);
+  const int G = a.num_expert_group, S = G > 0 ? E / G : E;
   const float* bias = a.correction_bias;
   constexpr int64_t kE = kDT == AITER_AUX_DTYPE_F32 ? 4 : 2;
-  for (int64_t t = static_cast<int64_t>(block_idx()) * kRows + warp_id(); t < a.num_tokens;
-       t += static_cast<int64_t>(num_blocks) * kRows) {
+  {
+    // one row per warp (a loop over rows would keep more scalar registers live)
+    const int64_t t = static_cast<int64_t>(block_idx()) * kRows + warp_id();
+    if (t >= a.num_tokens) return;  // the whole warp
     const void* row = static_cast<const char*>(a.router_logits) + t * E * kE;
     // ---- scores
     if (a.scoring == AITER_AUX_SCORING_SOFTMAX) {
       float m = -__builtin_inff();
-      for (int64_t i = lane; i < E; i += kWarpSize) {
+      for (int i = lane; i < E; i += kWarpSize) {
         const float x = load_logit<kDT>(row, i);
         sc[i] = x;
         m = x > m ? x : m;
@@ -110,7 +169,7 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
 #pragma unroll
       for (int q = 0; q < kCols; ++q) p[q] = 0.0f;
       int n = 0;
-      for (int64_t i = lane; i < E; i += kWarpSize, ++n) {
+      for (int i = lane; i < E; i += kWarpSize, ++n) {
         const float e = rm::exp_f32(rm::rt_sub(sc[i], m));
         sc[i] = e;
         p[n % kCols] = rm::rt_add(p[n % kCols], e);
@@ -124,53 +183,18 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
 #pragma unroll
       for (int off = kWarpSize / 2; off > 0; off /= 2)
         s = rm::rt_add(s, as_f32(shfl_xor_u32(as_u32(s), off)));
-      for (int64_t i = lane; i < E; i += kWarpSize) sc[i] = rm::rt_div(sc[i], s);
+      for (int i = lane; i < E; i += kWarpSize) sc[i] = rm::rt_div(sc[i], s);
+    } else if (a.scoring == AITER_AUX_SCORING_SIGMOID) {
+      for (int i = lane; i < E; i += kWarpSize) sc[i] = rm::sigmoid_f32(load_logit<kDT>(row, i));
     } else {
-      for (int64_t i = lane; i < E; i += kWarpSize)
-        sc[i] = rm::sigmoid_f32(load_logit<kDT>(row, i));
+      for (int i = lane; i < E; i += kWarpSize) sc[i] = load_logit<kDT>(row, i);
     }
-    for (int64_t i = lane; i < E; i += kWarpSize)
+    for (int i = lane; i < E; i += kWarpSize)
       ck[i] = rm::order_key(bias ? rm::rt_add(sc[i], bias[i]) : sc[i]);
     // ---- groups: the topk_group best are kept, the other experts get key kTaken
-    if (G > 0) {
+    if constexpr (kGrouped) {
       warp_sync();
-      for (int64_t g = lane; g < G; g += kWarpSize) {
-        const int64_t b = g * S;
-        int64_t b1 = 0, b2 = -1;  // best two, ties to the lower id (ascending scan)
-        for (int64_t i = 1; i < S; ++i) {
-          const uint32_t k = ck[b + i];
-          if (k > ck[b + b1]) {
-            b2 = b1;
-            b1 = i;
-          } else if (b2 < 0 || k > ck[b + b2]) {
-            b2 = i;
-          }
-        }
-        float gs;
-        if (bias) {
-          gs = rm::rt_add(sc[b + b1], bias[b + b1]);
-          if (b2 >= 0) gs = rm::rt_add(gs, rm::rt_add(sc[b + b2], bias[b + b2]));
-        } else {
-          gs = sc[b + b1];
-        }
-        gk[g] = rm::order_key(gs);
-      }
-      warp_sync();
-      for (int64_t r = 0; r < a.topk_group; ++r) {
-        uint64_t best = 0;
-        for (int64_t g = lane; g < G; g += kWarpSize)
-          if (gk[g] != kTaken) {
-            const uint64_t p = rm::pack_key(gk[g], g);
-            best = p > best ? p : best;
-          }
-        best = warp_max_u64(best);
-        const int64_t g = rm::key_id(best);
-        warp_sync();
-        if (lane == g % kWarpSize) gk[g] = kTaken;
-        warp_sync();
-      }
-      for (int64_t i = lane; i < E; i += kWarpSize)
-        if (gk[i / S] != kTaken) ck[i] = kTaken;  // not in a kept group: never selected
+      keep_groups(sc, ck, gk, bias, E, G, S, a.topk_group);
     }
     warp_sync();  // every lane reads every lane's scores and keys below
     // ---- selection
@@ -178,7 +202,7 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
     uint64_t mine = lane_best(ck, E, taken);
     float sum = 0.0f, my_w = 0.0f;
     int32_t my_id = 0;
-    for (int64_t r = 0; r < K; ++r) {
+    for (int r = 0; r < K; ++r) {
       const uint64_t best = warp_max_u64(mine);
       const int32_t id = rm::key_id(best);
       const float w = sc[id];
@@ -197,17 +221,20 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
       a.topk_weights[t * K + lane] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
       a.topk_ids[t * K + lane] = my_id;
     }
-    warp_sync();  // the next row reuses the shared arrays
   }
 }
 
-// kMaxE: the shared arrays' columns (>= E); max_blocks: the grid's cap (grid-stride rows).
+// kMaxE: the shared arrays' columns (>= E).  One row per warp: M < 2^24 rows fit the grid.
 template <int kDT, int kMaxE, int kRows>
-inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream, int max_blocks = 65535) {
-  const int blocks =
-      static_cast<int>(clamp_i64(ceil_div_i64(a.num_tokens, kRows), 1, max_blocks));
-  AITER_AUX_LAUNCH((route_kernel<kDT, kMaxE, kRows>), dim3(blocks), dim3(kRows * kWarpSize),
-                   static_cast<hipStream_t>(stream))(a, blocks);
+inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
+  const int blocks = static_cast<int>(ceil_div_i64(a.num_tokens, kRows));
+  const hipStream_t st = static_cast<hipStream_t>(stream);
+  if (a.num_expert_group > 0)
+    AITER_AUX_LAUNCH((route_kernel<kDT, kMaxE, kRows, true>), dim3(blocks), dim3(kRows * kWarpSize),
+                     st)(a);
+  else
+    AITER_AUX_LAUNCH((route_kernel<kDT, kMaxE, kRows, false>), dim3(blocks),
+                     dim3(kRows * kWarpSize), st)(a);
   return check_launch("moe_route");
 }
 
@@ -230,7 +257,7 @@ inline int moe_route(const AiterAuxRouteArgs& a, void* stream) {
     return fail_invalid("%s: topk %lld out of range", op, static_cast<long long>(a.topk));
   if (a.dtype < AITER_AUX_DTYPE_F32 || a.dtype > AITER_AUX_DTYPE_BF16)
     return fail_invalid("%s: unknown dtype code %d", op, a.dtype);
-  if (a.scoring != AITER_AUX_SCORING_SOFTMAX && a.scoring != AITER_AUX_SCORING_SIGMOID)
+  if (a.scoring < AITER_AUX_SCORING_SOFTMAX || a.scoring > AITER_AUX_SCORING_NONE)
     return fail_invalid("%s: unknown scoring code %d", op, a.scoring);
   if (G < 0 || KG < 0 || (G == 0) != (KG == 0) || KG > G ||
       (G > 0 && (E % G != 0 || a.topk > KG * (E / G))))
