@@ -295,10 +295,14 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
     doc = doc.replace("\n", "\n    ")
     lines = [f"def {name}({params}) -> {rets[0]}:", f'    """{doc}"""']
     body, scalars = [], []
-    codes = [a.name for a in spec.options if isinstance(a, Code)]
+    codes = [a for a in spec.options if isinstance(a, Code)]
     if codes:  # before the try: a bad value is a one-line error of its own
-        names = ", ".join(codes)
-        body.append(f"{names}{',' if len(codes) == 1 else ''} = C.{spec.name}_codes({names})")
+        names = ", ".join(a.name for a in codes) + ("," if len(codes) == 1 else "")
+        # the defaults without a call (host cost); anything else through <op>_codes
+        is_default = " and ".join(_is_default(a) for a in codes)
+        defaults = ", ".join(str(a.default_code) for a in codes)
+        body += [f"if {is_default}:", f"    {names} = {defaults}", "else:",
+                 f"    {names} = C.{spec.name}_codes({names.rstrip(',')})"]  # fmt: skip
     for a in spec.args():
         if isinstance(a, Code):
             continue
@@ -357,6 +361,13 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         ]
     )
     return lines + _indent("\n".join(body).split("\n"))
+
+
+def _is_default(a: Code) -> str:
+    """A cheap test that the Python value of ``a`` is its default (no conversion needed)."""
+    if a.kind == "choice":
+        return f'(type({a.name}) is str and {a.name} == "{a.default}")'
+    return f"{a.name} is {a.default!r}"
 
 
 #: Id tensors that the Python wrappers also take as int64 (narrowed to int32 with

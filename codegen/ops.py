@@ -150,12 +150,12 @@ experts of largest ``choice`` (descending, ties to the lower id, NaN last) and
 (``scoring="softmax"``) or sigmoid (``"sigmoid"``) of ``router_logits`` (float32, float16 or
 bfloat16 ``[M, E]``, E <= 1024) in fp32, or the logits themselves (``"none"``);
 ``choice = scores + correction_bias`` (float32 ``[E]``) when given, else ``scores``.  With
-``num_expert_group`` G and ``topk_group``, only
-the experts of the ``topk_group`` best groups of E / G consecutive ids are chosen (a group's
-score: the sum of its two largest ``choice`` with a bias, else its largest score).  The
-weights are divided by their fp32 sum when ``renormalize``, then multiplied by
-``routed_scaling_factor``.  Bytes as :func:`aiter_aux.reference.moe_route_out` (docs/ops.md);
-the outputs need ``topk`` columns and >= M rows; the first M are written."""
+``num_expert_group`` G and ``topk_group``, only the experts of the ``topk_group`` best
+groups of E / G consecutive ids are chosen (a group's score: the sum of its two largest
+``choice`` with a bias, else its largest score).  The weights are divided by their fp32 sum
+when ``renormalize``, then multiplied by ``routed_scaling_factor``.  Bytes as
+:func:`aiter_aux.reference.moe_route_out` (docs/ops.md); the outputs need ``topk`` columns
+and >= M rows; the first M are written."""
 ROUTE_OPTIONS = (
     Code("scoring", "softmax or sigmoid of the logits, or none (they are the scores)",
          kind="choice", default="softmax", choices=("softmax", "sigmoid", "none")),

@@ -1741,15 +1741,23 @@ def moe_route_out(
     (``scoring="softmax"``) or sigmoid (``"sigmoid"``) of ``router_logits`` (float32, float16 or
     bfloat16 ``[M, E]``, E <= 1024) in fp32, or the logits themselves (``"none"``);
     ``choice = scores + correction_bias`` (float32 ``[E]``) when given, else ``scores``.  With
-    ``num_expert_group`` G and ``topk_group``, only
-    the experts of the ``topk_group`` best groups of E / G consecutive ids are chosen (a group's
-    score: the sum of its two largest ``choice`` with a bias, else its largest score).  The
-    weights are divided by their fp32 sum when ``renormalize``, then multiplied by
-    ``routed_scaling_factor``.  Bytes as :func:`aiter_aux.reference.moe_route_out` (docs/ops.md);
-    the outputs need ``topk`` columns and >= M rows; the first M are written."""
-    scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
-        scoring, renormalize, num_expert_group, topk_group
-    )
+    ``num_expert_group`` G and ``topk_group``, only the experts of the ``topk_group`` best
+    groups of E / G consecutive ids are chosen (a group's score: the sum of its two largest
+    ``choice`` with a bias, else its largest score).  The weights are divided by their fp32 sum
+    when ``renormalize``, then multiplied by ``routed_scaling_factor``.  Bytes as
+    :func:`aiter_aux.reference.moe_route_out` (docs/ops.md); the outputs need ``topk`` columns
+    and >= M rows; the first M are written."""
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
     op = _moe_route_out
     try:
         if type(topk) is not int:
@@ -1811,9 +1819,17 @@ def moe_route(
     routed_scaling_factor: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """Allocating :func:`moe_route_out`: returns ``(topk_weights, topk_ids)``."""
-    scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
-        scoring, renormalize, num_expert_group, topk_group
-    )
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
     op = _moe_route
     try:
         if type(topk) is not int:
