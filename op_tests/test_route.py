@@ -282,12 +282,14 @@ def test_same_errors_as_the_reference():
 
 
 # ------------------------------------------------------------------ moe_route_sort_quant
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("quant_dtype", ("mxfp4", "mxfp8"))
-def test_route_sort_quant_is_route_then_sort_quant(quant_dtype):
+def test_route_sort_quant_is_route_then_sort_quant(quant_dtype, device):
     m, e, k, d = 19, 256, 8, 512
     x = (torch.randn(m, d, generator=torch.Generator().manual_seed(3)) * 3).bfloat16()
     logits = make_logits(m, e, torch.bfloat16, seed=4)
     bias = torch.randn(e, generator=torch.Generator().manual_seed(5)) * 0.1
+    x, logits, bias = x.to(device), logits.to(device), bias.to(device)
     kw = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias,
               routed_scaling_factor=2.5, quant_dtype=quant_dtype)  # fmt: skip
     got = ops.moe_route_sort_quant(logits, x, k, e, 32, **kw)
@@ -295,12 +297,12 @@ def test_route_sort_quant_is_route_then_sort_quant(quant_dtype):
     rkw = {n: v for n, v in kw.items() if n != "quant_dtype"}
     w, ids = R.moe_route(logits, k, **rkw)
     sort, a_q, a_scale = R.moe_sort_quant(ids, w, x, e, 32, quant_dtype=quant_dtype)
+    n = int(sort.num_valid_ids[0])
     for one in (got, want):
-        assert torch.equal(bits(one[0]), bits(w)) and torch.equal(one[1], ids)
-        n = int(sort.num_valid_ids[0])
-        assert torch.equal(one[2].sorted_token_ids[:n], sort.sorted_token_ids[:n])
-        assert torch.equal(one[2].reverse_sorted, sort.reverse_sorted)
-        assert torch.equal(one[3], a_q) and torch.equal(one[4], a_scale)
+        assert torch.equal(bits(one[0]), bits(w)) and torch.equal(one[1].cpu(), ids.cpu())
+        assert torch.equal(one[2].sorted_token_ids[:n].cpu(), sort.sorted_token_ids[:n].cpu())
+        assert torch.equal(one[2].reverse_sorted.cpu(), sort.reverse_sorted.cpu())
+        assert torch.equal(one[3].cpu(), a_q.cpu()) and torch.equal(one[4].cpu(), a_scale.cpu())
 
 
 def test_route_sort_quant_checks_both_before_any_kernel(cpu_module):
