@@ -5,9 +5,9 @@
 // reference's order:
 //   * softmax: the row's NaN-ignoring max (a warp max), e_i = exp_f32(x_i - m) kept in
 //     shared memory, the 64 partial sums p_j (j = i mod 64: lane l holds 64 / kWarpSize of
-//     them, each in column order), then the halving tree: the levels h >= kWarpSize inside the lane
-//     (a 32-lane warp: p_l + p_{l+32}), the others by xor shuffles kWarpSize / 2 .. 1 (a + b ==
-//     b + a, so every lane ends with the tree's sum); score_i = e_i / s;
+//     them, each in column order), then the halving tree: the levels h >= kWarpSize inside
+//     the lane (a 32-lane warp: p_l + p_{l+32}), the others by xor shuffles kWarpSize / 2 ..
+//     1 (a + b == b + a, so every lane ends with the tree's sum); score_i = e_i / s;
 //   * the choice keys (route_math::order_key of score + bias) in shared memory;
 //   * groups: lane g scans group g's E / G experts for its best two keys; the topk_group
 //     best groups are taken by topk_group warp-max rounds over the packed group keys;
