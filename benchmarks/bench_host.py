@@ -59,6 +59,10 @@ def _inputs(shape, device, m: int):
     scales = aux_ops.moe_sort_scales(sc, sort.sorted_token_ids, sort.num_valid_ids, bm)
     out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)  # moe_sum's [M, topk, D]
+    logits = torch.randn(m, e, device=device).to(torch.bfloat16)  # moe_route's router logits
+    kr = min(k, 16)
+    route_w = torch.empty(m, kr, device=device)
+    route_ids = torch.empty(m, kr, dtype=torch.int32, device=device)
     rev, sw = sort.reverse_sorted, sort.sorted_weights
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
     align = {f: tuple(torch.empty_like(t) for t in aux_ops.__dict__[f"moe_align_block_size_{f}"](
@@ -74,6 +78,7 @@ def _inputs(shape, device, m: int):
         "moe_sum": ((sum_in,), (out,)),
         "moe_align_block_size_vllm": ((ids, e, bm), align["vllm"]),
         "moe_align_block_size_sglang": ((ids, e, bm), align["sglang"]),
+        "moe_route": ((logits, kr), (route_w, route_ids)),
     }, (w, w)
 
 

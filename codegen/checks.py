@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import exprs
 from .limits import LIMITS
-from .opspec import Float, Int, Limit, OpSpec, Rule, Size, Tensor
+from .opspec import Code, Float, Int, Limit, OpSpec, Rule, Size, Tensor
 
 CPP_DTYPE = {"int32": "kInt32()", "float32": "kFloat32()", "bfloat16": "kBFloat16()",
              "uint8": "kUInt8()", "float": "kFloats()"}  # fmt: skip
@@ -84,6 +84,9 @@ class CallPlan:
         for a in self.spec.args():
             if isinstance(a, Int | Float):
                 yield "scalar", a
+        for a in self.spec.args():
+            if isinstance(a, Code):
+                yield "rule", Rule(*a.code_rule)
         buffer_rules = {c for c in self.spec.checks if isinstance(c, Rule) and c.when in
                         {t.name for t in self.buf_opts}}  # fmt: skip
         for c in self.spec.checks:

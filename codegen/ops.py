@@ -10,7 +10,7 @@ from them: :mod:`codegen.opspec`).  Adding an op: its entry here, its args struc
 from __future__ import annotations
 
 from .limits import MAX_ROWS, NUM_EXPERTS, NUM_TOKENS
-from .opspec import Float, Group, Int, Limit, OpSpec, Rule, Size, Tensor
+from .opspec import Code, Float, Group, Int, Limit, OpSpec, Rule, Size, Tensor
 
 # ------------------------------------------------------------------------- shared parts
 ROUTING = (
@@ -142,6 +142,56 @@ rounding to the dtype of ``input`` (float32, float16 or bfloat16; RNE, a NaN wri
 skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or whose
 ``expert_map`` entry is < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output``
 needs ``model_dim`` columns and >= M rows; the first M are written."""
+
+
+_ROUTE_DOC = """The top-k gate of each token: ``topk_ids`` int32 ``[M, topk]`` = the ``topk``
+experts of largest ``choice`` (descending, ties to the lower id, NaN last) and
+``topk_weights`` float32 ``[M, topk]`` = their ``scores``.  ``scores`` = softmax over the row
+(``scoring="softmax"``) or sigmoid (``"sigmoid"``) of ``router_logits`` (float32, float16 or
+bfloat16 ``[M, E]``, E <= 1024) in fp32, or the logits themselves (``"none"``);
+``choice = scores + correction_bias`` (float32 ``[E]``) when given, else ``scores``.  With
+``num_expert_group`` G and ``topk_group``, only the experts of the ``topk_group`` best
+groups of E / G consecutive ids are chosen (a group's score: the sum of its two largest
+``choice`` with a bias, else its largest score).  The weights are divided by their fp32 sum
+when ``renormalize``, then multiplied by ``routed_scaling_factor``.  Bytes as
+:func:`aiter_aux.reference.moe_route_out` (docs/ops.md); the outputs need ``topk`` columns
+and >= M rows; the first M are written."""
+ROUTE_OPTIONS = (
+    Code("scoring", "softmax or sigmoid of the logits, or none (they are the scores)",
+         kind="choice", default="softmax", choices=("softmax", "sigmoid", "none")),
+    Code("renormalize", "divide the weights by their sum", kind="flag", default=True),
+    Code("num_expert_group", "groups of consecutive experts (None: no groups)"),
+    Code("topk_group", "groups kept (with num_expert_group)"),
+    Tensor("correction_bias", "float32", ("E",), optional=True,
+           doc="added to the scores for the choice only"),
+    SCALE,
+)  # fmt: skip
+ROUTE_CHECKS = (
+    Limit("M", "num_tokens"),
+    Limit("E", "route_experts"),
+    Limit("topk", "route_topk"),
+    Rule("topk <= E", "topk must be <= E = {E} (the experts of router_logits), got {topk}"),
+    Rule("numel(correction_bias) == E",
+         "correction_bias must have shape [E] = [{E}], got {shape(correction_bias)}",
+         when="correction_bias"),
+    Rule("(num_expert_group == 0) == (topk_group == 0)",
+         "num_expert_group and topk_group must both be given or both be None"),
+    Rule("num_expert_group == 0 or E % num_expert_group == 0",
+         "num_expert_group = {num_expert_group} must divide E = {E} (the experts of "
+         "router_logits)"),
+    Rule("topk_group <= num_expert_group",
+         "topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"),
+    Rule("num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)",
+         "topk = {topk} must be <= the experts of the kept groups, topk_group * E / "
+         "num_expert_group = {topk_group * (E // num_expert_group)}"),
+)  # fmt: skip
+ROUTE_OUTPUTS = (
+    Tensor("topk_weights", "float32", ("M", "topk")),
+    Tensor("topk_ids", "int32", ("M", "topk")),
+)
+ROUTE_FILL = ("router_logits", "M", "E", "topk", "dtype_code(router_logits)", "scoring",
+              "renormalize", "num_expert_group", "topk_group", "routed_scaling_factor",
+              "correction_bias", "topk_weights", "topk_ids")  # fmt: skip
 
 
 def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
@@ -374,6 +424,16 @@ OPS: dict[str, OpSpec] = {
                 labels="", ref="moe_align_block_size_sglang_out", mod="sglang"),
             alloc_summary="Allocating :func:`moe_align_block_size_sglang_out`.",
             kernels=("align_cpu.h", "align.h"), reference="align",
+        ),
+        OpSpec(
+            "moe_route", 13, (), (), "AiterAuxRouteArgs", ROUTE_FILL,
+            inputs=(Tensor("router_logits", "float", ("M", "E"),
+                           doc="the router's logits: float32, float16 or bfloat16"),
+                    Int("topk", "experts per token")),
+            options=ROUTE_OPTIONS, outputs=ROUTE_OUTPUTS, checks=ROUTE_CHECKS,
+            summary=_ROUTE_DOC, alloc_summary="Allocating :func:`moe_route_out`: returns "
+            "``(topk_weights, topk_ids)``.",
+            kernels=("route_cpu.h", "route.h"), reference="route",
         ),
     )
 }  # fmt: skip

@@ -66,6 +66,41 @@ class Int:
 
 
 @dataclass(frozen=True)
+class Code(Int):
+    """A keyword-only option that Python takes as a str, a bool or an optional count and the
+    schema, the checks and the kernels as an int code: ``kind`` "choice" (a str of
+    ``choices``; code: its index), "flag" (a bool; 0 or 1) or "count" (None or an int >= 1;
+    code: 0 or the int).  The wrappers and the reference turn the values into codes with
+    ``<op>_codes`` of the validators (generated), before any other check."""
+
+    kind: str = "count"
+    default: object = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def default_code(self) -> int:
+        if self.kind == "choice":
+            return self.choices.index(self.default)
+        return int(self.default) if self.default is not None else 0
+
+    @property
+    def py_type(self) -> str:
+        return {"choice": "str", "flag": "bool", "count": "int | None"}[self.kind]
+
+    @property
+    def code_rule(self) -> tuple[str, str]:
+        """(condition, message) of a valid code (the binding's check of the int)."""
+        if self.kind == "choice":
+            return (f"{self.name} >= 0 and {self.name} < {len(self.choices)}",
+                    f"{self.name} must be a code in [0, {len(self.choices) - 1}] "
+                    f"({', '.join(self.choices)}), got {{{self.name}}}")  # fmt: skip
+        if self.kind == "flag":
+            return (f"{self.name} == 0 or {self.name} == 1",
+                    f"{self.name} must be 0 or 1, got {{{self.name}}}")  # fmt: skip
+        return f"{self.name} >= 0", f"{self.name} must be >= 0 (0: None), got {{{self.name}}}"
+
+
+@dataclass(frozen=True)
 class Float:
     name: str
     default: float = 1.0
@@ -160,6 +195,8 @@ MAX_PARAMS = 3  # compile-time parameters of any op (the lookup stores this many
 
 # ------------------------------------------------------------------------------ schemas
 def _schema_arg(a, mutated: str = "") -> str:
+    if isinstance(a, Code):
+        return f"int {a.name}={a.default_code}"
     if isinstance(a, Int):
         return f"int {a.name}"
     if isinstance(a, Float):

@@ -129,6 +129,22 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         if d.draw(st.booleans(), "scale"):
             a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
         outs["output"] = ((m, hidden), dt)
+    if op == "moe_route":  # any dtype; groups, bias, options drawn independently
+        a["router_logits"] = values(g, (m, e), d.draw(st.sampled_from(SUM_DTYPES), "dtype"), kind)
+        k = a["topk"] = min(k, 16, e)
+        a["scoring"] = d.draw(st.sampled_from(["softmax", "sigmoid", "none"]), "scoring")
+        a["renormalize"] = d.draw(st.booleans(), "renormalize")
+        groups = [n for n in (1, 2, 4, 8, 16, e) if e % n == 0]
+        if d.draw(st.booleans(), "grouped"):
+            n = d.draw(st.sampled_from(groups), "num_expert_group")
+            a["num_expert_group"] = n
+            a["topk_group"] = d.draw(st.integers(-(-k // (e // n)), n), "topk_group")
+        if d.draw(st.booleans(), "bias"):
+            a["correction_bias"] = values(g, (e,), torch.float32, kind)
+        if d.draw(st.booleans(), "scale"):
+            a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
+        outs["topk_weights"] = ((m, k), torch.float32)
+        outs["topk_ids"] = ((m, k), torch.int32)
     if op in ALIGNS:
         p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
         a["topk_ids"] = routing(g, m, e, k, p)
@@ -224,7 +240,8 @@ def corruptions(op, a: dict, outs: dict) -> list:
     cases = []
     for name, t, put in slots({**a, **outs}):
         is_out = name not in a
-        wrong = torch.float64 if op == "moe_sum" and t.is_floating_point() else WRONG_DTYPE[t.dtype]
+        any_float = op in ("moe_sum", "moe_route") and t.is_floating_point()  # f16 is valid
+        wrong = torch.float64 if any_float else WRONG_DTYPE[t.dtype]
         if name == "topk_ids":  # the wrappers take int64 ids (narrowed), not int16
             wrong = torch.int16
         cases += [(f"{name}:dtype", put(t.to(wrong)), TypeError, {name}),
@@ -244,7 +261,7 @@ def corruptions(op, a: dict, outs: dict) -> list:
                               {name}))  # fmt: skip
     for name, bad in BAD_INTS.items():
         cases += [(f"{name}={v!r}", {name: v}, exc, {name}) for v, exc in bad if name in a]
-    if "topk" in a and "expert_out" in a or "expert_out_q" in a or op == "moe_sum":  # the float
+    if "topk" in a and "expert_out" in a or "expert_out_q" in a or op in ("moe_sum", "moe_route"):
         for v in BAD_SCALES:
             cases.append((f"routed_scaling_factor={v!r}", {"routed_scaling_factor": v},
                           TypeError, {"routed_scaling_factor"}))  # fmt: skip
@@ -296,6 +313,23 @@ def corruptions(op, a: dict, outs: dict) -> list:
                           {"topk_ids"}))  # fmt: skip
             cases.append(("topk_ids:rows", {"topk_ids": torch.cat([ids, ids[:1]])}, ValueError,
                           {"topk_ids"}))  # fmt: skip
+    if op == "moe_route":
+        e, k = a["router_logits"].shape[1], a["topk"]
+        cases += [
+            ("bias:len", {"correction_bias": torch.zeros(e + 1)}, ValueError, {"correction_bias"}),
+            ("scoring", {"scoring": "relu"}, ValueError, {"scoring"}),
+            ("renormalize", {"renormalize": "no"}, TypeError, {"renormalize"}),
+            ("group alone", {"num_expert_group": 1, "topk_group": None}, ValueError,
+             {"num_expert_group"}),
+            ("topk_group", {"num_expert_group": 1, "topk_group": 2}, ValueError, {"topk_group"}),
+            ("topk > E", {"topk": e + 1}, ValueError, {"topk"}),
+        ]  # fmt: skip
+        if e > 1 and e % 2:
+            cases.append(("groups", {"num_expert_group": 2, "topk_group": 1}, ValueError,
+                          {"num_expert_group"}))  # fmt: skip
+        if e % 2 == 0 and k > e // 2:
+            cases.append(("kept", {"num_expert_group": 2, "topk_group": 1}, ValueError,
+                          {"topk"}))  # fmt: skip
     return cases
 
 

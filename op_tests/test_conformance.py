@@ -44,6 +44,7 @@ from hypothesis import strategies as st  # noqa: E402
 from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.jit.paths import codegen_module  # noqa: E402
+from aiter_aux.validation import _checks as C  # noqa: E402
 
 TABLE = codegen_module("ops").OPS
 OPS = tuple(TABLE)  # every op of the op table
@@ -129,7 +130,7 @@ def test_invalid_inputs_raise_naming_argument_before_any_kernel(op, d, spy):
     assert str(theirs.value) == str(mine.value)
     if not _python_level(changes):  # the binding itself, without the Python wrapper
         with pytest.raises((RuntimeError, exc)) as binding:
-            getattr(torch.ops.aiter_aux, op + variant)(**_schema_kwargs(call))
+            getattr(torch.ops.aiter_aux, op + variant)(**_schema_kwargs(call, op))
         got = (type(binding.value), str(binding.value))  # C++, or the fake for a meta tensor
         assert got in {(RuntimeError, f"{exc.__name__}: {theirs.value}"),
                        (exc, str(theirs.value))}, label  # fmt: skip
@@ -147,9 +148,14 @@ def _python_level(changes: dict) -> bool:
     return any(isinstance(v, bool) or not isinstance(v, torch.Tensor | int) for v in values)
 
 
-def _schema_kwargs(call: dict) -> dict:
-    """A wrapper call's arguments as the torch op's keywords (``out`` of a sort expanded)."""
+def _schema_kwargs(call: dict, op: str) -> dict:
+    """A wrapper call's arguments as the torch op's keywords (``out`` of a sort expanded, the
+    ``Code`` options as their int codes)."""
     kw = dict(call)
+    codes = [a.name for a in TABLE[op].options if type(a).__name__ == "Code"]
+    if codes:
+        values = getattr(C, f"{op}_codes")(**{n: kw[n] for n in codes if n in kw})
+        kw.update(zip(codes, values, strict=True))
     out = kw.get("out")
     if isinstance(out, ref.MoeSortOutput):
         del kw["out"]
@@ -231,7 +237,7 @@ def test_opcheck(name, d):
     if TABLE[op].partial_outputs and not name.endswith("_out"):  # rows left uninitialised
         utils = tuple(u for u in utils if not u.startswith("test_aot_dispatch"))
     torch.library.opcheck(getattr(torch.ops.aiter_aux, name).default, (),
-                          _schema_kwargs({**a, **kw}), test_utils=utils)  # fmt: skip
+                          _schema_kwargs({**a, **kw}, op), test_utils=utils)  # fmt: skip
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -253,8 +259,8 @@ def test_not_differentiable(op, d):
     utils = torch.library._OPCHECK_DEFAULT_UTILS
     if TABLE[op].partial_outputs:
         utils = tuple(u for u in utils if not u.startswith("test_aot_dispatch"))
-    torch.library.opcheck(getattr(torch.ops.aiter_aux, op).default, (), _schema_kwargs(call),
-                          test_utils=utils)  # fmt: skip
+    torch.library.opcheck(getattr(torch.ops.aiter_aux, op).default, (),
+                          _schema_kwargs(call, op), test_utils=utils)  # fmt: skip
     kw, wholes = alloc_outs(outs, 0)
     for _name, t, put in slots(kw):
         if t.dtype in floats:

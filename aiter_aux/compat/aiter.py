@@ -41,7 +41,8 @@ missing instance keys and the ``aiter-aux add-shape`` command.
 ``is_mxfp4_moe_shape_supported(expert, model_dim, inter_dim, topk)``,
 ``is_mxfp4_moe_scatter_supported(model_dim, topk)`` (True when some catalog shape has that
 ``model_dim`` and ``topk``) and ``MXFP4_MOE_SUPPORTED_SHAPES`` have AITER's signatures and
-meaning, over our catalog.
+meaning, over our catalog.  ``biased_grouped_topk`` (from ``aiter``'s top level) is the
+gate: docs/compat.md "The gates".
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from ._aiter_args import (
     _zero_target,
 )
 from ._aiter_prepare import MissingInstancesError, prepare_mxfp4_moe_aux
+from ._route import aiter_biased_grouped_topk as biased_grouped_topk
 
 MXFP4_MOE_SUPPORTED_SHAPES = _catalog.MXFP4_MOE_SUPPORTED_SHAPES
 is_mxfp4_moe_shape_supported = _catalog.is_mxfp4_moe_shape_supported
@@ -94,6 +96,7 @@ __all__ = [
     "mxfp4_moe_sort_scales",
     "mxfp4_moe_scatter_reduce",
     "mxfp4_moe_scatter_reduce_q",
+    "biased_grouped_topk",
 ]
 
 

@@ -46,6 +46,8 @@ __all__ = [
     "moe_align_block_size_vllm_out",
     "moe_align_block_size_sglang",
     "moe_align_block_size_sglang_out",
+    "moe_route",
+    "moe_route_out",
 ]
 
 
@@ -690,6 +692,85 @@ def _fake_moe_align_block_size_sglang_out(
         )
 
 
+def _fake_moe_route(
+    router_logits,
+    topk,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+):
+    if _static(router_logits, correction_bias):
+        M, E = C.moe_route(
+            router_logits,
+            topk,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+    else:
+        M, E = C.moe_route_sizes(
+            router_logits,
+            topk,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+    return (
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.float32,
+        ),
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.int32,
+        ),
+    )
+
+
+def _fake_moe_route_out(
+    router_logits,
+    topk,
+    topk_weights,
+    topk_ids,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+):
+    if _static(router_logits, correction_bias, topk_weights, topk_ids):
+        C.moe_route_out(
+            router_logits,
+            topk,
+            topk_weights,
+            topk_ids,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+        )
+
+
 # the torch schemas of the op table (codegen/ops.py schemas())
 SCHEMAS = {
     "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -714,6 +795,8 @@ SCHEMAS = {
     "moe_align_block_size_vllm_out": "moe_align_block_size_vllm_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx, *, Tensor? expert_map=None, Tensor? block_expert_map=None) -> ()",
     "moe_align_block_size_sglang": "moe_align_block_size_sglang(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor, Tensor)",
     "moe_align_block_size_sglang_out": "moe_align_block_size_sglang_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx) -> ()",
+    "moe_route": "moe_route(Tensor router_logits, int topk, *, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> (Tensor, Tensor)",
+    "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, *, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> ()",
 }
 FAKES = {
     "moe_sort": _fake_moe_sort,
@@ -738,6 +821,8 @@ FAKES = {
     "moe_align_block_size_vllm_out": _fake_moe_align_block_size_vllm_out,
     "moe_align_block_size_sglang": _fake_moe_align_block_size_sglang,
     "moe_align_block_size_sglang_out": _fake_moe_align_block_size_sglang_out,
+    "moe_route": _fake_moe_route,
+    "moe_route_out": _fake_moe_route_out,
 }
 _library.define(SCHEMAS, FAKES)
 _ops = torch.ops.aiter_aux
@@ -763,6 +848,8 @@ _moe_align_block_size_vllm = _ops.moe_align_block_size_vllm.default
 _moe_align_block_size_vllm_out = _ops.moe_align_block_size_vllm_out.default
 _moe_align_block_size_sglang = _ops.moe_align_block_size_sglang.default
 _moe_align_block_size_sglang_out = _ops.moe_align_block_size_sglang_out.default
+_moe_route = _ops.moe_route.default
+_moe_route_out = _ops.moe_route_out.default
 _moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
 _moe_sort_quant_out_OPS = {
     "moe_sort_quant": _moe_sort_quant_out,
@@ -1633,3 +1720,154 @@ def moe_align_block_size_sglang(
             e, lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size)
         ) from None
     return (r[0], r[1], r[2], r[3])
+
+
+def moe_route_out(
+    router_logits: Tensor,
+    topk: int,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+    correction_bias: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """The top-k gate of each token: ``topk_ids`` int32 ``[M, topk]`` = the ``topk``
+    experts of largest ``choice`` (descending, ties to the lower id, NaN last) and
+    ``topk_weights`` float32 ``[M, topk]`` = their ``scores``.  ``scores`` = softmax over the row
+    (``scoring="softmax"``) or sigmoid (``"sigmoid"``) of ``router_logits`` (float32, float16 or
+    bfloat16 ``[M, E]``, E <= 1024) in fp32, or the logits themselves (``"none"``);
+    ``choice = scores + correction_bias`` (float32 ``[E]``) when given, else ``scores``.  With
+    ``num_expert_group`` G and ``topk_group``, only the experts of the ``topk_group`` best
+    groups of E / G consecutive ids are chosen (a group's score: the sum of its two largest
+    ``choice`` with a bias, else its largest score).  The weights are divided by their fp32 sum
+    when ``renormalize``, then multiplied by ``routed_scaling_factor``.  Bytes as
+    :func:`aiter_aux.reference.moe_route_out` (docs/ops.md); the outputs need ``topk`` columns
+    and >= M rows; the first M are written."""
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
+    op = _moe_route_out
+    try:
+        if type(topk) is not int:
+            topk = _int(topk, "topk")
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if _grad_enabled() and topk_weights.requires_grad:
+            raise grad_error("moe_route_out")
+        if (
+            scoring == 0
+            and renormalize == 1
+            and num_expert_group == 0
+            and topk_group == 0
+            and correction_bias is None
+            and routed_scaling_factor == 1.0
+        ):
+            op(router_logits, topk, topk_weights, topk_ids)  # keywords cost ~0.5 us each
+        else:
+            op(
+                router_logits,
+                topk,
+                topk_weights,
+                topk_ids,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_route_out(
+                router_logits,
+                topk,
+                topk_weights,
+                topk_ids,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+            ),
+        ) from None
+    return (topk_weights, topk_ids)
+
+
+def moe_route(
+    router_logits: Tensor,
+    topk: int,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+    correction_bias: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Allocating :func:`moe_route_out`: returns ``(topk_weights, topk_ids)``."""
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
+    op = _moe_route
+    try:
+        if type(topk) is not int:
+            topk = _int(topk, "topk")
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if (
+            scoring == 0
+            and renormalize == 1
+            and num_expert_group == 0
+            and topk_group == 0
+            and correction_bias is None
+            and routed_scaling_factor == 1.0
+        ):
+            r = op(router_logits, topk)  # keywords cost ~0.5 us each
+        else:
+            r = op(
+                router_logits,
+                topk,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: C.moe_route(
+                router_logits,
+                topk,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+            ),
+        ) from None
+    return (r[0], r[1])

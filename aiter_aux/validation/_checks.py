@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .ints import (
+    _choice,
+    _count,
+    _flag,
     _float,
     _int,
     sglang_align_capacity,
@@ -1596,6 +1599,181 @@ def moe_align_block_size_sglang_sizes(
     cap = sglang_align_capacity(M * topk, num_experts, block_size)
     n_blocks = (cap + block_size - 1) // block_size
     return MoeAlignBlockSizeSglangSizes(M, topk, cap, n_blocks)
+
+
+class MoeRouteSizes(NamedTuple):
+    """The sizes of a ``moe_route`` call."""
+
+    M: int
+    E: int
+
+
+def moe_route(
+    router_logits,
+    topk,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    read_data=False,
+) -> MoeRouteSizes:
+    """Every check of ``moe_route``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    _no_overlap({}, {"router_logits": router_logits, "correction_bias": correction_bias})
+    return MoeRouteSizes(M, E)
+
+
+def moe_route_out(
+    router_logits,
+    topk,
+    topk_weights,
+    topk_ids,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    read_data=False,
+) -> MoeRouteSizes:
+    """Every check of ``moe_route_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    _buffer(
+        topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
+    )
+    _buffer(topk_ids, "topk_ids", _i32, M * topk, router_logits, "router_logits", 2, cols=topk)
+    _no_overlap(
+        {"topk_weights": topk_weights, "topk_ids": topk_ids},
+        {"router_logits": router_logits, "correction_bias": correction_bias},
+    )
+    return MoeRouteSizes(M, E)
+
+
+def moe_route_sizes(
+    router_logits,
+    topk,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+) -> MoeRouteSizes:
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    return MoeRouteSizes(M, E)
+
+
+def moe_route_codes(
+    scoring="softmax", renormalize=True, num_expert_group=None, topk_group=None
+) -> tuple[int, ...]:
+    """The int codes of ``moe_route``'s options (scoring, renormalize, num_expert_group, topk_group), in that order."""
+    return (
+        _choice(scoring, "scoring", ("softmax", "sigmoid", "none")),
+        _flag(renormalize, "renormalize"),
+        _count(num_expert_group, "num_expert_group"),
+        _count(topk_group, "topk_group"),
+    )
 
 
 def select_moe_sort_quant(quant_dtype: object) -> str:

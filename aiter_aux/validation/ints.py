@@ -77,3 +77,28 @@ def sort_scales_rows(max_rows: int, block_m: int) -> int:
     ``sort_scales_rows`` is the C++ twin).  Plain ints, already checked."""
     bm = max(32, block_m)
     return (max_rows + bm - 1) // bm * bm
+
+
+def _choice(value: object, name: str, choices: tuple[str, ...]) -> int:
+    """The code (index in ``choices``) of the str option ``value``."""
+    if isinstance(value, str) and value in choices:
+        return choices.index(value)
+    allowed = " or ".join(repr(c) for c in choices)
+    raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _flag(value: object, name: str) -> int:
+    """The code (0 or 1) of the bool option ``value`` (a bool, or the int 0 or 1)."""
+    if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+        return int(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _count(value: object, name: str) -> int:
+    """The code of the optional count ``value``: 0 for None, else the int (>= 1)."""
+    if value is None:
+        return 0
+    v = validate_int(value, name)
+    if v < 1:
+        raise ValueError(f"{name} must be None or an int >= 1, got {v}")
+    return v

@@ -14,6 +14,7 @@ from aiter_aux.run_report import Sizes
 from aiter_aux.run_report import bytes_moved as op_bytes
 
 from .common import MoeSortOutput, draw_routing, ops, ref
+from .route import ROUTE_BYTES_FORMULAS, ROUTE_OPS, route_bytes, route_input, route_spec
 from .sums import SUM_BYTES_FORMULAS, SUM_OPS, sum_bytes, sum_input, sum_spec
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ OPS = (
     # moe_sort: ``x parts`` is their time over moe_sort's in the same run (FUSED_PARTS)
     "moe_align_vllm",
     "moe_align_sglang",
+    # the gate from router logits (auxbench/route.py): softmax, and DeepSeek-V3's grouped one
+    "moe_route",
+    "moe_route_grouped",
 )
 ALIGN_OPS = {"moe_align_vllm": "moe_align_block_size_vllm",
              "moe_align_sglang": "moe_align_block_size_sglang"}  # fmt: skip
@@ -92,6 +96,7 @@ BYTES_FORMULAS = {
     "moe_scatter_reduce_scaled": "moe_scatter_reduce",
     "moe_scatter_reduce_q_scaled": "moe_scatter_reduce_q",
     **SUM_BYTES_FORMULAS,
+    **ROUTE_BYTES_FORMULAS,
     "moe_align_vllm": "8N + 4C + 4C/bm + 4   (read ids 4N; write sorted_token_ids over all C = "
     "N + E*(bm-1) rows (every element), expert_ids, num_tokens_post_pad, scatter_idx 4N)",
     "moe_align_sglang": "moe_align_vllm with C = N + (E+1)*(bm-1)",
@@ -118,6 +123,8 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
         return op_bytes(VARIANTS[op][0], s)
     if op in SUM_OPS:
         return sum_bytes(op, s)
+    if op in ROUTE_OPS:
+        return route_bytes(op, s)
     if op in ALIGN_OPS:
         cap = align_capacity(op, s)
         return 8 * s.n + 4 * cap + 4 * -(-cap // s.bm) + 4
@@ -228,6 +235,8 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
         return _variant_spec(op, base, s, dev, zero_buf)
     if op in SUM_OPS:
         return sum_spec(op, base, s, dev, OpSpec)
+    if op in ROUTE_OPS:
+        return route_spec(op, base, s, dev, OpSpec)
     e, bm, k = s.e, s.bm, s.k
     if op in ALIGN_OPS:
         name = ALIGN_OPS[op] + "_out"
@@ -415,6 +424,8 @@ def make_base(shape, m: int, bm: int, dev, seed: int, need: set[str]) -> tuple[d
         base["expert_out"] = torch.randn(rows, d, generator=dgen, device=dev, dtype=torch.bfloat16)
     if need & set(SUM_OPS):
         base["sum_in"] = sum_input(m, k, d, dev, dgen)
+    if need & set(ROUTE_OPS):
+        base["logits"] = route_input(m, e, dev, dgen)
     if "moe_scatter_reduce_q" in need:
         # random e2m1 bytes and e8m0 scales around 2^0 (no NaN scale)
         base["eq"] = torch.randint(

@@ -4,6 +4,8 @@
 
     # from sgl_kernel import moe_align_block_size, moe_sum, moe_sum_reduce
     from aiter_aux.compat.sglang import moe_align_block_size, moe_sum, moe_sum_reduce
+    # from sgl_kernel import topk_softmax, moe_fused_gate   (the gates: docs/compat.md)
+    from aiter_aux.compat.sglang import topk_softmax, moe_fused_gate
     # from sglang.srt.layers.moe.fused_moe_triton import moe_align_block_size (allocating)
     from aiter_aux.compat.sglang.srt import moe_align_block_size
 
@@ -23,7 +25,9 @@ module builds and loads nothing; the first call loads (or builds) the compiled m
 from __future__ import annotations
 
 from .._align import sglang_moe_align_block_size as moe_align_block_size
+from .._route import sglang_moe_fused_gate as moe_fused_gate
+from .._route import sglang_topk_softmax as topk_softmax
 from .._sums import moe_sum_reduce
 from .._sums import sglang_moe_sum as moe_sum
 
-__all__ = ["moe_align_block_size", "moe_sum", "moe_sum_reduce"]
+__all__ = ["moe_align_block_size", "moe_fused_gate", "moe_sum", "moe_sum_reduce", "topk_softmax"]

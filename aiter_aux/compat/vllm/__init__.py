@@ -5,6 +5,8 @@
     # from vllm.model_executor.layers.fused_moe.moe_align_block_size import moe_align_block_size
     # from vllm._custom_ops import moe_sum
     from aiter_aux.compat.vllm import moe_align_block_size, moe_sum
+    # from vllm._custom_ops import topk_softmax, grouped_topk   (the gates: docs/compat.md)
+    from aiter_aux.compat.vllm import topk_softmax, grouped_topk
     # from vllm import _custom_ops as ops   (moe_align_block_size's out-parameter form)
     from aiter_aux.compat.vllm import custom_ops as ops
 
@@ -24,6 +26,8 @@ builds) the compiled module.
 from __future__ import annotations
 
 from .._align import vllm_moe_align_block_size as moe_align_block_size
+from .._route import vllm_grouped_topk as grouped_topk
+from .._route import vllm_topk_softmax as topk_softmax
 from .._sums import moe_sum
 
-__all__ = ["moe_align_block_size", "moe_sum"]
+__all__ = ["grouped_topk", "moe_align_block_size", "moe_sum", "topk_softmax"]

@@ -7,6 +7,8 @@
 #define AITER_AUX_MAX_TOPK 255  // k is packed in the top 8 bits
 #define AITER_AUX_MAX_ROWS 2147483647  // rows of the sorted buffers are int32
 #define AITER_AUX_MAX_ALIGN_BLOCK_SIZE 65536  // rows + block_size - 1 stays in int32 (2**16 spare)
+#define AITER_AUX_MAX_ROUTE_EXPERTS 1024  // ids packed in 11 bits of the selection keys
+#define AITER_AUX_MAX_ROUTE_TOPK 16  // the selection's rounds per token
 // nonzero when b is an allowed block_m; the set as messages print it
 #define AITER_AUX_VALID_BLOCK_M(b) ((b) == 16 || (b) == 32 || (b) == 64 || (b) == 128)
 #define AITER_AUX_BLOCK_M_SET "{16, 32, 64, 128}"

@@ -181,6 +181,29 @@ typedef struct AiterAuxSumArgs {
   void* output;  // [num_tokens, model_dim] of `dtype`
 } AiterAuxSumArgs;
 
+// moe_route (docs/ops.md "moe_route"; aiter_aux/reference/route.py the spec).
+enum AiterAuxScoring {
+  AITER_AUX_SCORING_SOFTMAX = 0,
+  AITER_AUX_SCORING_SIGMOID = 1,
+  AITER_AUX_SCORING_NONE = 2,  // the logits are the scores (widened to fp32)
+};
+
+typedef struct AiterAuxRouteArgs {
+  const void* router_logits;  // [num_tokens, num_experts] of `dtype`, row-major
+  int64_t num_tokens;
+  int64_t num_experts;           // E, 1..AITER_AUX_MAX_ROUTE_EXPERTS
+  int64_t topk;                  // 1..min(E, AITER_AUX_MAX_ROUTE_TOPK)
+  int32_t dtype;                 // AiterAuxDType of router_logits
+  int32_t scoring;               // AiterAuxScoring
+  int32_t renormalize;           // 1: weights divided by their fp32 sum
+  int32_t num_expert_group;      // G (divides E), 0: no groups
+  int32_t topk_group;            // groups kept (1..G), 0 without groups
+  float routed_scaling_factor;   // every weight times this
+  const float* correction_bias;  // [num_experts] or NULL
+  float* topk_weights;           // [num_tokens, topk]
+  int32_t* topk_ids;             // [num_tokens, topk]
+} AiterAuxRouteArgs;
+
 // The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
 // (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
 // is aiter_aux.validation.ints.sort_capacity).

@@ -10,5 +10,6 @@
 #include "mxfp8_cpu.h"  // mxfp8_quant, moe_sort_quant_fp8
 #include "sums_cpu.h"   // moe_sum
 #include "align_cpu.h"  // moe_align_block_size_vllm, moe_align_block_size_sglang
+#include "route_cpu.h"  // moe_route
 // /op-headers
 // clang-format on

@@ -26,5 +26,6 @@
 #include "scatter.h"      // moe_scatter_reduce, moe_scatter_reduce_q
 #include "sums.h"         // moe_sum
 #include "align.h"        // moe_align_block_size_vllm, moe_align_block_size_sglang
+#include "route.h"        // moe_route
 // /op-headers
 // clang-format on

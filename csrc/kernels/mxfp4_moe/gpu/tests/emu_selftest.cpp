@@ -7,7 +7,7 @@
 //       csrc/kernels/mxfp4_moe/gpu/tests/emu_selftest.cpp -o /tmp/emu32
 //   (and -DAITER_AUX_EMU_WARP=64), then run; the last line is "N passed, M failed".
 //   AITER_AUX_EMU_LONG=1 adds a large sort with 7168-pair chunks (slow);
-//   AITER_AUX_EMU_ONLY=moe_sum runs only the moe_sum cases.
+//   AITER_AUX_EMU_ONLY=moe_sum (=align, =moe_route) runs only those cases.
 #include "emu.h"  // must come first
 
 // A small sort_scales grid, so that most cases run its grid-stride loop (the
@@ -952,15 +952,19 @@ void test_arg_checks() {
 #include "emu_pairs.h"   // the pair path (uses all of the above)
 #include "emu_sums.h"    // moe_sum
 #include "emu_align.h"   // moe_align_block_size_vllm / _sglang (the peers' formats)
+#include "emu_route.h"   // moe_route
 
 int main() {
   const bool long_mode = getenv("AITER_AUX_EMU_LONG") != nullptr;
   printf("emulated warp size %d\n", AITER_AUX_EMU_WARP);
   // AITER_AUX_EMU_ONLY=moe_sum / =align: only those cases
   const char* only = getenv("AITER_AUX_EMU_ONLY");
-  if (only != nullptr && (strcmp(only, "moe_sum") == 0 || strcmp(only, "align") == 0)) {
+  if (only != nullptr && (strcmp(only, "moe_sum") == 0 || strcmp(only, "align") == 0 ||
+                          strcmp(only, "moe_route") == 0)) {
     if (strcmp(only, "moe_sum") == 0)
       test_sums();
+    else if (strcmp(only, "moe_route") == 0)
+      test_route();
     else
       test_align();
     printf("%d passed, %d failed\n", g_pass, g_fail);
@@ -1164,6 +1168,7 @@ int main() {
   test_pairs();
   test_sums();
   test_align();
+  test_route();
 
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail == 0 ? 0 : 1;

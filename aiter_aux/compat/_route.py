@@ -1,0 +1,191 @@
+"""The peers' top-k gates as thin adapters onto :func:`aiter_aux.ops.moe_route_out` /
+:func:`aiter_aux.ops.moe_route` (re-exported by :mod:`.vllm`, :mod:`.vllm.custom_ops`,
+:mod:`.sglang` and :mod:`.aiter`; docs/compat.md "The gates" lists the peers' rules, their
+sources and every difference).
+
+Each takes the peer's arguments, maps them onto ``moe_route``'s options and lets the op
+check the tensors (a bad call raises its ``TypeError`` / ``ValueError`` before anything is
+written).  The bytes are ``moe_route``'s: the same on every backend and every call.
+Importing this module loads nothing; torch and the compiled module are loaded on the first
+call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+def _ops() -> Any:
+    from .. import ops
+
+    return ops
+
+
+def _bias(bias: Any) -> Any:
+    """A float bias as float32 (float16 / bfloat16 widen exactly); None stays None."""
+    import torch
+
+    if bias is None or not isinstance(bias, torch.Tensor):
+        return bias  # the op names a non-tensor
+    if bias.dtype in (torch.float16, torch.bfloat16):
+        return bias.float()
+    return bias
+
+
+def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
+    """``moe_route_out`` into the peer's buffers (topk = their columns); int64 ids are
+    written through an int32 buffer."""
+    import torch
+
+    ops = _ops()
+    topk = topk_weights.shape[1] if topk_weights.dim() == 2 else 0
+    if isinstance(topk_ids, torch.Tensor) and topk_ids.dtype == torch.int64:
+        ids32 = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
+        ops.moe_route_out(gating, topk, topk_weights, ids32, **options)
+        topk_ids.copy_(ids32)
+        return
+    ops.moe_route_out(gating, topk, topk_weights, topk_ids, **options)
+
+
+def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
+    import torch
+
+    for t, name in ((topk_weights, "topk_weights"), (topk_ids, ids_name)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if topk_weights.dim() != 2 or topk_ids.shape != topk_weights.shape:
+        raise ValueError(
+            f"topk_weights and {ids_name} must both be [M, topk], got "
+            f"{list(topk_weights.shape)} and {list(topk_ids.shape)}"
+        )
+
+
+# ------------------------------------------------------------------------------ vLLM
+def vllm_topk_softmax(
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    token_expert_indices: Tensor,
+    gating_output: Tensor,
+    renormalize: bool = False,
+) -> None:
+    """vLLM's ``_custom_ops.topk_softmax``: softmax over each row of ``gating_output``
+    [M, E], its ``topk`` largest (topk = ``topk_weights.shape[1]``) into ``topk_weights``
+    (float32) and ``topk_ids`` (int32 or int64), divided by their sum when ``renormalize``;
+    ``token_expert_indices[t, k] = k * M + t`` (int32).  Returns None."""
+    import torch
+
+    _check_pair(topk_weights, topk_ids, "topk_ids")
+    if not isinstance(token_expert_indices, torch.Tensor):
+        raise TypeError("token_expert_indices must be a torch.Tensor")
+    if token_expert_indices.shape != topk_weights.shape:
+        raise ValueError(
+            f"token_expert_indices must be [M, topk] = {list(topk_weights.shape)}, got "
+            f"{list(token_expert_indices.shape)}"
+        )
+    if token_expert_indices.dtype != torch.int32:
+        raise TypeError(
+            f"token_expert_indices must have dtype torch.int32, got {token_expert_indices.dtype}"
+        )
+    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
+    m, k = topk_weights.shape
+    rows = torch.arange(m * k, dtype=torch.int32, device=token_expert_indices.device)
+    token_expert_indices.copy_(rows.view(k, m).t())
+
+
+_VLLM_SCORING = {0: "none", 1: "sigmoid"}
+
+
+def vllm_grouped_topk(
+    scores: Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: Tensor,
+    scoring_func: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """vLLM's ``_custom_ops.grouped_topk``: ``scoring_func`` 0 takes ``scores`` as the
+    scores, 1 their sigmoid; choice = score + ``bias``; groups scored by their two largest
+    choices, ``topk_group`` kept, the ``topk`` largest choices chosen; weights = scores,
+    renormalised when ``renormalize``, times ``routed_scaling_factor``.  Returns
+    ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
+    if scoring_func not in _VLLM_SCORING or isinstance(scoring_func, bool):
+        raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+    return _ops().moe_route(
+        scores, topk, scoring=_VLLM_SCORING[scoring_func], renormalize=renormalize,
+        num_expert_group=num_expert_group, topk_group=topk_group,
+        correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- SGLang
+def sglang_topk_softmax(
+    topk_weights: Tensor, topk_ids: Tensor, gating_output: Tensor, renormalize: bool = False
+) -> None:
+    """sgl-kernel's ``topk_softmax``: as vLLM's without ``token_expert_indices``."""
+    _check_pair(topk_weights, topk_ids, "topk_ids")
+    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
+
+
+def sglang_moe_fused_gate(
+    input_tensor: Tensor,
+    bias: Tensor | None,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool = True,
+    scoring_func: str = "sigmoid",
+    num_fused_shared_experts: int = 0,
+    routed_scaling_factor: float = 0,
+    apply_routed_scaling_factor_on_output: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """sgl-kernel's ``moe_fused_gate``: sigmoid (or softmax) scores, choice = score + bias
+    (a zero bias when None: the groups are always scored by their two largest choices),
+    ``topk_group`` groups kept, ``topk`` chosen, renormalised when ``renormalize``; the
+    weights are multiplied by ``routed_scaling_factor`` only with
+    ``apply_routed_scaling_factor_on_output``.  Fused shared experts are not supported.
+    Returns ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
+    import torch
+
+    if not isinstance(scoring_func, str) or scoring_func.lower() not in ("sigmoid", "softmax"):
+        raise ValueError(f"scoring_func must be 'sigmoid' or 'softmax', got {scoring_func!r}")
+    if num_fused_shared_experts:
+        raise NotImplementedError(
+            "num_fused_shared_experts must be 0: fused shared experts are not supported"
+        )
+    if bias is None and isinstance(input_tensor, torch.Tensor) and input_tensor.dim() == 2:
+        bias = torch.zeros(input_tensor.shape[1], dtype=torch.float32, device=input_tensor.device)
+    scale = routed_scaling_factor if apply_routed_scaling_factor_on_output else 1.0
+    return _ops().moe_route(
+        input_tensor, topk, scoring=scoring_func.lower(), renormalize=renormalize,
+        num_expert_group=num_expert_group, topk_group=topk_group,
+        correction_bias=_bias(bias), routed_scaling_factor=scale,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- AITER
+def aiter_biased_grouped_topk(
+    gating_output: Tensor,
+    correction_bias: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    need_renorm: bool,
+    routed_scaling_factor: float = 1.0,
+) -> None:
+    """AITER's ``biased_grouped_topk``: sigmoid scores, choice = score + ``correction_bias``,
+    groups scored by their two largest choices, ``topk_group`` kept, ``topk`` =
+    ``topk_weights.shape[1]`` chosen into ``topk_weights`` / ``topk_ids``, renormalised when
+    ``need_renorm``, times ``routed_scaling_factor``.  Returns None."""
+    _check_pair(topk_weights, topk_ids, "topk_ids")
+    _route_into(
+        gating_output, topk_weights, topk_ids, scoring="sigmoid",
+        renormalize=need_renorm, num_expert_group=num_expert_group, topk_group=topk_group,
+        correction_bias=_bias(correction_bias),
+        routed_scaling_factor=routed_scaling_factor,
+    )  # fmt: skip

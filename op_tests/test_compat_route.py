@@ -1,0 +1,195 @@
+"""The gates' drop-ins (vLLM's ``topk_softmax`` / ``grouped_topk``, SGLang's ``topk_softmax`` /
+``moe_fused_gate``, AITER's ``biased_grouped_topk``) against ``aiter_aux.reference.moe_route``
+with the options docs/compat.md maps them to, and against the peers' rules written here in
+plain torch where they differ from a plain call (token_expert_indices, SGLang's zero bias and
+output scaling); their signatures; errors before anything is written."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aiter_aux import reference as R  # noqa: E402
+from aiter_aux.compat import aiter, sglang, vllm  # noqa: E402
+from aiter_aux.compat.vllm import custom_ops  # noqa: E402
+
+F32, I32 = torch.float32, torch.int32
+POISON = 0x5A5A5A5A
+
+
+@pytest.fixture(autouse=True)
+def _module(cpu_module):
+    return cpu_module
+
+
+def bits(t):
+    return t.contiguous().view(I32)
+
+
+def logits(m, e, dtype=F32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, e, generator=g) * 2
+    if m > 3:
+        x[1] = 0.5  # all equal
+        x[2, 1] = float("nan")
+    return x.to(dtype)
+
+
+def bufs(m, k, ids_dtype=I32):
+    return (torch.full((m, k), POISON, dtype=I32).view(F32),
+            torch.full((m, k), POISON, dtype=ids_dtype))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", (F32, torch.float16, torch.bfloat16))
+@pytest.mark.parametrize("renorm", (True, False))
+def test_vllm_topk_softmax(dtype, renorm):
+    m, e, k = 13, 64, 6
+    x = logits(m, e, dtype)
+    for ids_dtype in (I32, torch.int64):
+        w, ids = bufs(m, k, ids_dtype)
+        tei = torch.full((m, k), POISON, dtype=I32)
+        assert custom_ops.topk_softmax(w, ids, tei, x, renorm) is None
+        rw, rids = R.moe_route(x, k, renormalize=renorm)
+        assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids.to(ids_dtype))
+        want = torch.tensor([[kk * m + t for kk in range(k)] for t in range(m)], dtype=I32)
+        assert torch.equal(tei, want)  # vLLM's source-row layout: k * M + t
+    assert vllm.topk_softmax is custom_ops.topk_softmax
+
+
+@pytest.mark.parametrize("scoring_func", (0, 1))
+def test_vllm_grouped_topk(scoring_func):
+    m, e = 11, 256
+    x = logits(m, e, seed=1)
+    if scoring_func == 0:
+        x = torch.softmax(x, -1)  # vLLM's caller passes scores
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(2)).bfloat16()
+    w, ids = vllm.grouped_topk(x, 8, 4, 8, True, 2.5, bias, scoring_func)
+    rw, rids = R.moe_route(
+        x,
+        8,
+        scoring=("none", "sigmoid")[scoring_func],
+        num_expert_group=8,
+        topk_group=4,
+        correction_bias=bias.float(),
+        routed_scaling_factor=2.5,
+    )
+    assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+    with pytest.raises(ValueError, match="scoring_func must be 0"):
+        vllm.grouped_topk(x, 8, 4, 8, True, 2.5, bias, 2)
+
+
+def test_sglang_topk_softmax():
+    x = logits(9, 128, torch.bfloat16, seed=3)
+    w, ids = bufs(9, 8)
+    assert sglang.topk_softmax(w, ids, x, renormalize=True) is None
+    rw, rids = R.moe_route(x, 8)
+    assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+
+
+def test_sglang_moe_fused_gate():
+    m, e = 10, 256
+    x = logits(m, e, seed=4)
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(5))
+    w, ids = sglang.moe_fused_gate(x, bias, 8, 4, 8, routed_scaling_factor=2.5,
+                                   apply_routed_scaling_factor_on_output=True)  # fmt: skip
+    rw, rids = R.moe_route(x, 8, scoring="sigmoid", num_expert_group=8, topk_group=4,
+                           correction_bias=bias, routed_scaling_factor=2.5)  # fmt: skip
+    assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+    # the factor only scales the output with apply_routed_scaling_factor_on_output
+    w1, _ = sglang.moe_fused_gate(x, bias, 8, 4, 8, routed_scaling_factor=2.5)
+    assert torch.equal(
+        bits(w1),
+        bits(
+            R.moe_route(
+                x, 8, scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias
+            )[0]
+        ),
+    )
+    # no bias: the groups are still scored by their two largest scores (SGLang's kernel)
+    z = torch.tensor([[3.0, -9.0, 1.0, 1.0]])
+    _, ids = sglang.moe_fused_gate(z, None, 2, 1, 2)
+    assert ids.tolist() == [[2, 3]]  # 1 + 1 beats 3 + (-9) after the sigmoid
+    with pytest.raises(NotImplementedError):
+        sglang.moe_fused_gate(x, bias, 8, 4, 8, num_fused_shared_experts=1)
+    with pytest.raises(ValueError, match="scoring_func"):
+        sglang.moe_fused_gate(x, bias, 8, 4, 8, scoring_func="relu")
+
+
+def test_aiter_biased_grouped_topk():
+    m, e = 7, 256
+    x = logits(m, e, torch.bfloat16, seed=6)
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(7))
+    for renorm in (True, False):
+        w, ids = bufs(m, 8)
+        assert aiter.biased_grouped_topk(x, bias, w, ids, 8, 4, renorm, 2.5) is None
+        rw, rids = R.moe_route(
+            x,
+            8,
+            scoring="sigmoid",
+            renormalize=renorm,
+            num_expert_group=8,
+            topk_group=4,
+            correction_bias=bias,
+            routed_scaling_factor=2.5,
+        )
+        assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+
+
+def test_errors_before_any_write(cpu_module):
+    x = logits(4, 16)
+    w, ids = bufs(4, 2)
+    tei = torch.full((4, 2), POISON, dtype=I32)
+    bad = [
+        (TypeError, lambda: custom_ops.topk_softmax(w, ids, tei.long(), x)),
+        (ValueError, lambda: custom_ops.topk_softmax(w, ids, tei[:3], x)),
+        (ValueError, lambda: custom_ops.topk_softmax(w, ids[:, :1], tei, x)),
+        (TypeError, lambda: sglang.topk_softmax(w.double(), ids, x)),
+        (ValueError, lambda: sglang.topk_softmax(w, ids, x[:, :1])),  # topk 2 > E 1
+        (ValueError, lambda: aiter.biased_grouped_topk(x, torch.zeros(16), w, ids, 3, 1, True)),
+        (ValueError, lambda: aiter.biased_grouped_topk(x, torch.zeros(15), w, ids, 4, 1, True)),
+        (TypeError, lambda: sglang.topk_softmax(w, ids.tolist(), x)),
+    ]
+    calls = cpu_module.kernel_calls()
+    for exc, call in bad:
+        with pytest.raises(exc):
+            call()
+    assert cpu_module.kernel_calls() == calls, "a kernel ran"
+    assert (bits(w) == POISON).all() and (ids == POISON).all() and (tei == POISON).all()
+
+
+def test_signatures_match_the_peers():
+    def names(f):
+        return list(inspect.signature(f).parameters)
+
+    assert names(vllm.topk_softmax) == ["topk_weights", "topk_ids", "token_expert_indices",
+                                        "gating_output", "renormalize"]  # fmt: skip
+    assert names(vllm.grouped_topk) == ["scores", "num_expert_group", "topk_group", "topk",
+                                        "renormalize", "routed_scaling_factor", "bias",
+                                        "scoring_func"]  # fmt: skip
+    assert names(sglang.topk_softmax) == ["topk_weights", "topk_ids", "gating_output",
+                                          "renormalize"]  # fmt: skip
+    assert names(sglang.moe_fused_gate) == [
+        "input_tensor", "bias", "num_expert_group", "topk_group", "topk", "renormalize",
+        "scoring_func", "num_fused_shared_experts", "routed_scaling_factor",
+        "apply_routed_scaling_factor_on_output"]  # fmt: skip
+    assert names(aiter.biased_grouped_topk) == [
+        "gating_output", "correction_bias", "topk_weights", "topk_ids", "num_expert_group",
+        "topk_group", "need_renorm", "routed_scaling_factor"]  # fmt: skip
+
+
+def test_import_loads_nothing():
+    """vLLM's and SGLang's drop-ins load neither torch nor the ops; AITER's loads no JIT."""
+    code = (
+        "import sys\n"
+        "import aiter_aux.compat.vllm, aiter_aux.compat.sglang\n"
+        "bad = [n for n in ('torch', 'aiter_aux.ops', 'aiter_aux.jit.build') if n in sys.modules]\n"
+        "import aiter_aux.compat.aiter\n"
+        "bad += [n for n in ('aiter_aux.jit.build',) if n in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
