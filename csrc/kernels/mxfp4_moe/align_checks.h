@@ -1,5 +1,6 @@
 // The run-time checks of an align instance (moe_align_block_size_vllm / _sglang), shared by
-// the CPU and GPU kernels: E = the instance's num_experts, `need` = the op's capacity rule,
+// the CPU and GPU kernels: `instance_experts` = a GPU instance's num_experts (0 on the CPU,
+// whose kernels take any num_experts in [1, max_experts]), `need` = the op's capacity rule,
 // `fail` = the backend's printf-like error setter (it returns
 // AITER_AUX_ERR_INVALID_ARGUMENT).  Nothing is written before they pass.
 #pragma once
@@ -11,11 +12,13 @@
 
 namespace aiter_aux {
 
-template <int E>
-inline int check_align_args(const AiterAuxAlignArgs& a, const char* op, int64_t need,
-                            int (*fail)(const char*, ...)) {
-  if (a.num_experts != E)
-    return fail("%s: num_experts=%d but the instance is built for %d", op, a.num_experts, E);
+inline int check_align_args(const AiterAuxAlignArgs& a, const char* op, int32_t instance_experts,
+                            int32_t max_experts, int64_t need, int (*fail)(const char*, ...)) {
+  if (instance_experts > 0 && a.num_experts != instance_experts)
+    return fail("%s: num_experts=%d but the instance is built for %d", op, a.num_experts,
+                instance_experts);
+  if (a.num_experts < 1 || a.num_experts > max_experts)
+    return fail("%s: num_experts=%d not in [1, %d]", op, a.num_experts, max_experts);
   if (a.block_size < 1 || a.block_size > AITER_AUX_MAX_ALIGN_BLOCK_SIZE)
     return fail("%s: block_size=%d not in [1, %d]", op, a.block_size,
                 AITER_AUX_MAX_ALIGN_BLOCK_SIZE);

@@ -79,29 +79,21 @@ int align_impl(const AiterAuxAlignArgs& a) {
 
 }  // namespace detail
 
-template <int NumExperts>
-int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
-  const int rc = check_align_args<NumExperts>(
-      a, "moe_align_block_size_vllm",
-      aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size), detail::invalid_arg);
+inline int moe_align_block_size_vllm(const AiterAuxAlignArgs& a) {
+  const int rc = check_align_args(
+      a, "moe_align_block_size_vllm", 0, AITER_AUX_MAX_NUM_EXPERTS,
+      aiter_aux_vllm_align_capacity(a.numel, a.num_experts, a.block_size), detail::invalid_arg);
   if (rc != AITER_AUX_OK) return rc;
   return detail::align_impl<AlignFormat::Vllm>(a);
 }
 
-template <int NumExperts>
-int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
-  if constexpr (NumExperts + 1 > AITER_AUX_MAX_NUM_EXPERTS) {
-    return detail::invalid_arg(
-        "moe_align_block_size_sglang: num_experts + 1 = %d buckets "
-        "exceed %d",
-        NumExperts + 1, AITER_AUX_MAX_NUM_EXPERTS);
-  } else {
-    const int rc = check_align_args<NumExperts>(
-        a, "moe_align_block_size_sglang",
-        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size), detail::invalid_arg);
-    if (rc != AITER_AUX_OK) return rc;
-    return detail::align_impl<NumExperts, AlignFormat::Sglang>(a);
-  }
+// num_experts + 1 buckets (bucket 0: id -1) must fit the limit.
+inline int moe_align_block_size_sglang(const AiterAuxAlignArgs& a) {
+  const int rc = check_align_args(
+      a, "moe_align_block_size_sglang", 0, AITER_AUX_MAX_NUM_EXPERTS - 1,
+      aiter_aux_sglang_align_capacity(a.numel, a.num_experts, a.block_size), detail::invalid_arg);
+  if (rc != AITER_AUX_OK) return rc;
+  return detail::align_impl<AlignFormat::Sglang>(a);
 }
 
 }  // namespace cpu

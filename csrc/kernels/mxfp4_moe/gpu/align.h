@@ -57,8 +57,9 @@ inline int launch_align(const AiterAuxAlignArgs& a, void* stream, const char* op
 template <int NumExperts>
 int moe_align_block_size_vllm(const AiterAuxAlignArgs& a, void* stream) {
   constexpr const char* op = "moe_align_block_size_vllm";
-  const int rc = check_align_args<NumExperts>(
-      a, op, aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size), fail_invalid);
+  const int rc = check_align_args(a, op, NumExperts, AITER_AUX_MAX_NUM_EXPERTS,
+                                  aiter_aux_vllm_align_capacity(a.numel, NumExperts, a.block_size),
+                                  fail_invalid);
   if (rc != AITER_AUX_OK) return rc;
   return sort_detail::launch_align<NumExperts, sort_detail::IdFormat::Vllm>(a, stream, op);
 }
@@ -73,8 +74,9 @@ int moe_align_block_size_sglang(const AiterAuxAlignArgs& a, void* stream) {
     return fail_invalid("%s: num_experts + 1 = %d buckets exceed %d", op, NumExperts + 1,
                         sort_detail::kMaxSortExperts);
   } else {
-    const int rc = check_align_args<NumExperts>(
-        a, op, aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size), fail_invalid);
+    const int rc = check_align_args(
+        a, op, NumExperts, AITER_AUX_MAX_NUM_EXPERTS - 1,
+        aiter_aux_sglang_align_capacity(a.numel, NumExperts, a.block_size), fail_invalid);
     if (rc != AITER_AUX_OK) return rc;
     return sort_detail::launch_align<NumExperts + 1, sort_detail::IdFormat::Sglang>(a, stream, op);
   }
