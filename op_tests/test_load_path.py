@@ -93,6 +93,29 @@ def small(tmp_path):
     return src, cache, env, last_json(py(BUILD, env))
 
 
+@pytest.fixture(scope="module")
+def _small_built(tmp_path_factory):
+    """One-shape catalog sources and a cache of their first build, made once per module."""
+    tmp = tmp_path_factory.mktemp("small")
+    src = make_sources(tmp / "src")
+    cache = tmp / "cache"
+    return src, cache, last_json(py(BUILD, env_for(cache, src)))
+
+
+@pytest.fixture
+def small_cache(_small_built, tmp_path):
+    """``small`` for a test that never edits the sources: the sources are shared, the cache is
+    a copy (modes and mtimes kept) of one first build, which names no absolute path of its
+    own (build.ninja and the manifest are relative to the build directory)."""
+    src, template, first = _small_built
+    cache = tmp_path / "cache"
+    shutil.copytree(template, cache, symlinks=True)
+    here = {k: v.replace(str(template), str(cache), 1) if isinstance(v, str) else v
+            for k, v in first.items()}  # fmt: skip
+    assert Path(here["module"]).is_file() and Path(here["dir"]).is_relative_to(cache), here
+    return src, cache, env_for(cache, src), here
+
+
 def doctor(env: dict, prefix=()) -> subprocess.CompletedProcess:
     code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
     return py(code, env, "doctor", "--backend", "cpu", prefix=prefix)
@@ -213,9 +236,9 @@ def _manifest(first) -> tuple[Path, dict]:
 
 @pytest.mark.robust
 @pytest.mark.parametrize("name", ["..", ".", "src", "fifo"])
-def test_manifest_naming_no_regular_file_counts_as_no_module(small, name):
+def test_manifest_naming_no_regular_file_counts_as_no_module(small_cache, name):
     """N3: the op call, ``build`` and ``doctor`` rebuild or report; none dies."""
-    _src, _cache, env, first = small
+    _src, _cache, env, first = small_cache
     path, manifest = _manifest(first)
     if name == "fifo":
         name = "module_moe_mxfp4_aux-0123456789abcdef.so"
@@ -245,10 +268,10 @@ def _forge(first) -> Path:
 
 
 @pytest.mark.robust
-def test_module_the_loader_refuses_counts_as_no_module(small):
+def test_module_the_loader_refuses_counts_as_no_module(small_cache):
     """N4: messages name the module, never /proc/self/fd/N; doctor checks that it loads; the
     op path relinks and republishes it under the lock."""
-    _src, _cache, env, first = small
+    _src, _cache, env, first = small_cache
     module = _forge(first)
     p = doctor(env)
     assert p.returncode == 1, p.stdout + p.stderr
@@ -280,9 +303,9 @@ def test_empty_read_only_cache_is_a_problem_for_doctor(tmp_path):
     assert p.returncode == 1 and "every op call raises JitDisabledError" in p.stdout, p.stdout
 
 
-def test_clean_of_a_read_only_cache_names_the_cache(small):
+def test_clean_of_a_read_only_cache_names_the_cache(small_cache):
     """N11: one line naming the directory it could not remove (not only .ninja_log)."""
-    _src, cache, env, _first = small
+    _src, cache, env, _first = small_cache
     code = "import sys; from aiter_aux.cli import main; sys.exit(main(sys.argv[1:]))"
     p = py(code, env, "clean", "--yes", prefix=_read_only(cache))
     lines = p.stderr.strip().splitlines()
@@ -304,10 +327,10 @@ except OSError as e:
 
 
 @pytest.mark.robust
-def test_publish_on_a_full_disk_names_the_file(small):
+def test_publish_on_a_full_disk_names_the_file(small_cache):
     """N12: a write that fails while publishing (here: a file-size limit, as a full disk
     would) raises an OSError naming the file."""
-    _src, _cache, env, first = small
+    _src, _cache, env, first = small_cache
     Path(first["module"]).unlink()  # the next build republishes it from obj/
     got = last_json(py(FULL_DISK, env))
     assert got.get("filename") == first["module"], got
@@ -386,8 +409,8 @@ print(json.dumps({"keys": len(m.keys()), "raced": bool(done)}))
 
 @pytest.mark.robust
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_loading_while_another_process_republishes(small, when):
-    _src, _cache, env, first = small
+def test_loading_while_another_process_republishes(small_cache, when):
+    _src, _cache, env, first = small_cache
     got = last_json(py(RACE, dict(env, AITER_AUX_DISABLE_JIT="1"), KEY_A, first["dir"], when))
     assert got == {"keys": len(keys_of(SHAPE_A)), "raced": True}  # the module holds SHAPE_A
 
@@ -462,10 +485,10 @@ print(json.dumps({"second": second, "n": len(loaded_modules()),
 """
 
 
-def test_one_module_per_backend_and_process(small):
+def test_one_module_per_backend_and_process(small_cache):
     """A key the loaded module lacks is built on demand into it: the process never loads a
     second module for the backend, not even after the catalog's module was rebuilt."""
-    _src, _cache, env, _first = small
+    _src, _cache, env, _first = small_cache
     got = last_json(py(SECOND, env, KEY_A, KEY_B))
     assert got["n"] == 1 and got["same"], got
     assert not got["second"].startswith("InstanceMissingError"), got
@@ -615,11 +638,11 @@ def test_sources_of_another_abi_never_load_a_module(tmp_path):
     assert not list(cache.rglob("*.so")), "a module was built from them"
 
 
-def test_manifest_that_is_no_regular_json_file_counts_as_no_manifest(small):
+def test_manifest_that_is_no_regular_json_file_counts_as_no_manifest(small_cache):
     """P7: a directory, a deeply nested document, a FIFO or a link to /dev/zero at the
     manifest's name: the op call and the build go on (they replace it under the lock);
     nothing hangs, grows without bound or raises a traceback."""
-    _src, _cache, env, first = small
+    _src, _cache, env, first = small_cache
     manifest = Path(first["dir"]) / "manifest.json"
     for kind in ("directory", "nested", "fifo", "dev_zero"):
         manifest.unlink()

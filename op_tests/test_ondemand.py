@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,15 +65,42 @@ print(json.dumps({{"same": len(results) == threads and all(results)}}))
 """
 
 
+def _first_call(src: Path, cache: Path) -> dict:
+    """The env of a one-shape catalog whose binding module (and the instance of a first
+    op call) a process has built in ``cache``."""
+    env = env_for(cache, src, AITER_AUX_BACKEND="cpu")
+    p = py("import torch, aiter_aux; aiter_aux.mxfp4_quant(torch.zeros(1, 3072).bfloat16())",
+           env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return env
+
+
 @pytest.fixture
 def small(tmp_path):
     """(sources, env) of a one-shape catalog whose binding module is built."""
     src = make_sources(tmp_path / "src")
-    env = env_for(tmp_path / "cache", src, AITER_AUX_BACKEND="cpu")
-    p = py("import torch, aiter_aux; aiter_aux.mxfp4_quant(torch.zeros(1, 3072).bfloat16())",
-           env)  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
-    return src, env
+    return src, _first_call(src, tmp_path / "cache")
+
+
+@pytest.fixture(scope="module")
+def _small_built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("small")
+    src = make_sources(tmp / "src")
+    _first_call(src, tmp / "cache")
+    return src, tmp / "cache"
+
+
+@pytest.fixture
+def small_cache(_small_built, tmp_path):
+    """``small`` for a test that never edits the sources: the sources are shared, the cache is
+    a copy (modes and mtimes kept) of one built by a first op call; no file of it names the
+    cache's own path (build files are relative to their build directory)."""
+    src, template = _small_built
+    cache = tmp_path / "cache"
+    shutil.copytree(template, cache, symlinks=True)
+    texts = [f for f in cache.rglob("*") if f.suffix in (".ninja", ".json") and f.is_file()]
+    assert texts and not [f for f in texts if str(template) in f.read_text()], texts
+    return src, env_for(cache, src, AITER_AUX_BACKEND="cpu")
 
 
 def key_dir(env: dict) -> Path:
@@ -84,8 +112,8 @@ def builds_of(stderr: str) -> int:
     return sum(f"building instance {NEW_KEY}" in ln for ln in stderr.splitlines())
 
 
-def test_threads_and_processes_build_a_new_key_once(small):
-    _src, env = small
+def test_threads_and_processes_build_a_new_key_once(small_cache):
+    _src, env = small_cache
     procs = [subprocess.Popen([sys.executable, "-c", CALL, "16" if i == 0 else "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(4)]  # fmt: skip
@@ -145,8 +173,8 @@ print("DONE", flush=True)
 
 @pytest.mark.robust
 @pytest.mark.parametrize("delay", [0.0, 0.3, 0.8])
-def test_sigkill_during_a_key_build_then_the_next_call_builds_it(small, delay):
-    _src, env = small
+def test_sigkill_during_a_key_build_then_the_next_call_builds_it(small_cache, delay):
+    _src, env = small_cache
     proc = subprocess.Popen([sys.executable, "-c", HOOKED], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
@@ -167,8 +195,8 @@ FULL_DISK = FAILING.replace(
 )
 
 
-def test_full_disk_during_a_key_build_publishes_nothing(small):
-    _src, env = small
+def test_full_disk_during_a_key_build_publishes_nothing(small_cache):
+    _src, env = small_cache
     p = py(FULL_DISK, env, preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
     line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-2000:]
     assert line.split(" |")[0] in ("BuildError", "OSError"), line
@@ -177,8 +205,8 @@ def test_full_disk_during_a_key_build_publishes_nothing(small):
     assert last_json(py(CALL, env)) == {"same": True}  # and the next call builds it
 
 
-def test_list_cached_and_clean_on_demand(small):
-    _src, env = small
+def test_list_cached_and_clean_on_demand(small_cache):
+    _src, env = small_cache
     assert last_json(py(CALL, env)) == {"same": True}
     cli = [sys.executable, "-m", "aiter_aux.cli"]
     p = subprocess.run([*cli, "list", "--cached"], capture_output=True, text=True, env=env)
@@ -262,9 +290,9 @@ else:
 """
 
 
-def test_fork_while_another_thread_holds_the_loader_locks(small):
+def test_fork_while_another_thread_holds_the_loader_locks(small_cache):
     """A worker pool that forks while another thread makes the first op call: the child's
     own first op call runs (the locks are new after fork), it does not hang."""
-    _src, env = small
+    _src, env = small_cache
     p = py(FORK, env)
     assert p.stdout.strip().splitlines()[-1:] == ["CHILD 0"], p.stdout + p.stderr[-3000:]

@@ -23,10 +23,10 @@ catalog.
   trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1); the large sort's scan
   kernel spills 8 bytes at the 32 registers ptxas picks for it (its own choice: the kernel
   has no minimum-blocks bound).
-* sm_90: nvcc, host + device object; the MXFP8 ops are also compiled to PTX, which must
-  contain ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion, gpu/quant_fp8.h); so is
-  every op of the op table (``PDL_OPS``), each of whose kernels must wait on its grid
-  dependency (``griddepcontrol.wait``, gpu/target_ops.h PdlScope).
+* sm_90: nvcc, host + device object; the PTX of that compile (kept with ``--keep``) must
+  contain, for the MXFP8 ops, ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion,
+  gpu/quant_fp8.h), and for every op of the op table (``PDL_OPS``) a grid-dependency wait
+  (``griddepcontrol.wait``, gpu/target_ops.h PdlScope) in each of its kernels.
   The device-side tools ``gpu/tests/sort_sweep.cu``, ``decode_sweep.cu`` and
   ``scatter_sweep.cu`` are compiled too (they call the sort's per-path launch functions, the
   decode kernel's parts and the reduce's small-M launch shapes).
@@ -77,12 +77,18 @@ def _nvcc() -> str:
     return env.get("AITER_AUX_NVCC") or "nvcc"
 
 
-def cuda_command(arch: str, src: Path, out: Path) -> list[str]:
+def keep_dir(workdir: Path, arch: str, op: str) -> Path:
+    """Where nvcc keeps the intermediate files (the PTX among them) of one compile."""
+    return workdir / f"keep.{op}.{arch}"
+
+
+def cuda_command(arch: str, src: Path, out: Path, keep: Path | None = None) -> list[str]:
+    """nvcc -c of one TU; ``keep``: a directory for its intermediate files (PTX included)."""
     return [
         _nvcc(), "-std=c++17", "-O3", "-Xcompiler", "-fPIC",
         f"-gencode=arch=compute_{arch[3:]},code={arch}", "-Xptxas", "-warn-spills", "-x", "cu",
         f"-I{kernels_dir()}", "-c", str(src), "-o", str(out),
-    ]  # fmt: skip
+    ] + (["--keep", f"--keep-dir={keep}"] if keep else [])  # fmt: skip
 
 
 def representative(instances: list) -> list:
@@ -174,11 +180,16 @@ def spills(stderr: str, amd: bool) -> list[str]:
 def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple:
     amd = target.startswith("gfx")
     out = workdir / f"{op}.{target}.{'s' if amd else 'o'}"
-    cmd = amd_command(target, src, out) if amd else cuda_command(target, src, out)
+    if amd:
+        cmd = amd_command(target, src, out)
+    else:
+        keep = keep_dir(workdir, target, op)
+        keep.mkdir()
+        cmd = cuda_command(target, src, out, keep)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     secs = time.perf_counter() - t0
-    problems = []
+    problems, spilled = [], []
     if p.returncode:
         problems.append(f"compile failed:\n{' '.join(cmd)}\n{p.stderr[-3000:]}")
     elif (spilled := spills(p.stderr, amd)) and amd:
@@ -198,13 +209,10 @@ def run_one(target: str, op: str, src: Path, count: int, workdir: Path) -> tuple
                 "(its software E4M3 path is the one proven equal to the spec)"
             )
     elif op in FP8_OPS or op in PDL_OPS:
-        ptx = workdir / f"{op}.{target}.ptx"
-        cmd = [c for c in cuda_command(target, src, ptx) if c not in ("-Xcompiler", "-fPIC")]
-        cmd[cmd.index("-c")] = "-ptx"
-        p2 = subprocess.run(cmd, capture_output=True, text=True)
-        secs = time.perf_counter() - t0
-        if p2.returncode:
-            problems.append(f"PTX compile failed:\n{' '.join(cmd)}\n{p2.stderr[-3000:]}")
+        # the PTX that went into the object (nvcc --keep): the same cicc run, not a second one
+        ptx = keep_dir(workdir, target, op) / f"{src.stem}.ptx"
+        if not ptx.is_file():
+            problems.append(f"no PTX kept by nvcc for {op} ({ptx} missing)")
         else:
             text = ptx.read_text()
             if op in FP8_OPS and PTX_FP8 not in text:
