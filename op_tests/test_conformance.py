@@ -289,7 +289,7 @@ def test_writes_are_seen_by_autograd(op, d):
     a written tensor that requires grad, as torch's ``out=`` ops do, before any write."""
     a, outs = make_case(op, d, m_min=1)
     torch_op = getattr(torch.ops.aiter_aux, op + "_out").default
-    for call in (fn(ops, op + "_out"), lambda **kw: torch_op(**_schema_kwargs(kw))):
+    for call in (fn(ops, op + "_out"), lambda **kw: torch_op(**_schema_kwargs(kw, op))):
         kw, _ = alloc_outs(outs, 0)
         written = _written(a, kw)
         before = [t._version for t in written]
@@ -301,8 +301,8 @@ def test_writes_are_seen_by_autograd(op, d):
         if t.dtype in floats:
             bad = {**kw, **put(t.detach().requires_grad_())}
             with pytest.raises(RuntimeError, match="requires grad"):
-                torch_op(**_schema_kwargs({**a, **bad}))
+                torch_op(**_schema_kwargs({**a, **bad}, op))
             assert untouched(wholes)
             with torch.no_grad():  # allowed without grad mode, as torch's out= ops
-                torch_op(**_schema_kwargs({**a, **bad}))
+                torch_op(**_schema_kwargs({**a, **bad}, op))
             t.requires_grad_(False)
