@@ -67,7 +67,7 @@ if os.environ.get("T_HOOKS"):
         generate, run_ninja, publish, replace)
 
 def progress(done, total, what):
-    if done == total - 1:
+    if what.startswith("LINK ") or ".so" in what:
         mark("link")
 
 if os.environ.get("T_GO"):
