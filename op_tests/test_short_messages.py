@@ -51,8 +51,11 @@ def test_a_drop_ins_missing_instance_is_short_with_the_fix_first(monkeypatch, tm
     def refuse(*args, **kwargs):
         raise ops.UnsupportedShapeError(text)
 
-    monkeypatch.setattr(ops, "moe_align_block_size_vllm_out", refuse)
-    monkeypatch.setattr(ops, "moe_align_block_size_sglang_out", refuse)
+    from aiter_aux.compat import _align
+
+    _align._t()  # the torch ops the drop-ins call: each refuses as a missing instance does
+    monkeypatch.setattr(_align, "_T", list(_align._T[:2]) + [refuse, refuse])
+    monkeypatch.setattr(_align, "_ALLOC", [refuse])
     ids = torch.zeros(4, 2, dtype=torch.int32)
     with pytest.raises(ops.UnsupportedShapeError) as e:
         if drop_in == "vllm":
@@ -80,6 +83,7 @@ def test_no_module_under_disable_jit_says_the_fix_first(monkeypatch, tmp_path):
 
     monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
     monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(spec, "_LOADED", {})  # as in a process that loaded no module yet
     with pytest.raises(aiter_aux.JitDisabledError) as e:
         spec.ModuleSpec("cpu").load()
     text = str(e.value)
