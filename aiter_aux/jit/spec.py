@@ -226,6 +226,10 @@ class ModuleSpec:
                     module = self.try_load() or self._build_and_load()
                     ondemand.install(module)
                     _LOADED[self.backend] = module
+                    if paths.PREBUILT_DIR in Path(module.path).parents:
+                        from . import written_versions
+
+                        written_versions.PREBUILT_SERVES.append(True)
                     library = sys.modules.get("aiter_aux.ops._library")
                     if library is not None:  # the ops exist: their version bumps too
                         library.register_written_versions()

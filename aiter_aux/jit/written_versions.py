@@ -33,6 +33,11 @@ def build_dir() -> Path:
     return paths.cache_root() / f"{DIR_PREFIX}{build.replace('+', '_')}-{source}"
 
 
+# Set when a prebuilt module (the wheel's) serves: the prebuilt path compiles nothing, so the
+# library is loaded only if the cache already holds it.
+PREBUILT_SERVES: list[bool] = []
+
+
 def load() -> str | None:
     """Load the library, building it first if it is not in the cache (its loading registers
     the kernels of the ops defined at that moment); None when loaded, else why not (one
@@ -43,12 +48,14 @@ def load() -> str | None:
     directory = build_dir()
     built = directory / f"{NAME}.so"
     try:
-        paths.ensure_dir(directory)
         if built.is_file() and not (directory / "lock").exists():
             torch.ops.load_library(str(built))
             return None
         if env.get("AITER_AUX_DISABLE_JIT"):
             return f"AITER_AUX_DISABLE_JIT=1 and {built} is not built"
+        if PREBUILT_SERVES:
+            return f"a prebuilt module serves (it compiles nothing) and {built} is not built"
+        paths.ensure_dir(directory)
         from torch.utils import cpp_extension
 
         with contextlib.redirect_stdout(io.StringIO()):  # ninja's lines; errors raise
