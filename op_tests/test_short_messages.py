@@ -22,6 +22,9 @@ class NoInstances:
     def has(self, key: str) -> bool:
         return False
 
+    def keys(self) -> list[str]:
+        return []
+
 
 def missing_message(monkeypatch, tmp_path, key: str) -> str:
     monkeypatch.setenv("AITER_AUX_DISABLE_JIT", "1")
@@ -107,8 +110,23 @@ def test_why_an_instance_is_missing_is_short_with_the_fix_in_front(in_catalog):
     class Module(NoInstances):
         path = paths.source_root()
 
+        def keys(self) -> list[str]:  # a catalog build of another catalog
+            return ["moe_sort_e1_k1"]
+
     text = spec.why_missing(Module(), key)
     fix = "(fix: restart the process;" if in_catalog else "(fix: `aiter-aux add-shape"
     assert text.startswith(f"{key} is not in this process's cpu module"), text
     assert fix in text and "\n" not in text and len(text) <= LONGEST, (len(text), text)
     assert str(paths.source_root()) not in text
+
+
+def test_a_module_of_no_shape_says_to_build_not_to_restart():
+    """A cache holding only the module of no shape under AITER_AUX_DISABLE_JIT=1: restarting
+    would not help; building (or JIT) does."""
+    from aiter_aux.jit import spec
+
+    catalog = paths.catalog_on_disk(paths.source_root() / paths.CATALOG_FILE).SHAPES
+    key = paths.codegen_module("instances").enumerate_instances(catalog)[0].key
+    text = spec.why_missing(NoInstances(), key)
+    assert "restart the process;" not in text and "aiter-aux build" in text, text
+    assert "\n" not in text and len(text) <= LONGEST, (len(text), text)

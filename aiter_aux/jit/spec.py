@@ -304,7 +304,8 @@ class ModuleSpec:
 def why_missing(module: AuxModule, key: str) -> str:
     """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
     process when the catalog on disk has the key (its shape was added after this process read
-    the catalog), add the shape when it does not."""
+    the catalog), build it when the module is the one of no shape, add the shape when the
+    catalog lacks it."""
     where = f"{key} is not in this process's {module.backend} module"
     path = paths.source_root() / paths.CATALOG_FILE
     try:
@@ -312,6 +313,11 @@ def why_missing(module: AuxModule, key: str) -> str:
         keys = {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
     except Exception:  # a catalog file being edited: say only what is sure
         return f"{where} (fix: `aiter-aux build`, then restart the process)"
+    if key in keys and not module.keys():  # the module of no shape: no catalog build loaded
+        return (
+            f"{where}, the module of no shape (fix: unset AITER_AUX_DISABLE_JIT, or run "
+            "`aiter-aux build`, then restart the process)"
+        )
     if key in keys:  # a process loads one module per backend: loading registers its ops
         return (
             f"{where}, but the catalog on disk has it (fix: restart the process; its shape "
