@@ -23,9 +23,10 @@ import json
 import os
 import stat
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,14 @@ def renew_after_fork(namespace: dict, name: str, factory: Callable[[], object]) 
     first op call loads or builds) would stay held in it forever."""
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: namespace.__setitem__(name, factory()))
+
+
+def renew_cached_property_locks_after_fork(cls: type) -> None:
+    """The same for the lock ``functools.cached_property`` holds (per property, Python < 3.12)
+    while it computes: a child of a fork taken during the computation would wait on it."""
+    for attr in vars(cls).values():
+        if isinstance(attr, cached_property) and hasattr(attr, "lock"):
+            renew_after_fork(vars(attr), "lock", threading.RLock)
 
 
 class JitDisabledError(RuntimeError):

@@ -301,6 +301,9 @@ class ModuleSpec:
         log.warning("aiter_aux: %s%s", why, note)
 
 
+paths.renew_cached_property_locks_after_fork(ModuleSpec)
+
+
 def why_missing(module: AuxModule, key: str) -> str:
     """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
     process when the catalog on disk has the key (its shape was added after this process read

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import __version__, env
 from .module import ABI_VERSION
-from .paths import codegen_module, kernels_dir
+from .paths import codegen_module, kernels_dir, renew_cached_property_locks_after_fork
 
 PACKAGE_VERSION = __version__
 #: The stable-ABI version the binding targets (TORCH_TARGET_VERSION): torch 2.11, the oldest
@@ -94,6 +94,9 @@ class Toolchain:
 
 # What a compiler masquerade (``/usr/lib/ccache/g++ -> ../../bin/ccache``) resolves to.
 LAUNCHERS = ("ccache", "sccache", "distcc")
+
+
+renew_cached_property_locks_after_fork(Toolchain)
 
 
 @dataclass(frozen=True)

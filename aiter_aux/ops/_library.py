@@ -27,6 +27,7 @@ same in Python (about 3 us more per call).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -34,10 +35,13 @@ from collections.abc import Callable
 import torch
 
 from ..jit.paths import renew_after_fork
+from ..jit.spec import load_module  # imported here: a fork must not find it half-imported
 
 T = torch.Tensor
-_LOCK = threading.Lock()
-renew_after_fork(globals(), "_LOCK", threading.Lock)
+_LOCK = threading.RLock()
+renew_after_fork(globals(), "_LOCK", threading.RLock)
+if hasattr(os, "register_at_fork"):  # a fork waits for a load in flight (dlopen, registration)
+    os.register_at_fork(before=lambda: _LOCK.acquire(), after_in_parent=lambda: _LOCK.release())
 _WRITTEN_LOCK = threading.Lock()  # register_written_versions (called with the loader's held)
 renew_after_fork(globals(), "_WRITTEN_LOCK", threading.Lock)
 _LIB: torch.library.Library | None = None
@@ -81,8 +85,6 @@ def _loader(name: str, check: Callable):
         if backend not in _LOADED_BACKENDS:
             with _LOCK:  # concurrent first calls wait here for the one load
                 if backend not in _LOADED_BACKENDS:
-                    from ..jit.spec import load_module
-
                     load_module(backend)  # its binding registers the backend's kernels
                     _LOADED_BACKENDS.add(backend)
         _AGAIN.name = name
