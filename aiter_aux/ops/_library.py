@@ -35,13 +35,29 @@ from collections.abc import Callable
 import torch
 
 from ..jit.paths import renew_after_fork
-from ..jit.spec import load_module  # imported here: a fork must not find it half-imported
 
 T = torch.Tensor
-_LOCK = threading.RLock()
+_LOCK = threading.RLock()  # held while a backend loads: jit.spec's import, dlopen, registration
 renew_after_fork(globals(), "_LOCK", threading.RLock)
-if hasattr(os, "register_at_fork"):  # a fork waits for a load in flight (dlopen, registration)
-    os.register_at_fork(before=lambda: _LOCK.acquire(), after_in_parent=lambda: _LOCK.release())
+#: How long a fork waits for a load in flight before it forks anyway: a load that finds its
+#: module built takes well under it; one that builds takes longer, and the child's locks and
+#: build (serialized by the cache's file locks) are its own.
+FORK_WAIT_S = 2.0
+_FORK_HELD = threading.local()
+
+
+def _before_fork() -> None:
+    _FORK_HELD.value = _LOCK.acquire(timeout=FORK_WAIT_S)
+
+
+def _after_fork_in_parent() -> None:
+    if getattr(_FORK_HELD, "value", False):
+        _FORK_HELD.value = False
+        _LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
 _WRITTEN_LOCK = threading.Lock()  # register_written_versions (called with the loader's held)
 renew_after_fork(globals(), "_WRITTEN_LOCK", threading.Lock)
 _LIB: torch.library.Library | None = None
@@ -85,6 +101,8 @@ def _loader(name: str, check: Callable):
         if backend not in _LOADED_BACKENDS:
             with _LOCK:  # concurrent first calls wait here for the one load
                 if backend not in _LOADED_BACKENDS:
+                    from ..jit.spec import load_module  # under the lock: a fork waits for it
+
                     load_module(backend)  # its binding registers the backend's kernels
                     _LOADED_BACKENDS.add(backend)
         _AGAIN.name = name
