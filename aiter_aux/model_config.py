@@ -155,12 +155,13 @@ def _read_bounded(path: str | Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ModelConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    st = os.fstat(fd)  # before fdopen, which refuses a directory naming only the fd
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else (
+            "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket")  # fmt: skip
+        raise ModelConfigError(f"cannot read {path}: not a regular file ({kind})")
     with os.fdopen(fd, "rb", buffering=0) as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else (
-                "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket")  # fmt: skip
-            raise ModelConfigError(f"cannot read {path}: not a regular file ({kind})")
         too_big = f"cannot read {path}: over {MAX_CONFIG_BYTES} bytes (a config.json is a few kB)"
         if st.st_size > MAX_CONFIG_BYTES:
             raise ModelConfigError(too_big)

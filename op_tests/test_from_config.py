@@ -160,6 +160,7 @@ def _write(tmp_path: Path, text: str) -> str:
      (lambda d: _write(d, json.dumps({"_source": "a/b\u0000c"})), ["--tp", "2"],
       "control or bidi characters (U+0000)"),
      (lambda d: "/dev/zero", ["--tp", "2"], "not a regular file"),
+     (lambda d: str(d), ["--tp", "2"], "not a regular file (a directory)"),
      (lambda d: _write(d, json.dumps({"model_type": "llama", "hidden_size": 4096})), ["--tp", "1"],
       "not a MoE config this derivation reads (llama): the config has no routed experts"),
      (lambda d: config("deepseek_v3"), ["--tp", "3"],

@@ -377,3 +377,28 @@ def test_fifo_is_refused_without_blocking(tmp_path):
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("load_config blocked on a FIFO")
     assert "not a regular file" in result["error"] and str(fifo) in result["error"]
+
+
+def test_directory_symlink_loop_and_unreadable_name_the_path(tmp_path):
+    import os
+
+    (tmp_path / "dir").mkdir()
+    os.symlink("loop_b", tmp_path / "loop_a")
+    os.symlink("loop_a", tmp_path / "loop_b")
+    for path, message in [
+        (tmp_path / "dir", r"not a regular file \(a directory\)"),
+        (tmp_path / "loop_a", "cannot read"),
+        (tmp_path / "missing.json", "No such file"),
+    ]:
+        with pytest.raises(ModelConfigError, match=message) as e:
+            load_config(path)
+        _one_line_naming(e.value, path)
+        assert "fd " not in str(e.value) and "Errno" not in str(e.value), str(e.value)
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    locked.chmod(0)
+    if os.access(locked, os.R_OK):  # root reads it anyway
+        return
+    with pytest.raises(ModelConfigError, match="Permission denied") as e:
+        load_config(locked)
+    _one_line_naming(e.value, locked)
