@@ -317,13 +317,18 @@ MAX_NOTE_CHARS = 200  # a catalog comment names a model and a layout
 
 
 def text_error(text: str, max_chars: int) -> str | None:
-    """Why ``text`` may not go into a catalog comment (too long, or control, bidi or line
-    separator characters that would hide or break the line), or None."""
+    """Why ``text`` may not go into a catalog comment (too long, control, bidi or line
+    separator characters that would hide or break the line, or lone surrogates, which the
+    UTF-8 file cannot hold), or None."""
     if len(text) > max_chars:
         return f"is {len(text)} characters long (at most {max_chars})"
     bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
     if bad:
         return f"holds control or bidi characters ({', '.join(f'U+{ord(c):04X}' for c in bad[:3])})"
+    lone = [c for c in text if unicodedata.category(c) == "Cs"]  # e.g. os.fsdecode(b"\xff")
+    if lone:
+        codes = ", ".join(f"U+{ord(c):04X}" for c in lone[:3])
+        return f"holds lone surrogates that UTF-8 cannot write ({codes}; bytes that are not UTF-8?)"
     return None
 
 

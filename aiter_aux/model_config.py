@@ -179,7 +179,7 @@ def load_config(path: str | Path) -> dict:
     a missing, unreadable or non-regular file, one over :data:`MAX_CONFIG_BYTES`, bytes that
     are not UTF-8, invalid or too deeply nested JSON, an integer of more digits than Python
     converts, a JSON value that is not an object, or a model name (:func:`model_name`) with
-    control or bidi characters or over :data:`MAX_NAME_CHARS`."""
+    control or bidi characters or lone surrogates or over :data:`MAX_NAME_CHARS`."""
     data = _read_bounded(path)
     try:
         text = data.decode("utf-8")

@@ -456,6 +456,7 @@ def test_failed_rebuild_undoes_the_add(tree, monkeypatch, capsys):
     [("GLM-4.5 \u202eTP4", "control or bidi characters (U+202E)"),
      ("GLM\u0000", "control or bidi characters (U+0000)"),
      ("GLM\u2066x\u2069", "control or bidi characters (U+2066, U+2069)"),
+     ("GLM\udcff", "lone surrogates that UTF-8 cannot write (U+DCFF"),
      ("M" * 100_000, "100000 characters long")],
 )  # fmt: skip
 def test_note_with_control_characters_or_too_long_is_refused(tree, note, message):
@@ -463,4 +464,15 @@ def test_note_with_control_characters_or_too_long_is_refused(tree, note, message
     before = snapshot(tree)
     with pytest.raises(ce.CatalogEditError, match=re.escape(message)):
         ce.add_shape(NEW, note, **files(tree))
+    assert snapshot(tree) == before
+
+
+def test_note_of_bytes_that_are_not_utf8_is_one_line_exit_2(tree):
+    """A --note of bytes that are not UTF-8 reaches Python as lone surrogates (os.fsdecode):
+    one line naming --note, exit 2, nothing written."""
+    before = snapshot(tree)
+    p = cli(tree, "add-shape", "160,5120,1536,8", "--note", "GLM\udcff", "--no-build")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
+    assert "--note holds lone surrogates" in lines[0] and "Traceback" not in p.stderr, lines
     assert snapshot(tree) == before

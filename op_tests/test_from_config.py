@@ -159,6 +159,8 @@ def _write(tmp_path: Path, text: str) -> str:
       "value has 5001 digits"),
      (lambda d: _write(d, json.dumps({"_source": "a/b\u0000c"})), ["--tp", "2"],
       "control or bidi characters (U+0000)"),
+     (lambda d: _write(d, json.dumps({"_source": "a/b\udcffc"})), ["--tp", "2"],
+      "the model name (_source, _name_or_path or model_type) holds lone surrogates"),
      (lambda d: "/dev/zero", ["--tp", "2"], "not a regular file"),
      (lambda d: str(d), ["--tp", "2"], "not a regular file (a directory)"),
      (lambda d: _write(d, json.dumps({"model_type": "llama", "hidden_size": 4096})), ["--tp", "1"],

@@ -325,8 +325,9 @@ def _one_line_naming(e: ModelConfigError, path) -> None:
      (b'{"hidden_size": ' + b"9" * 5001 + b"}", "digits"),
      (json.dumps({"_name_or_path": "org/Model\u0000X"}).encode(), "control"),
      (json.dumps({"_source": "org/Model\u202eX"}).encode(), "control"),
-     (json.dumps({"_name_or_path": "org/" + "M" * 100_000}).encode(), "characters")],
-    ids=["deep", "utf8", "digits", "nul", "bidi", "huge-name"],
+     (json.dumps({"_name_or_path": "org/" + "M" * 100_000}).encode(), "characters"),
+     (json.dumps({"_source": "org/M\udcffX"}).encode(), "surrogates")],
+    ids=["deep", "utf8", "digits", "nul", "bidi", "huge-name", "surrogate"],
 )  # fmt: skip
 def test_every_parse_failure_is_one_line_naming_the_file(tmp_path, text, message):
     path = tmp_path / "config.json"
