@@ -51,13 +51,20 @@ def dry_run(tc, shapes) -> DryRun:
     from ninja import BIN_DIR
 
     from .jit.ninja_file import render_build_ninja
-    from .jit.paths import MODULE_NAME, build_dir, codegen_module
+    from .jit.paths import MODULE_NAME, build_dir, codegen_module, not_regular
 
     directory = build_dir(tc)
     with tempfile.TemporaryDirectory(prefix="aiter_aux_doctor_") as tmp:
         work = Path(tmp) / directory.name
         if directory.is_dir():
-            skip = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
+            by_name = shutil.ignore_patterns(".lock*", "*.tmp", f"{MODULE_NAME}-*.so")
+
+            def skip(where: str, names: list[str]) -> set[str]:
+                # a FIFO, device or socket (which _cache names) is nothing ninja reads
+                odd = {n for n in names if not_regular(Path(where) / n) not in (None,
+                       "a directory", "a dangling symlink")}  # fmt: skip
+                return set(by_name(where, names)) | odd
+
             shutil.copytree(directory, work, symlinks=True, ignore=skip)
         gen = codegen_module("gen_instances").generate(work / "src", tc.backend, shapes)
         text = render_build_ninja(
@@ -121,12 +128,15 @@ def _lock_state(directory: Path) -> str:
         import fcntl
     except ImportError:  # Windows
         return "unknown"
+    from .jit.paths import not_regular, open_regular
+
     try:
-        fd = os.open(directory / ".lock", os.O_RDONLY)
-    except FileNotFoundError:
-        return "no lock file"
+        fd = open_regular(directory / ".lock")  # never waits on a FIFO
     except OSError as e:
         return f"unreadable ({e.strerror})"
+    if fd is None:
+        odd = not_regular(directory / ".lock")
+        return f"{odd}, not a lock file" if odd else "no lock file"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -206,10 +216,13 @@ def _toolchain(r: _Report, backend: str | None):
 
 def _cache(r: _Report, tc, current) -> None:
     from .jit.paths import (
+        MANIFEST,
+        MANIFEST_MAX_BYTES,
         CacheSafetyError,
         cache_root,
         cache_root_problem,
         check_safe,
+        not_regular,
         read_manifest,
     )
     from .jit.paths import sha256_file as _sha256
@@ -241,8 +254,20 @@ def _cache(r: _Report, tc, current) -> None:
                    f"{'built' if built else 'not built'}")  # fmt: skip
             continue
         is_current = tc is not None and d.name == tc.build_dir_name()
-        m = read_manifest(d)
         tag = " [current toolchain]" if is_current else ""
+        odd = not_regular(d / MANIFEST)
+        if odd:
+            r.line("", f"{d.name}{tag}: {MANIFEST} is {odd}, lock {_lock_state(d)}")
+            r.problem(f"{d / MANIFEST} is {odd}, not a regular file: no module is published "
+                      "there; the next `aiter-aux build` replaces it")  # fmt: skip
+            continue
+        m = read_manifest(d)
+        if m is None and (d / MANIFEST).exists():
+            r.line("", f"{d.name}{tag}: {MANIFEST} does not read, lock {_lock_state(d)}")
+            r.problem(f"{d / MANIFEST} does not read as a manifest (over "
+                      f"{MANIFEST_MAX_BYTES} bytes, or not a JSON object): no module is "
+                      "published there; the next `aiter-aux build` replaces it")  # fmt: skip
+            continue
         if m is None:
             r.line("", f"{d.name}{tag}: no manifest (never published), lock {_lock_state(d)}")
             continue

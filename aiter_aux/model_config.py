@@ -158,9 +158,9 @@ def _read_bounded(path: str | Path) -> bytes:
     st = os.fstat(fd)  # before fdopen, which refuses a directory naming only the fd
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else (
-            "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket")  # fmt: skip
-        raise ModelConfigError(f"cannot read {path}: not a regular file ({kind})")
+        from .jit.paths import file_kind
+
+        raise ModelConfigError(f"cannot read {path}: not a regular file ({file_kind(st.st_mode)})")
     with os.fdopen(fd, "rb", buffering=0) as f:
         too_big = f"cannot read {path}: over {MAX_CONFIG_BYTES} bytes (a config.json is a few kB)"
         if st.st_size > MAX_CONFIG_BYTES:

@@ -240,3 +240,39 @@ def test_prebuilt_mismatch_reasons(tmp_path, cpu_module):
     ):
         bad = prebuilt.Prebuilt(directory, dict(good, **{field: value}))
         assert reason in prebuilt.mismatch(bad, "cpu"), field
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dev_zero", "nested"])
+def test_doctor_names_a_manifest_that_is_no_regular_json_file(tmp_path, monkeypatch, kind):
+    """A FIFO, a directory, a link to /dev/zero or a document nested too deeply at the
+    manifest's name of the current build directory: one line naming it, a problem (not
+    'status ok'), no Python repr, and nothing blocks (the dry run copies the directory)."""
+    pytest.importorskip("torch")
+    from aiter_aux.jit import toolchain
+    from aiter_aux.jit.paths import build_dir
+
+    cache = tmp_path / "cache"
+    env = dict(os.environ, AITER_AUX_CACHE_DIR=str(cache))
+    for k in ("AITER_AUX_DISABLE_JIT", "AITER_AUX_REBUILD", "AITER_AUX_SOURCE_DIR"):
+        env.pop(k, None)
+    monkeypatch.setenv("AITER_AUX_CACHE_DIR", str(cache))
+    directory = build_dir(toolchain.select("cpu"))
+    cache.mkdir(mode=0o700)
+    directory.mkdir(mode=0o700)
+    manifest = directory / "manifest.json"
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    elif kind == "directory":
+        manifest.mkdir()
+    elif kind == "dev_zero":
+        manifest.symlink_to("/dev/zero")
+    else:
+        manifest.write_text("[" * 200_000 + "]" * 200_000)
+    args = ["doctor", "--backend", "cpu"] + ([] if kind == "fifo" else ["--no-dry-run"])
+    p = run_py(["-m", "aiter_aux.cli", *args], env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    what = {"fifo": "is a FIFO", "directory": "is a directory", "dev_zero": "is a character device",
+            "nested": "does not read as a manifest"}[kind]  # fmt: skip
+    problems = [ln for ln in p.stdout.splitlines() if ln.startswith("  PROBLEM: ")]
+    assert problems == [f"  PROBLEM: {manifest} {what}" + problems[0].split(what, 1)[1]], problems
+    assert "[(" not in p.stdout and "status        ok" not in p.stdout, p.stdout

@@ -154,6 +154,31 @@ def sha256_fd(fd: int) -> str:
     return h.hexdigest()
 
 
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file (``"a directory"``, ``"a
+    FIFO"``, ...; a symlink is followed), else None.  Only stats it: a FIFO is never opened,
+    so never waited on."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling symlink" if os.path.islink(path) else None
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    return file_kind(mode)
+
+
+def file_kind(mode: int) -> str:
+    """How messages name a file of ``mode`` (``os.stat``'s ``st_mode``) that is not regular."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "an unknown kind of file"
+
+
 def open_regular(path: Path) -> int | None:
     """A read-only descriptor of ``path`` when it is a regular file; None when it is missing
     or is something else (a directory, a FIFO: opened without blocking, then refused)."""
