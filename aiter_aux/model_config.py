@@ -26,8 +26,9 @@ each stated in the derivation it applies to:
   must be exact; the result is rounded up to a multiple of 256 (the catalog's form).
 * **model_dim.**  A hidden size that is not a multiple of 256 (gpt-oss: 2880) is padded to
   the next one (3072); the caller pads the activations.
-* **Limits.**  ``E <= MAX_EXPERTS`` and ``1 <= topk <= min(E, MAX_TOPK)``: the catalog's
-  rule constants, read from ``codegen/catalog.py``.
+* **Limits.**  ``E <= MAX_EXPERTS``, ``1 <= topk <= min(E, MAX_TOPK)``, the padded
+  model_dim ``<= MAX_MODEL_DIM`` and inter_rounded ``<= MAX_INTER``: the catalog's rule
+  constants, read from ``codegen/catalog.py``.
 
 Errors are :class:`ModelConfigError` (a ``ValueError``) with a one-line message; reading a
 config is bounded (:func:`load_config`: a regular file of at most
@@ -409,6 +410,12 @@ def shapes_from_config(
 
     align = rules.MODEL_DIM_ALIGN
     model_dim = -(-hidden // align) * align
+    if model_dim > rules.MAX_MODEL_DIM:
+        padded = f" (padded to a multiple of {align}: {model_dim})" if model_dim != hidden else ""
+        raise ModelConfigError(
+            f"{where}{h_key} {hidden}{padded} is over the model_dim {rules.MAX_MODEL_DIM} the "
+            "kernels compile: no padding serves it"
+        )
     if model_dim != hidden:
         steps.append(
             f"pad hidden {hidden} -> {model_dim}: the ops need model_dim % {align} == 0; "
@@ -429,6 +436,11 @@ def shapes_from_config(
     per_rank = inter // moe_tp
     steps.append(f"{why_split}: {inter} / {moe_tp} = {per_rank}" if moe_tp > 1 else why_split)
     inter_rounded = round_inter(per_rank)
+    if inter_rounded > rules.MAX_INTER:
+        raise ModelConfigError(
+            f"{where}{i_key} {inter}: inter per rank {per_rank} rounds up to {inter_rounded}, "
+            f"over the inter_rounded {rules.MAX_INTER} a catalog shape may have"
+        )
     if inter_rounded != per_rank:
         steps.append(
             f"round inter {per_rank} up to {inter_rounded} (the catalog stores inter rounded "

@@ -64,9 +64,12 @@ def validate_shape(shape: object) -> list[str]:
         errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
     if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
         msg = f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}"
-        if model_dim > 0:
-            padded = -(-model_dim // MODEL_DIM_ALIGN) * MODEL_DIM_ALIGN
+        padded = -(-model_dim // MODEL_DIM_ALIGN) * MODEL_DIM_ALIGN
+        if 0 < padded <= MAX_MODEL_DIM:
             msg += f"; pad the hidden size to {padded} (add-shape --from-config does so)"
+        elif model_dim > 0:  # no padding serves it: say so rather than name a refused value
+            msg += (f" at most {MAX_MODEL_DIM} ({_limits.MODEL_DIM.why}): none from "
+                    f"{model_dim} up is, so no padding serves it")  # fmt: skip
         errors.append(msg)
     elif model_dim > MAX_MODEL_DIM:
         errors.append(f"{shape}: model_dim must be at most {MAX_MODEL_DIM} "

@@ -422,6 +422,25 @@ def test_catalog_bounds_come_from_the_limits():
     assert (alone.MAX_MODEL_DIM, alone.MAX_INTER) == (L.MODEL_DIM.hi, L.INTER.hi)
 
 
+def test_padding_advice_never_names_a_model_dim_the_catalog_refuses():
+    """The advice to pad model_dim names a value validate_shape accepts, or says that no
+    padded value serves; it never names one over the limit."""
+    import re
+
+    from aiter_aux.jit.paths import codegen_module
+
+    L, cat = _limits(), codegen_module("catalog")
+    top = L.MODEL_DIM.hi // cat.MODEL_DIM_ALIGN * cat.MODEL_DIM_ALIGN  # the largest accepted
+    for model_dim in (2880, top - 1, top + 1, L.MODEL_DIM.hi, L.MODEL_DIM.hi + 1):
+        (error,) = cat.validate_shape((8, model_dim, 256, 8))
+        advised = re.search(r"pad the hidden size to (\d+)", error)
+        if model_dim <= top:
+            assert advised and cat.validate_shape((8, int(advised[1]), 256, 8)) == [], error
+        else:
+            assert not advised and f"at most {L.MODEL_DIM.hi}" in error, error
+            assert model_dim % 256 == 0 or "no padding serves it" in error, error
+
+
 def test_cli_refuses_a_model_dim_that_cannot_compile(tree):
     before = snapshot(tree)
     p = cli(tree, "add-shape", "256,2147482624,256,8", "--note", "x", "--no-build")

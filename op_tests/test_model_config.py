@@ -403,3 +403,24 @@ def test_directory_symlink_loop_and_unreadable_name_the_path(tmp_path):
     with pytest.raises(ModelConfigError, match="Permission denied") as e:
         load_config(locked)
     _one_line_naming(e.value, locked)
+
+
+def test_hidden_size_no_padding_serves_is_refused_not_advised():
+    """A hidden size whose padded model_dim is over the limit the kernels compile is refused
+    in one line; the derivation never advises padding to a value add-shape refuses."""
+    from aiter_aux.jit.paths import codegen_module
+
+    L = codegen_module("limits")
+    top = L.MODEL_DIM.hi // 256 * 256
+    base = dict(cfg("mixtral_8x7b"))
+    d = shapes_from_config(dict(base, hidden_size=top - 1), 1)
+    assert d.shape[1] == top and any(
+        f"pad the activations (and the weights' model_dim) with " f"zeros to {top}" in n
+        for n in d.notes
+    )
+    for hidden in (top + 1, L.MODEL_DIM.hi + 1):
+        with pytest.raises(ModelConfigError, match="no padding serves it") as e:
+            shapes_from_config(dict(base, hidden_size=hidden), 1)
+        assert f"hidden_size {hidden}" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ModelConfigError, match="over the inter_rounded"):
+        shapes_from_config(dict(base, intermediate_size=L.INTER.hi), 1)
