@@ -136,6 +136,8 @@ class CallPlan:
                 out.append("  " + self._cpp_tensor(t, f"*{t.name}"))
                 out.append(f"  check_device(*{t.name}, {self.first});")
                 out.append("}")
+            elif kind == "scalar" and isinstance(data, Float):  # as _float in Python
+                out.append(f'check_finite({data.name}, "{data.name}");')
             elif kind == "rule":
                 cond = exprs.to_cpp(data.cond, s)
                 if data.when:

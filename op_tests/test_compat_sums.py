@@ -293,3 +293,32 @@ def test_drop_in_write_invalidates_saved_tensors(call):
             sglang.moe_sum_reduce(inp, out, 1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_routed_scaling_factor_is_refused_before_any_kernel(cpu_module, scale):
+    """The rule of ``aiter-aux run --routed-scaling``: a NaN or infinite scale is a
+    ValueError naming routed_scaling_factor, before any kernel, on every entry point."""
+    x = torch.ones(2, 3, 8, dtype=torch.bfloat16)
+    out, whole = guarded((2, 8), torch.bfloat16, "cpu")
+    calls = {
+        "sglang.moe_sum_reduce": lambda: sglang.moe_sum_reduce(x, out, scale),
+        "ops.moe_sum": lambda: ops.moe_sum(x, routed_scaling_factor=scale),
+        "ops.moe_sum_out": lambda: ops.moe_sum_out(x, out, routed_scaling_factor=scale),
+        "torch.ops moe_sum_out": lambda: torch.ops.aiter_aux.moe_sum_out(
+            x, out, routed_scaling_factor=scale),
+        "reference.moe_sum": lambda: R.moe_sum(x, routed_scaling_factor=scale),
+        "ops.moe_route": lambda: ops.moe_route(torch.randn(4, 8), 2, routed_scaling_factor=scale),
+        "torch.ops moe_route": lambda: torch.ops.aiter_aux.moe_route(
+            torch.randn(4, 8), 2, routed_scaling_factor=scale),
+    }  # fmt: skip
+    before = cpu_module.kernel_calls()
+    for name, call in calls.items():
+        # torch.ops.aiter_aux.* is the binding itself: its RuntimeError says "ValueError: ..."
+        exc = RuntimeError if name.startswith("torch.ops") else ValueError
+        with pytest.raises(exc, match="routed_scaling_factor must be a finite number, "
+                           f"got {scale}") as e:  # fmt: skip
+            call()
+        assert "\n" not in str(e.value), (name, str(e.value))
+    assert cpu_module.kernel_calls() == before, "a kernel ran"
+    assert raw(whole).count(POISON) == whole.numel()

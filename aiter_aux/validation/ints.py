@@ -8,6 +8,7 @@ conventions of :mod:`aiter_aux.validation`.
 
 from __future__ import annotations
 
+import math
 import operator
 
 
@@ -27,7 +28,8 @@ _int = validate_int
 def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
     """Return ``value`` as a float: a Python int or float (or a numpy scalar of one); a
     bool, a tensor (0-dim included) or anything else raises TypeError, an int too large for
-    a float ValueError."""
+    a float, a NaN or an infinity ValueError (the binding's ``check_finite`` is the C++
+    twin)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = getattr(getattr(value, "dtype", None), "kind", "")
         if type(value).__module__ != "numpy" or kind not in ("i", "u", "f") or getattr(
@@ -35,11 +37,14 @@ def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
             raise TypeError(f"{name} must be a float, got {type(value).__name__}")
         value = value.item()  # a numpy scalar: its Python int or float
     try:
-        return float(value)
+        f = float(value)
     except OverflowError:
         raise ValueError(
             f"{name} does not fit a float: got an int of {value.bit_length()} bits"
         ) from None
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be a finite number, got {f}")
+    return f
 
 
 _float = validate_scale

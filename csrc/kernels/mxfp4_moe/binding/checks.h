@@ -14,6 +14,7 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -54,6 +55,13 @@ std::string cat(const A&... a) {
 
 [[noreturn]] inline void fail(const char* type, const std::string& msg) {
   throw std::runtime_error(std::string(type) + ": " + msg);
+}
+
+// A float argument must be finite: the twin of aiter_aux.validation.validate_scale.
+inline void check_finite(double v, const char* name) {
+  if (std::isfinite(v)) return;
+  fail("ValueError", cat(name, " must be a finite number, got ",
+                         std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf")));
 }
 
 inline void shim(AOTITorchError err, const char* what) {
