@@ -39,23 +39,14 @@ def composite(ns: Any) -> Callable[..., tuple]:
         ``sorted_scales`` and ``zero_buf`` are the caller's buffers, as in
         :func:`moe_sort_quant`.  Raises the ops' ``TypeError`` / ``ValueError`` before
         either runs."""
-        import torch
-
+        from .reference.route import route_outputs
         from .validation import _checks as C
-        from .validation.ints import validate_int
 
         route = dict(scoring=scoring, renormalize=renormalize, num_expert_group=num_expert_group,
                      topk_group=topk_group, correction_bias=correction_bias,
                      routed_scaling_factor=routed_scaling_factor)  # fmt: skip
-        codes = C.moe_route_codes(scoring, renormalize, num_expert_group, topk_group)
-        s = C.moe_route(
-            router_logits, topk, correction_bias=correction_bias, scoring=codes[0],
-            renormalize=codes[1], num_expert_group=codes[2], topk_group=codes[3],
-            routed_scaling_factor=routed_scaling_factor,
-        )  # fmt: skip
-        k, dev = validate_int(topk, "topk"), router_logits.device
-        w = torch.empty(s.M, k, dtype=torch.float32, device=dev)
-        ids = torch.empty(s.M, k, dtype=torch.int32, device=dev)
+        w, ids = route_outputs(router_logits, topk, **route)  # the route's checks and sizes
+        k = w.shape[1]
         sort = dict(zero_buf=zero_buf, expert_map=expert_map, sorted_scales=sorted_scales)
         getattr(C, C.select_moe_sort_quant(quant_dtype))(ids, w, x, num_experts, block_m, **sort)
         ns.moe_route_out(router_logits, k, w, ids, **route)

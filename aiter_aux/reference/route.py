@@ -242,6 +242,28 @@ def moe_route(
     Raises:
         TypeError, ValueError: as :func:`moe_route_out`.
     """
+    route = dict(scoring=scoring, renormalize=renormalize, num_expert_group=num_expert_group,
+                 topk_group=topk_group, correction_bias=correction_bias,
+                 routed_scaling_factor=routed_scaling_factor)  # fmt: skip
+    w, ids = route_outputs(router_logits, topk, **route)
+    return moe_route_out(router_logits, topk, w, ids, **route)
+
+
+def route_outputs(
+    router_logits: torch.Tensor,
+    topk: int,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+    correction_bias: torch.Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every check of :func:`moe_route` (its arguments as it takes them), then its outputs
+    allocated and uninitialised: ``(topk_weights, topk_ids)``, float32 and int32 ``[M,
+    topk]`` on ``router_logits``' device.  The one place of the route's output sizes
+    (:func:`moe_route`, ``moe_route_sort_quant``)."""
     codes = C.moe_route_codes(scoring, renormalize, num_expert_group, topk_group)
     s = C.moe_route(
         router_logits, topk, correction_bias=correction_bias, scoring=codes[0],
@@ -252,8 +274,4 @@ def moe_route(
     k = validate_int(topk, "topk")
     w = torch.empty(s.M, k, dtype=F32, device=dev)
     ids = torch.empty(s.M, k, dtype=torch.int32, device=dev)
-    return moe_route_out(
-        router_logits, topk, w, ids, scoring=scoring, renormalize=renormalize,
-        num_expert_group=num_expert_group, topk_group=topk_group,
-        correction_bias=correction_bias, routed_scaling_factor=routed_scaling_factor,
-    )  # fmt: skip
+    return w, ids
