@@ -5,6 +5,8 @@ AOTAutograd's functionalization of the written buffers; the bytes come from the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -127,3 +129,59 @@ def test_sglang_align(ignore):
 
     _same_compiled(align, args)
     _same_compiled(lambda ids: SRT.moe_align_block_size(ids, BS, E, ignore), lambda: (_ids(),))
+
+
+def _raises_eager_and_compiled(fn, make_args, message: str):
+    """``fn`` raises eagerly (ValueError) and compiled (the check traced into the graph:
+    RuntimeError), both naming ``message``."""
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match=message):
+        fn(*make_args())
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    with pytest.raises(RuntimeError, match=message):
+        compiled(*make_args())
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+@pytest.mark.parametrize("bad", [E, -2])
+def test_sglang_align_out_of_range_ids_raise_compiled_as_eager(ignore, bad):
+    """SGLang reads out of bounds for an id outside [-1, E): the drop-in raises, compiled as
+    eager (with ignore_invalid_expert a negative id is skipped: only >= E raises)."""
+    cap = M * K + (E + 1) * (BS - 1)
+
+    def align(ids, sorted_ids, expert_ids, total):
+        S.moe_align_block_size(ids, E + 1, BS, sorted_ids, expert_ids, total, None, False,
+                               ignore)  # fmt: skip
+        return sorted_ids.clone(), expert_ids.clone(), total.clone()
+
+    def ids():
+        t = _ids()
+        t[2, 3] = bad
+        return t
+
+    def args():
+        return (ids(), torch.empty(cap, dtype=I32), torch.empty(-(-cap // BS), dtype=I32),
+                torch.empty(1, dtype=I32))  # fmt: skip
+
+    if ignore and bad < 0:  # skipped, as SGLang skips it: compiled and eager agree
+        _same_compiled(align, args)
+        return
+    rule = re.escape(f"< {E}" if ignore else f"in [-1, {E})")
+    _raises_eager_and_compiled(align, args, f"topk_ids values must be {rule}")
+    srt = lambda t: SRT.moe_align_block_size(t, BS, E, ignore)  # noqa: E731
+    _raises_eager_and_compiled(srt, lambda: (ids(),), f"topk_ids values must be {rule}")
+
+
+def test_vllm_align_map_out_of_range_raises_compiled_as_eager():
+    """With ignore_invalid_experts vLLM reads expert_map values as local experts: one
+    outside [-1, E) raises, compiled as eager."""
+    emap = torch.arange(E, dtype=I32)
+    emap[4] = E
+
+    def align(ids):
+        return V.moe_align_block_size(ids, BS, E, emap, ignore_invalid_experts=True,
+                                      return_scatter_idx=True)  # fmt: skip
+
+    _raises_eager_and_compiled(
+        align, lambda: (_ids(),), re.escape(f"expert_map values must be -1 or in [0, {E})")
+    )

@@ -18,9 +18,10 @@ Beyond the references' rules:
 * int64 ``topk_ids`` are converted to int32 first (one more kernel on the GPU; values past
   int32 clamped, so that they are dropped as before).
 * The checks that read tensor values (SGLang ids in ``[-1, E)``, vLLM map values with
-  ``ignore_invalid_experts``) run on CPU tensors; on the GPU they would synchronise, and
-  under ``torch.compile`` they cannot be traced, so there the kernels drop such ids (and
-  map values) instead of reading out of bounds.
+  ``ignore_invalid_experts``) run on CPU tensors: eagerly a ``ValueError`` naming the first
+  bad value, under ``torch.compile`` traced into the graph (``torch._assert_async``: the
+  compiled call raises ``RuntimeError`` with the rule).  On the GPU they would synchronise,
+  so there the kernels drop such ids (and map values) instead of reading out of bounds.
 
 Per call, these functions do what the peers' wrappers do (allocate, call the op) plus
 plain comparisons of the int and bool arguments; the op's binding checks the tensors.  On
@@ -92,10 +93,23 @@ def _ids2d(topk_ids, torch, i32):
 
 
 def _checking_values(t) -> bool:
-    """Whether the value checks run: on CPU tensors, outside a ``torch.compile`` trace."""
+    """Whether the value checks run eagerly: on CPU tensors, outside a ``torch.compile``
+    trace (there :func:`_traced_check` puts them into the graph)."""
     import torch
 
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _traced_check(t, lo: int | None, hi: int, message: str) -> None:
+    """Under ``torch.compile``, on CPU tensors: the value check ``lo <= t < hi`` (``lo``
+    None: ``t < hi``) traced into the graph as ``torch._assert_async``, so that the compiled
+    call raises (``RuntimeError(message)``) where the eager one raises ``ValueError``.
+    Nothing elsewhere: on the GPU the check would synchronise (eager does not make it)."""
+    import torch
+
+    if t.device.type == "cpu" and torch.compiler.is_compiling():
+        ok = t < hi if lo is None else (t >= lo) & (t < hi)
+        torch._assert_async(ok.all(), message)
 
 
 def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, scatter):
@@ -120,6 +134,8 @@ def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, sca
             )
         if ignore and _checking_values(expert_map):
             R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+        elif ignore:
+            _traced_check(expert_map[:e], -1, e, f"expert_map values must be -1 or in [0, {e})")
     if scatter and expert_map is not None and not ignore:
         raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
     return bs, e, pad, ignore, scatter
@@ -209,7 +225,13 @@ def _sglang_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_
 
 
 def _check_sglang_values(topk_ids, e: int, ignore: bool) -> None:
-    if topk_ids.numel() and _checking_values(topk_ids):
+    if not topk_ids.numel():
+        return
+    if not _checking_values(topk_ids):
+        rule = f"< {e}" if ignore else f"in [-1, {e})"
+        message = f"topk_ids values must be {rule} ({_SGLANG_PLUS_ONE})"
+        _traced_check(topk_ids, None if ignore else -1, e, message)
+    else:
         from ..reference import compat as R
 
         try:
@@ -348,6 +370,8 @@ def _custom_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_
             )
         if _checking_values(emap):
             R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
+        else:
+            _traced_check(emap[:e], -1, e, f"expert_map values must be -1 or in [0, {e})")
     return bs, e
 
 
