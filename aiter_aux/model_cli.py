@@ -97,10 +97,14 @@ def plan_add_shape(args) -> bool:
     if args.from_config is None:
         return True
     from .catalog_edit import CatalogEditError, check_shape, default_files
-    from .model_config import format_derivation, load_config, shapes_from_config
+    from .model_config import ModelConfigError, format_derivation, load_config, shapes_from_config
 
     ep = 1 if args.ep is None else args.ep
-    d = shapes_from_config(load_config(args.from_config), args.tp, ep, args.fuse_shared)
+    config = load_config(args.from_config)  # its errors name the file
+    try:
+        d = shapes_from_config(config, args.tp, ep, args.fuse_shared)
+    except ModelConfigError as e:  # the derivation's: say which file it was
+        raise ModelConfigError(f"{args.from_config}: {e}") from None
     errors = check_shape(d.shape, default_files()[0])
     if errors:  # model_config applies the same rules; this is the catalog's own word
         raise CatalogEditError(f"cannot add {d.shape}: " + "; ".join(errors))

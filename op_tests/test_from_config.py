@@ -187,6 +187,14 @@ def test_bad_input_is_one_line_and_exit_2(tree, tmp_path, make, options, message
     assert snapshot(tree) == before
 
 
+def test_derivation_errors_name_the_config_file(tree, tmp_path):
+    path = _write(tmp_path, json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    p = cli(tree, "add-shape", "--from-config", path, "--tp", "1", "--no-build")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert f"error: ModelConfigError: {path}: not a MoE config" in lines[0], lines
+
+
 @pytest.mark.parametrize(
     "args, message",
     [([], "give the shape E,MODEL_DIM,INTER,TOPK or --from-config CONFIG.json"),
