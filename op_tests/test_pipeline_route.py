@@ -1,7 +1,7 @@
-"""``aiter-aux run`` starts from router logits: the route step of :mod:`aiter_aux.pipeline`
-(random logits routed by a model's router, checked byte for byte against the reference),
-the fused shared expert's column, and the fallback to drawn routing where moe_route cannot
-route the shape."""
+"""``aiter-aux run`` starts from router logits: :mod:`aiter_aux.routing` (random logits
+routed by a model's router, the fused shared expert's column, the fallback to drawn routing
+where moe_route cannot route the shape) and the route step of :mod:`aiter_aux.pipeline`,
+checked byte for byte against the reference."""
 
 from __future__ import annotations
 
@@ -11,13 +11,9 @@ torch = pytest.importorskip("torch")
 
 from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.pipeline import (  # noqa: E402
-    draw_logits,
-    resolve_router,
-    route_logits,
-    run_one,
-)
+from aiter_aux.pipeline import run_one  # noqa: E402
 from aiter_aux.router_config import DEFAULT_ROUTER, router_for  # noqa: E402
+from aiter_aux.routing import draw_logits, resolve_router, route_logits  # noqa: E402
 
 ROUTERS = ("DeepSeek-V3", "Kimi-K2-Instruct", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1",
            "gpt-oss-120b")  # fmt: skip
