@@ -162,7 +162,7 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     from .pipeline import Options, run_pipeline
 
-    options = Options(args.ep_ranks, args.shared_init, args.routed_scaling, args.quant)
+    options = Options(args.ep_ranks, args.shared_init, args.routed_scaling, args.quant, args.router)
     return run_pipeline(args.shape, args.tokens, args.block_m, args.seed, args.device,
                         repeat=args.repeat, csv_path=args.csv, json_path=args.json,
                         options=options)  # fmt: skip
@@ -326,8 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = add("run", "run, check and time the aux pipeline of one shape",
-            "Draw router-like routing, run sort -> quant -> fused sort+quant -> sort_scales "
-            "-> scatter_reduce(_q) at each token count, compare every output byte for byte "
+            "Draw random router logits, route them with the model's router (moe_route), run "
+            "sort -> quant -> fused sort+quant -> sort_scales -> scatter_reduce(_q) at each "
+            "token count, compare every output byte for byte "
             "with the torch reference and time each op (median, spread, bytes, GB/s).  Exit "
             "code 1 on any mismatch.",
             epilog="example:\n  aiter-aux run --shape 385,7168,512,9 --tokens 1,4096 "
@@ -367,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quant", choices=("mxfp4", "mxfp8"), default="mxfp4",
                    help="activation format of the quant and fused ops: mxfp4 (a4w4, default) "
                    "or mxfp8 (a8w4: E4M3 elements, the same e8m0 scales)")  # fmt: skip
+    p.add_argument("--router", default="auto", metavar="MODEL",
+                   help="the router of the random logits: a shipped model (aiter-aux list "
+                   "--models), a config.json, 'default' (softmax, renormalize) or 'auto' "
+                   "(default: the model the shape serves, else 'default')")  # fmt: skip
     p.set_defaults(func=cmd_run)
 
     p = add("clean", "remove builds from the build cache",

@@ -1,17 +1,23 @@
 """``aiter-aux run``: the aux pipeline of one model shape, every output checked and timed.
 
-For each token count: routing drawn like a real router (each token takes ``topk`` distinct
-experts with skewed, Zipf-like popularity; when ``expert`` is odd the last expert is a fused
-shared expert that every token takes), bf16 activations; then sort -> quant -> fused
-sort+quant -> sort_scales -> (expert outputs drawn at random in sorted order) ->
-scatter_reduce and scatter_reduce_q.  The fused op's checked call also writes the sorted
-scales (``sorted_scales=``, the decode step in one call), compared with the reference's
-sort_scales.  Each compiled op is compared byte for byte with the
-reference (:mod:`aiter_aux.reference`); that call is also the warm-up.  Then it is timed
-``repeat`` times (default: as many as fit in about 0.2 s, 5 to 100): on the CPU by the wall
-clock around each call, on a GPU by CUDA events around each call behind a short GPU
-busy-wait (so the host's launch cost is hidden, as in ``benchmarks/auxbench/timing.py``).
-The table and the CSV/JSON files come from :mod:`aiter_aux.run_report`.
+For each token count: router logits drawn at random (bf16 ``[M, E]``, each expert's column
+offset by the log of a skewed, Zipf-like popularity), routed by ``moe_route`` with a model's
+router options (:mod:`aiter_aux.router_config`: the model whose shipped config the catalog
+shape serves, else moe_route's defaults; a correction bias is drawn when the model has
+one); when ``expert`` is odd the last expert is a fused shared expert that every token
+takes with weight 1.  A shape whose top-k moe_route cannot take (over 16) has its routing
+drawn instead (each token ``topk`` distinct experts of that popularity), as do the
+simulated EP ranks, whose global experts may exceed moe_route's.  bf16 activations; then
+route -> sort -> quant -> fused sort+quant -> sort_scales -> (expert outputs drawn at random
+in sorted order) -> scatter_reduce and scatter_reduce_q.  The fused op's checked call also
+writes the sorted scales (``sorted_scales=``, the decode step in one call), compared with
+the reference's sort_scales.  Each compiled op is compared byte for byte with the
+reference (:mod:`aiter_aux.reference`), the route too; that call is also the warm-up.
+Then it is timed ``repeat`` times (default: as many as fit in about 0.2 s, 5 to 100): on
+the CPU by the wall clock around each call, on a GPU by CUDA events around each call behind
+a short GPU busy-wait (so the host's launch cost is hidden, as in
+``benchmarks/auxbench/timing.py``).  The table and the CSV/JSON files come from
+:mod:`aiter_aux.run_report`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ from . import reference as ref
 from . import run_report as rr
 from .limits import MAX_NUM_TOKENS
 from .ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
+from .router_config import DEFAULT_ROUTER, Router
+from .routing import (  # noqa: F401 (draw_routing: the tests' routing)
+    draw_logits,
+    draw_routing,
+    resolve_router,
+    route_logits,
+    route_problem,
+)
 from .shapes import round_inter
 
 BUDGET_S = 0.2  # default timing budget per op
@@ -61,25 +75,6 @@ def resolve_device(text: str) -> torch.device:
         raise ValueError(f"--device {text}: the pipeline runs on cpu or cuda (a ROCm GPU is "
                          f"cuda in torch), not on {device.type}")  # fmt: skip
     return device
-
-
-def draw_routing(
-    num_tokens: int, expert: int, topk: int, gen: torch.Generator, zipf_s: float = 1.1
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router-like ``(topk_ids int32 [M, topk], topk_weights float32 [M, topk])``."""
-    shared = expert % 2 == 1 and topk > 1
-    routed_e, routed_k = (expert - 1, topk - 1) if shared else (expert, topk)
-    ranks = torch.randperm(routed_e, generator=gen).double() + 1.0
-    popularity = ranks.pow(-zipf_s)
-    ids = torch.multinomial(
-        popularity.expand(max(num_tokens, 1), routed_e), routed_k, replacement=False, generator=gen
-    )[:num_tokens]
-    logits = torch.randn(num_tokens, routed_k, generator=gen)
-    weights = torch.softmax(logits, dim=-1)
-    if shared:
-        ids = torch.cat([ids, torch.full((num_tokens, 1), expert - 1, dtype=ids.dtype)], dim=1)
-        weights = torch.cat([weights, torch.ones(num_tokens, 1)], dim=1)
-    return ids.to(torch.int32).contiguous(), weights.float().contiguous()
 
 
 def _sample_us(fn: Callable[[], object], device: torch.device) -> float:
@@ -127,20 +122,45 @@ class Options(NamedTuple):
     shared_init: bool = False  # the fused op copies zero_buf_init into zero_buf
     routed_scaling: float = 1.0  # the reduces scale the routed sum
     quant: str = "mxfp4"  # the activation format: "mxfp4" (a4w4) or "mxfp8" (a8w4)
+    router: str = "auto"  # the shape's model, "default", a shipped model or a config.json
 
 
 def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
             repeat: int | None = None, progress: Callable[[str], None] | None = None,
-            options: Options | None = None) -> list[Row]:  # fmt: skip
-    """Run, check and time the pipeline at one token count."""
+            options: Options | None = None,
+            router: Router | None = DEFAULT_ROUTER) -> list[Row]:  # fmt: skip
+    """Run, check and time the pipeline at one token count; the routing comes from random
+    logits and ``router`` (None, or a router that cannot route the shape: drawn)."""
     options = options or Options()
     expert, model_dim, _inter, topk = shape
     device = torch.device(device)
-    ids, weights = draw_routing(num_tokens, expert, topk, gen)
-    x = (torch.randn(num_tokens, model_dim, generator=gen) * 3).bfloat16()
-    ids, weights, x = ids.to(device), weights.to(device), x.to(device)
     rows: list[Row] = []
     say = progress or (lambda op: None)
+
+    def add(op: str, label: str, fn: Callable[[], object], ok: bool, nbytes: int) -> None:
+        st = time_op(fn, device, repeat)
+        rows.append(Row(op, label, st.median, bool(ok), st, nbytes))
+
+    if router is not None and route_problem(router, expert, topk) is None:
+        say("moe_route")
+        logits = draw_logits(num_tokens, expert, topk, router, gen)
+        ids, weights = route_logits(logits, expert)  # the reference's: what follows uses them
+        dev_logits = logits.router_logits.to(device)
+        opts = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                for k, v in logits.options.items()}  # fmt: skip
+        got_w, got_ids = ops.moe_route(dev_logits, logits.topk, **opts)
+        k = logits.topk
+        ok = _same(got_ids.cpu(), ids[:, :k].contiguous())
+        ok = ok and _same(got_w.cpu(), weights[:, :k].contiguous())
+        e = dev_logits.shape[1]
+        nbytes = rr.bytes_moved("moe_route", rr.Sizes(num_tokens, k, model_dim, block_m, 0, 0, 0,
+                                e=e), bias=router.correction_bias)  # fmt: skip
+        add("moe_route", f"E={e} topk={k}", lambda: ops.moe_route(dev_logits, k, **opts), ok,
+            nbytes)  # fmt: skip
+    else:
+        ids, weights = draw_routing(num_tokens, expert, topk, gen)
+    x = (torch.randn(num_tokens, model_dim, generator=gen) * 3).bfloat16()
+    ids, weights, x = ids.to(device), weights.to(device), x.to(device)
 
     say("moe_sort")
     want_sort = ref.moe_sort(ids, weights, expert, block_m)
@@ -148,12 +168,11 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     sizes = rr.Sizes(num_tokens, topk, model_dim, block_m, nv, want_sort.sorted_token_ids.numel(),
                      num_tokens)  # fmt: skip
 
-    def add(op: str, label: str, fn: Callable[[], object], ok: bool) -> None:
-        st = time_op(fn, device, repeat)
-        rows.append(Row(op, label, st.median, bool(ok), st, rr.bytes_moved(op, sizes)))
+    def add_op(op: str, label: str, fn: Callable[[], object], ok: bool) -> None:
+        add(op, label, fn, ok, rr.bytes_moved(op, sizes))
 
     got_sort = ops.moe_sort(ids, weights, expert, block_m)
-    add("moe_sort", f"E={expert} topk={topk}",
+    add_op("moe_sort", f"E={expert} topk={topk}",
         lambda: ops.moe_sort(ids, weights, expert, block_m),
         _check_sort(got_sort, want_sort, block_m))  # fmt: skip
 
@@ -163,7 +182,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     say(qop)
     want_q, want_s = getattr(ref, qop)(x)
     got_q, got_s = getattr(ops, qop)(x)
-    add(qop, f"d={model_dim}", lambda: getattr(ops, qop)(x),
+    add_op(qop, f"d={model_dim}", lambda: getattr(ops, qop)(x),
         _same(got_q, want_q) and _same(got_s, want_s))  # fmt: skip
 
     say(fop)
@@ -176,12 +195,12 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
                                        quant_dtype=qdt, sorted_scales=one_call)  # fmt: skip
     ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(fs, want_s)
     ok = ok and not bool(zero_buf.view(torch.int16).any()) and _same(one_call, want_scales)
-    add(fop, "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m,
+    add_op(fop, "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m,
                                                  quant_dtype=qdt), ok)  # fmt: skip
 
     say("moe_sort_scales")
     got_scales = ops.moe_sort_scales(*sort_args)
-    add("moe_sort_scales", f"BM={max(32, block_m)}", lambda: ops.moe_sort_scales(*sort_args),
+    add_op("moe_sort_scales", f"BM={max(32, block_m)}", lambda: ops.moe_sort_scales(*sort_args),
         _same(got_scales, want_scales))  # fmt: skip
 
     expert_out = torch.randn(nv, model_dim, generator=gen).bfloat16().to(device)
@@ -189,7 +208,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     say("moe_scatter_reduce")
     want_out = ref.moe_scatter_reduce(*scatter_args)
     got_out = ops.moe_scatter_reduce(*scatter_args)
-    add("moe_scatter_reduce", f"rows={nv}", lambda: ops.moe_scatter_reduce(*scatter_args),
+    add_op("moe_scatter_reduce", f"rows={nv}", lambda: ops.moe_scatter_reduce(*scatter_args),
         _same(got_out, want_out))  # fmt: skip
 
     say("moe_scatter_reduce_q")
@@ -197,7 +216,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     q_args = (eq, es, want_sort.reverse_sorted, want_sort.sorted_weights, topk)
     want_out = ref.moe_scatter_reduce_q(*q_args)
     got_out = ops.moe_scatter_reduce_q(*q_args)
-    add("moe_scatter_reduce_q", f"rows={nv}", lambda: ops.moe_scatter_reduce_q(*q_args),
+    add_op("moe_scatter_reduce_q", f"rows={nv}", lambda: ops.moe_scatter_reduce_q(*q_args),
         _same(got_out, want_out))  # fmt: skip
 
     if options.routed_scaling != 1.0:
@@ -206,7 +225,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         for op, args in (("moe_scatter_reduce", scatter_args), ("moe_scatter_reduce_q", q_args)):
             want = getattr(ref, op)(*args, routed_scaling_factor=f)
             got = getattr(ops, op)(*args, routed_scaling_factor=f)
-            add(op, f"scaled x{f:g}", lambda op=op, args=args: getattr(ops, op)(
+            add_op(op, f"scaled x{f:g}", lambda op=op, args=args: getattr(ops, op)(
                 *args, routed_scaling_factor=f), _same(got, want))  # fmt: skip
     if options.shared_init:
         say("shared-expert init")
@@ -215,11 +234,11 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         fused, fq, fs = ops.moe_sort_quant(ids, weights, x, expert, block_m, zero_buf=zb,
                                            zero_buf_init=init, quant_dtype=qdt)  # fmt: skip
         ok = _check_sort(fused, want_sort, block_m) and _same(fq, want_q) and _same(zb, init)
-        add(fop, "shared-init", lambda: ops.moe_sort_quant(
+        add_op(fop, "shared-init", lambda: ops.moe_sort_quant(
             ids, weights, x, expert, block_m, zero_buf=zb, zero_buf_init=init,
             quant_dtype=qdt), ok)  # fmt: skip
     if options.ep_ranks > 1:
-        rows += _expert_parallel(shape, num_tokens, block_m, gen, device, options.ep_ranks, add)
+        rows += _expert_parallel(shape, num_tokens, block_m, gen, device, options.ep_ranks, add_op)
     return rows
 
 
@@ -293,6 +312,7 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
             f"shape {tuple(shape)} is not in the catalog (inter is rounded "
             "up to 256); see `aiter-aux list`; `aiter-aux add-shape` adds it"
         )
+    router, router_line = resolve_router(shape, options.router)
     device = resolve_device(str(device))
     seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
@@ -300,13 +320,15 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     inter_text = f"{inter} -> {rounded}" if rounded != inter else f"{inter}"
     print(f"shape expert={expert} model_dim={model_dim} inter={inter_text} topk={topk}; "
           f"block_m={block_m} device={device} seed={seed}")  # fmt: skip
-    if options != Options():
+    print(router_line)
+    if options._replace(router="auto") != Options():
         print(f"  options: EP ranks {options.ep_ranks}, shared-expert init "
               f"{'on' if options.shared_init else 'off'}, routed scaling "
               f"{options.routed_scaling:g}, activations {options.quant}")  # fmt: skip
     print("\n".join("  " + line for line in _timer_note(device, repeat)))
     meta = dict(expert=expert, model_dim=model_dim, inter=inter, inter_rounded=rounded, topk=topk,
                 block_m=block_m, device=str(device), seed=seed, quant=options.quant,
+                router=router.describe() if router else "drawn",
                 timer="cuda-events" if device.type == "cuda" else "wall-clock")  # fmt: skip
     records, failures = [], 0
     for m in tokens:
@@ -317,7 +339,7 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
                 print(f"  ... tokens={m}: {op} ({time.perf_counter() - t0:.0f} s)",
                       file=sys.stderr, flush=True)  # fmt: skip
 
-        rows = run_one(shape, m, block_m, gen, device, repeat, progress, options)
+        rows = run_one(shape, m, block_m, gen, device, repeat, progress, options, router)
         print(f"\ntokens = {m}")
         print("\n".join(rr.table(rows)))
         print(rr.summary(m, rows, time.perf_counter() - t0), flush=True)

@@ -10,6 +10,8 @@ tokens, K = topk, D = model_dim, N = M*K pairs, L = local pairs (N unless told),
 R = num_valid_ids[0] (sorted rows with padding), bm = block_m, T = tokens with a local pair,
 R_out = ceil(max_rows / BM) * BM with BM = max(32, bm):
 
+* moe_route: M*E*2 + 8N (bf16 logits read, topk_weights and topk_ids written; N = M*K of
+  the routed top-k), + 4E with a correction bias;
 * moe_sort: 12N + 12R + 4R/bm + 8 (ids and weights read; sorted_token_ids, sorted_weights,
   m_indices, sorted_expert_ids, num_valid_ids and reverse_sorted written);
 * mxfp4_quant: 2MD + MD/2 + MD/32 (x read; a_q, a_scale written);
@@ -90,9 +92,11 @@ class Sizes:
         return -(-self.max_rows // big) * big
 
 
-def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
+def bytes_moved(op: str, s: Sizes, zero_buf: bool = False, bias: bool = False) -> int:
     """The minimum bytes of ``op`` (the module docstring's model)."""
     m, d, n, r, ell = s.m, s.d, s.n, s.rows, s.local
+    if op == "moe_route":
+        return m * s.e * 2 + 8 * n + (4 * s.e if bias else 0)
     if op == "moe_sort":
         return 12 * n + 12 * r + 4 * (r // s.bm) + 8
     if op == "mxfp4_quant":
@@ -158,16 +162,16 @@ def table(rows) -> list[str]:
     return lines
 
 
-FUSED_PATH = ("moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce_q")
+FUSED_PATH = ("moe_route", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce_q")
 # a8w4: MXFP8 activations, bf16 GEMM2 output reduced by moe_scatter_reduce
-FUSED_PATH_FP8 = ("moe_sort_quant_fp8", "moe_sort_scales", "moe_scatter_reduce")
+FUSED_PATH_FP8 = ("moe_route", "moe_sort_quant_fp8", "moe_sort_scales", "moe_scatter_reduce")
 
 
 def summary(tokens: int, rows, block_s: float) -> str:
     """One line: the checks, the medians of the fused path a serving engine runs
-    (sort+quant, sort_scales, scatter_reduce_q; with MXFP8 activations sort+quant_fp8,
-    sort_scales, scatter_reduce) added up, and the block's wall time (the reference and the
-    checks included)."""
+    (route when the run routed logits, sort+quant, sort_scales, scatter_reduce_q; with MXFP8
+    activations sort+quant_fp8, sort_scales, scatter_reduce) added up, and the block's wall
+    time (the reference and the checks included)."""
     bad = sum(not r.ok for r in rows)
     fp8 = any(r.op == "moe_sort_quant_fp8" for r in rows)
     ops, name = (FUSED_PATH_FP8, "sort_quant_fp8+sort_scales+scatter") if fp8 else (
@@ -176,6 +180,7 @@ def summary(tokens: int, rows, block_s: float) -> str:
     for r in rows:
         first.setdefault(r.op, r.stats.median)
     path = sum(v for op, v in first.items() if op in ops)
+    name = ("route+" if "moe_route" in first else "") + name
     verdict = f"all {len(rows)} outputs match" if not bad else f"{bad} of {len(rows)} MISMATCH"
     return f"  tokens={tokens}: {verdict}; {name} {_us(path)} us; block {block_s:.1f} s"
 

@@ -4,9 +4,10 @@ A serving engine pays the CPU time of each call (argument parsing, dispatch, val
 launch) on top of the kernel.  This benchmark times a host-bound loop of back-to-back calls
 (no synchronisation inside the loop) at M = 1 (``--tokens``), for every op in both forms
 (allocating and ``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and
-``aiter_aux.ops.<op>``), and the drop-ins of :mod:`aiter_aux.compat` (api ``compat``), on the
-CPU (where the time includes the kernel: M = 0 leaves only the call) and, when present, on
-the GPU.
+``aiter_aux.ops.<op>``), ``moe_route_out`` with DeepSeek-V3's router options as an engine
+calls it (the options by position through ``torch.ops``), and the drop-ins of
+:mod:`aiter_aux.compat` (api ``compat``), on the CPU (where the time includes the kernel:
+M = 0 leaves only the call) and, when present, on the GPU.
 Each row is the median of ``--repeats`` loops of ``--calls`` calls (spread: min to max of
 the loops), in µs per call, and its ratio to ``torch.add(a, b)`` of the same run.
 
@@ -111,6 +112,25 @@ def _drop_ins(shape, device, m: int) -> dict:
     }  # fmt: skip
 
 
+def _with_options(shape, device, m: int) -> dict:
+    """moe_route_out with a model's router options (DeepSeek-V3: sigmoid, 4 of 8 groups, a
+    correction bias, scaling 2.5), as a serving engine calls it: row name -> (api, call)."""
+    e = 256  # DeepSeek-V3's routed experts
+    logits = torch.randn(m, e, device=device).to(torch.bfloat16)
+    w = torch.empty(m, 8, device=device)
+    ids = torch.empty(m, 8, dtype=torch.int32, device=device)
+    bias = torch.zeros(e, device=device)
+    py = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias,
+              routed_scaling_factor=2.5)  # fmt: skip
+    op = torch.ops.aiter_aux.moe_route_out.default
+    return {
+        "moe_route_out DeepSeek-V3": (
+            ("torch.ops", lambda: op(logits, 8, w, ids, 1, 1, 8, 4, bias, 2.5)),
+            ("aiter_aux.ops", lambda: aux_ops.moe_route_out(logits, 8, w, ids, **py)),
+        ),
+    }
+
+
 def _python_call(op: str, alloc_args, out_args, out_form: bool):
     """The aiter_aux.ops call of ``op`` (its _out form takes a MoeSortOutput for sorts)."""
     fn = getattr(aux_ops, op + ("_out" if out_form else ""))
@@ -161,6 +181,11 @@ def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1,
                 times = _per_call_us(fn, calls, repeats, sync)
                 rows.append(dict(op=name, form="out" if out_form else "alloc", api=api,
                                  times=times))  # fmt: skip
+    if not ops or "moe_route" in ops:
+        for name, variants in _with_options(shape, device, m).items():
+            for api, fn in variants:
+                times = _per_call_us(fn, calls, repeats, sync)
+                rows.append(dict(op=name, form="out", api=api, times=times))
     if not ops or "compat" in ops:
         for name, fn in _drop_ins(shape, device, m).items():
             times = _per_call_us(fn, calls, repeats, sync)

@@ -31,8 +31,9 @@ def _indent(lines: list[str], n: int = 4) -> list[str]:
 
 
 def _params(spec: OpSpec, out: bool, *, typed: bool = False, extra: tuple[str, ...] = (),
-            grouped: bool = True) -> str:  # fmt: skip
-    """A Python parameter list: inputs, (out) outputs or their groups, ``*``, options."""
+            grouped: bool = True, star: bool = True) -> str:  # fmt: skip
+    """A Python parameter list: inputs, (out) outputs or their groups, ``*`` (unless not
+    ``star``: the fakes take the options by position, as the schemas do), options."""
 
     def ann(a) -> str:
         if not typed:
@@ -62,7 +63,7 @@ def _params(spec: OpSpec, out: bool, *, typed: bool = False, extra: tuple[str, .
             default = repr(a.default) if typed else str(a.default_code)
         kw.append(f"{a.name}{ann(a)} = {default}" if typed else f"{a.name}={default}")
     kw += list(extra)
-    return ", ".join(ps + (["*"] + kw if kw else []))
+    return ", ".join(ps + ((["*"] if star else []) + kw if kw else []))
 
 
 def _call_args(spec: OpSpec, out: bool, *, grouped: bool = True, kwargs: bool = True) -> str:
@@ -273,7 +274,7 @@ def render_checks() -> str:
 def _fake(spec: OpSpec, out: bool) -> list[str]:
     name = spec.name + ("_out" if out else "")
     tensors = [t.name for t in spec.tensors()] + ([o.name for o in spec.outputs] if out else [])
-    lines = [f"def _fake_{name}({_params(spec, out, grouped=False)}):"]
+    lines = [f"def _fake_{name}({_params(spec, out, grouped=False, star=False)}):"]
     static = f"_static({', '.join(tensors)})"
     if out:
         call = _call_args(spec, True, grouped=False)
@@ -345,13 +346,13 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         else f"{a.name} == {a.default!r}"
         for a in opts
     )  # fmt: skip
-    kw = ", ".join(f"{a.name}={a.name}" for a in opts)
+    kw = ", ".join(a.name for a in opts)  # by position: the schemas' order (opspec.schemas)
     try_body = list(scalars)
     if grad:
         try_body += [f"if {grad}:", f'    raise grad_error("{name}")']
     res = "" if out else "r = "
     if opts:
-        try_body += [f"if {defaults}:", f"    {res}op({call_pos})  # keywords cost ~0.5 us each",
+        try_body += [f"if {defaults}:", f"    {res}op({call_pos})  # each argument costs",
                      "else:", f"    {res}op({call_pos}, {kw})"]  # fmt: skip
     else:
         try_body.append(f"{res}op({call_pos})")

@@ -1,6 +1,7 @@
 """A whole MXFP4 MoE layer forward (a4w4 and a8w4) built from the aux ops of aiter_aux.
 
-    route            softmax + top-k of the router logits -> topk_ids, topk_weights
+    route            moe_route: the model's top-k gate of the router logits -> topk_ids,
+                     topk_weights (the router's options from its config.json fields)
     moe_sort_quant   group the (token, k) pairs by expert, each expert's rows padded to
                      block_m, and quantise x per token (MXFP4, or MXFP8 for a8w4)
     GEMM 1           per expert, over its sorted rows: [rows, 2 * inter_dim] (w1, w3 fused)
@@ -8,6 +9,9 @@
     GEMM 2           per expert: expert_out bf16 [rows, model_dim]
     scatter-reduce   moe_scatter_reduce: out[t] = routed_scaling_factor * sum_k w * row
 
+The router is a shipped model's (``--router``, default DeepSeek-V3: sigmoid scores, a
+correction bias drawn at random, 4 of 8 expert groups, renormalised, times 2.5), its
+options derived from the config by aiter_aux.router_config.router_from_config.
 The grouped GEMMs are plain PyTorch on dequantised operands; a real engine calls its MXFP4
 GEMM there, which reads a_q / a_scale and the sort outputs itself.  Expert weights are
 random bf16 quantised to MXFP4 (mxfp4_quant, or the reference's where the catalog has no
@@ -21,11 +25,12 @@ weights, no aux op) with the relative norm ||y - y_ref|| / ||y_ref|| over the ou
   intermediate): one MXFP4 rounding of N(0, 1) rows is off by 11.5 % (relative norm),
   the SiLU-gated intermediate by 15 %, and the
   error of x reaches both gate and up, so a4w4 lands near 0.23; E4M3 keeps 3 mantissa bits
-  (2.7 % per rounding), a8w4 near 0.047.  Measured on the default shape, CPU, M = 1, 2, 4, 8,
-  16, 64, seeds 0-4: a4w4 0.217-0.240 (single tokens up to 0.333), a8w4 0.043-0.050 (single
-  tokens up to 0.057).  TOLERANCE bounds any M, one token included, with margin.
+  (2.7 % per rounding), a8w4 near 0.05.  Measured on the default shape with the default
+  router (DeepSeek-V3's), CPU, M = 2, 4, 8, 16, 64, seeds 0-4: a4w4 0.217-0.257 (M = 1:
+  0.214-0.233), a8w4 0.045-0.060 (M = 1: 0.041-0.053).  TOLERANCE bounds any M, one token
+  included, with margin.
 * against the MoE that quantises x per token and the intermediate per pair exactly as
-  moe_forward does, what is left is bf16 rounding (expert_out, out): 0.0023-0.0025 in the
+  moe_forward does, what is left is bf16 rounding (expert_out, out): 0.0023-0.0024 in the
   same runs, for both formats.  PLUMBING_TOLERANCE = 0.01 catches a misplaced row, weight or
   scale that the quantisation noise above would hide.
 
@@ -43,12 +48,14 @@ import torch.nn.functional as F
 
 import aiter_aux
 from aiter_aux import reference
+from aiter_aux.router_config import Router, router_for
 
 TOLERANCE = {"mxfp4": 0.4, "mxfp8": 0.075}  # ||y - y_ref|| / ||y_ref||, unquantised y_ref
 PLUMBING_TOLERANCE = 0.01  # the same, y_ref with moe_forward's activation quantisation
 # (num_experts, model_dim, inter_dim, topk): MiniMax-M2 at TP8 (inter 1536 / 8; catalog 256)
 DEFAULT_SHAPE = (256, 3072, 192, 8)
 BLOCK_M = 32
+DEFAULT_ROUTER = "DeepSeek-V3"  # 256 routed experts, top-8: the default shape's
 
 _E2M1 = torch.tensor(reference.E2M1_VALUES)  # the value of each 4-bit e2m1 code
 E2M1_PAIRS = torch.stack((_E2M1[torch.arange(256) & 0xF], _E2M1[torch.arange(256) >> 4]), 1)
@@ -108,11 +115,11 @@ class Mxfp4Experts:
         return self._expert(e)[1].float()
 
 
-def route(router_logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over the experts, top-k, renormalised (DeepSeek / Qwen3 with norm_topk_prob)."""
-    topk_weights, topk_ids = router_logits.float().softmax(dim=-1).topk(topk, dim=-1)
-    topk_weights /= topk_weights.sum(dim=-1, keepdim=True)
-    return topk_ids.to(torch.int32), topk_weights
+def route(router_logits: torch.Tensor, topk: int, options: dict | None = None):
+    """moe_route with a router's options (``Router.options``; None: moe_route's defaults,
+    softmax renormalised) -> (topk_ids int32, topk_weights float32)."""
+    topk_weights, topk_ids = aiter_aux.moe_route(router_logits, topk, **(options or {}))
+    return topk_ids, topk_weights
 
 
 def expert_segments(sorted_expert_ids, rows: int, block_m: int) -> list[tuple[int, int, int]]:
@@ -131,10 +138,10 @@ def grouped_gemm(rows: torch.Tensor, weight, segments) -> torch.Tensor:
 
 
 def moe_forward(x, router_logits, experts, topk, quant="mxfp4", routed_scaling_factor=1.0,
-                block_m=BLOCK_M):  # fmt: skip
+                block_m=BLOCK_M, router_options=None):  # fmt: skip
     """bf16 x [M, model_dim] -> bf16 [M, model_dim], and (topk_ids, topk_weights)."""
     M, model_dim = x.shape
-    topk_ids, topk_weights = route(router_logits, topk)
+    topk_ids, topk_weights = route(router_logits, topk, router_options)
 
     # Sort + activation quant in one call.  a_q / a_scale are per token; sort row r holds the
     # pair (t, k) with t = sorted_token_ids[r] & 0xFFFFFF (= m_indices[r]), M on padding rows.
@@ -185,15 +192,27 @@ def dense_moe_reference(x, topk_ids, topk_weights, experts, routed_scaling_facto
     return routed_scaling_factor * y
 
 
-def compare(experts, num_tokens, topk, quant, routed_scaling_factor=1.0, seed=0) -> dict:
+def router_options(router: Router | None, num_experts: int, device, g) -> dict | None:
+    """moe_route's keyword arguments of ``router``, a correction bias drawn (N(0, 0.05),
+    float32 [E]) when the model has one; None for moe_route's defaults."""
+    if router is None:
+        return None
+    bias = torch.randn(num_experts, generator=g) * 0.05 if router.correction_bias else None
+    return router.options(None if bias is None else bias.to(device))
+
+
+def compare(experts, num_tokens, topk, quant, routed_scaling_factor=1.0, seed=0,
+            router: Router | None = None) -> dict:  # fmt: skip
     """moe_forward on random tokens against dense_moe_reference: rel_err, the relative norm of
     the difference (and its worst token) from the unquantised MoE, which TOLERANCE bounds, and
-    plumbing_err, that from the MoE with the same activation quantisation (bf16 roundings)."""
+    plumbing_err, that from the MoE with the same activation quantisation (bf16 roundings).
+    The routing is moe_route's of random logits with ``router`` (None: its defaults)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(num_tokens, experts.model_dim, generator=g).to(experts.device, torch.bfloat16)
     router_logits = torch.randn(num_tokens, experts.num_experts, generator=g).to(experts.device)
+    options = router_options(router, experts.num_experts, experts.device, g)
     y, (topk_ids, topk_weights) = moe_forward(
-        x, router_logits, experts, topk, quant, routed_scaling_factor
+        x, router_logits, experts, topk, quant, routed_scaling_factor, router_options=options
     )
     args = (x, topk_ids, topk_weights, experts, routed_scaling_factor)
     y_ref = dense_moe_reference(*args)
@@ -220,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="activation format: mxfp4 (a4w4) or mxfp8 (a8w4)")  # fmt: skip
     p.add_argument("--shape", type=int_list, default=list(DEFAULT_SHAPE),
                    help="E,MODEL_DIM,INTER_DIM,TOPK, a catalog shape (aiter-aux list)")  # fmt: skip
-    p.add_argument("--routed-scaling-factor", type=float, default=1.0)
+    p.add_argument("--routed-scaling-factor", type=float, default=1.0,
+                   help="applied by the scatter-reduce, on top of the router's own")  # fmt: skip
+    p.add_argument("--router", default=DEFAULT_ROUTER,
+                   help="a shipped model's router (aiter-aux list --models), a config.json or "
+                   f"'default' (softmax, renormalize); default {DEFAULT_ROUTER}")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if len(args.shape) != 4:
@@ -230,12 +253,21 @@ def main(argv: list[str] | None = None) -> int:
     num_experts, model_dim, inter_dim, topk = args.shape
     if not aiter_aux.is_mxfp4_moe_shape_supported(*args.shape):
         p.error(f"shape {args.shape} is not in the catalog (aiter-aux list; aiter-aux add-shape)")
+    try:
+        router = router_for(args.router)
+    except ValueError as e:
+        p.error(str(e))
     experts = Mxfp4Experts(num_experts, model_dim, inter_dim, args.device, args.seed)
     name = {"mxfp4": "a4w4", "mxfp8": "a8w4"}[args.quant]
     print(f"{name}, shape {tuple(args.shape)}, {args.device}, tolerance {TOLERANCE[args.quant]}")
+    print(f"router: {router.describe()}")
     ok = True
     for m in args.tokens:
-        r = compare(experts, m, topk, args.quant, args.routed_scaling_factor, args.seed)
+        try:
+            r = compare(experts, m, topk, args.quant, args.routed_scaling_factor, args.seed,
+                        router)  # fmt: skip
+        except ValueError as e:  # a router that cannot route this shape (moe_route's checks)
+            p.error(f"--router {args.router}: {e}")
         ok &= r["ok"]
         print(f"  M={m:<5} ||y - y_ref|| / ||y_ref|| = {r['rel_err']:.4f} (worst token "
               f"{r['worst_token_rel_err']:.4f}); same quant {r['plumbing_err']:.5f}   "

@@ -62,11 +62,30 @@ def test_moe_layer_rows_shared_by_tokens(request):
     assert int(topk_ids.unique(return_counts=True)[1].max()) >= 2
 
 
+def test_moe_layer_routes_with_the_model_router(request):
+    """route() is moe_route with the router's options: the reference's ids and weights."""
+    request.getfixturevalue("cpu_module")
+    from aiter_aux.router_config import router_for
+
+    router = router_for(moe_layer.DEFAULT_ROUTER)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, moe_layer.DEFAULT_SHAPE[0], generator=g)
+    options = moe_layer.router_options(router, moe_layer.DEFAULT_SHAPE[0], "cpu", g)
+    assert options["num_expert_group"] == 8 and options["correction_bias"].shape == (256,)
+    topk_ids, topk_weights = moe_layer.route(logits, moe_layer.DEFAULT_SHAPE[3], options)
+    want_w, want_ids = moe_layer.reference.moe_route(logits, moe_layer.DEFAULT_SHAPE[3], **options)
+    assert torch.equal(topk_ids, want_ids) and torch.equal(topk_weights, want_w)
+    experts = _experts(request, "cpu")
+    r = moe_layer.compare(experts, 4, moe_layer.DEFAULT_SHAPE[3], "mxfp4", seed=2, router=router)
+    assert r["ok"], r
+
+
 def test_moe_layer_main(request, capsys):
     request.getfixturevalue("cpu_module")
     assert moe_layer.main(["--device", "cpu", "--tokens", "2", "--quant", "mxfp8"]) == 0
     out = capsys.readouterr().out
     assert "a8w4" in out and "M=2" in out and "ok" in out
+    assert "router: DeepSeek-V3 (sigmoid, renormalize, groups 4 of 8" in out
 
 
 @pytest.mark.parametrize(

@@ -52,14 +52,7 @@ __all__ = [
 
 
 def _fake_moe_sort(
-    topk_ids,
-    topk_weights,
-    num_experts,
-    block_m,
-    *,
-    zero_buf=None,
-    expert_map=None,
-    zero_buf_init=None,
+    topk_ids, topk_weights, num_experts, block_m, zero_buf=None, expert_map=None, zero_buf_init=None
 ):
     if _static(topk_ids, topk_weights, zero_buf, expert_map, zero_buf_init):
         M, topk, max_rows = C.moe_sort(
@@ -102,7 +95,6 @@ def _fake_moe_sort_out(
     sorted_expert_ids,
     num_valid_ids,
     reverse_sorted,
-    *,
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
@@ -173,7 +165,6 @@ def _fake_moe_sort_quant(
     x,
     num_experts,
     block_m,
-    *,
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
@@ -241,7 +232,6 @@ def _fake_moe_sort_quant_out(
     reverse_sorted,
     a_q,
     a_scale,
-    *,
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
@@ -311,7 +301,7 @@ def _fake_moe_sort_scales_out(a_scale, sorted_token_ids, num_valid_ids, block_m,
 
 
 def _fake_moe_scatter_reduce(
-    expert_out, reverse_sorted, sorted_weights, topk, *, routed_scaling_factor=1.0
+    expert_out, reverse_sorted, sorted_weights, topk, routed_scaling_factor=1.0
 ):
     if _static(expert_out, reverse_sorted, sorted_weights):
         rows, model_dim, n_pairs, n_weights, M = C.moe_scatter_reduce(
@@ -339,7 +329,7 @@ def _fake_moe_scatter_reduce(
 
 
 def _fake_moe_scatter_reduce_out(
-    expert_out, reverse_sorted, sorted_weights, topk, out, *, routed_scaling_factor=1.0
+    expert_out, reverse_sorted, sorted_weights, topk, out, routed_scaling_factor=1.0
 ):
     if _static(expert_out, reverse_sorted, sorted_weights, out):
         C.moe_scatter_reduce_out(
@@ -353,13 +343,7 @@ def _fake_moe_scatter_reduce_out(
 
 
 def _fake_moe_scatter_reduce_q(
-    expert_out_q,
-    expert_out_scale,
-    reverse_sorted,
-    sorted_weights,
-    topk,
-    *,
-    routed_scaling_factor=1.0,
+    expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, routed_scaling_factor=1.0
 ):
     if _static(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights):
         rows_q, q_cols, rows, scale_cols, n_pairs, n_weights, model_dim, M = C.moe_scatter_reduce_q(
@@ -397,7 +381,6 @@ def _fake_moe_scatter_reduce_q_out(
     sorted_weights,
     topk,
     out,
-    *,
     routed_scaling_factor=1.0,
 ):
     if _static(expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, out):
@@ -446,7 +429,6 @@ def _fake_moe_sort_quant_fp8(
     x,
     num_experts,
     block_m,
-    *,
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
@@ -514,7 +496,6 @@ def _fake_moe_sort_quant_fp8_out(
     reverse_sorted,
     a_q,
     a_scale,
-    *,
     zero_buf=None,
     expert_map=None,
     zero_buf_init=None,
@@ -560,7 +541,7 @@ def _fake_moe_sort_quant_fp8_out(
         )
 
 
-def _fake_moe_sum(input, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
+def _fake_moe_sum(input, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
     if _static(input, topk_ids, expert_map):
         M, topk, model_dim = C.moe_sum(
             input,
@@ -584,7 +565,7 @@ def _fake_moe_sum(input, *, topk_ids=None, expert_map=None, routed_scaling_facto
     )
 
 
-def _fake_moe_sum_out(input, output, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
+def _fake_moe_sum_out(input, output, topk_ids=None, expert_map=None, routed_scaling_factor=1.0):
     if _static(input, topk_ids, expert_map, output):
         C.moe_sum_out(
             input,
@@ -596,7 +577,7 @@ def _fake_moe_sum_out(input, output, *, topk_ids=None, expert_map=None, routed_s
 
 
 def _fake_moe_align_block_size_vllm(
-    topk_ids, num_experts, block_size, *, expert_map=None, block_expert_map=None
+    topk_ids, num_experts, block_size, expert_map=None, block_expert_map=None
 ):
     if _static(topk_ids, expert_map, block_expert_map):
         M, topk, cap, n_blocks = C.moe_align_block_size_vllm(
@@ -630,7 +611,6 @@ def _fake_moe_align_block_size_vllm_out(
     expert_ids,
     num_tokens_post_pad,
     scatter_idx,
-    *,
     expert_map=None,
     block_expert_map=None,
 ):
@@ -695,7 +675,6 @@ def _fake_moe_align_block_size_sglang_out(
 def _fake_moe_route(
     router_logits,
     topk,
-    *,
     scoring=0,
     renormalize=1,
     num_expert_group=0,
@@ -748,7 +727,6 @@ def _fake_moe_route_out(
     topk,
     topk_weights,
     topk_ids,
-    *,
     scoring=0,
     renormalize=1,
     num_expert_group=0,
@@ -773,30 +751,30 @@ def _fake_moe_route_out(
 
 # the torch schemas of the op table (codegen/ops.py schemas())
 SCHEMAS = {
-    "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    "moe_sort_out": "moe_sort_out(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> ()",
+    "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "moe_sort_out": "moe_sort_out(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> ()",
     "mxfp4_quant": "mxfp4_quant(Tensor x) -> (Tensor, Tensor)",
     "mxfp4_quant_out": "mxfp4_quant_out(Tensor x, Tensor(a!) a_q, Tensor(b!) a_scale) -> ()",
-    "moe_sort_quant": "moe_sort_quant(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    "moe_sort_quant_out": "moe_sort_quant_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
+    "moe_sort_quant": "moe_sort_quant(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "moe_sort_quant_out": "moe_sort_quant_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
     "moe_sort_scales": "moe_sort_scales(Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids, int block_m) -> Tensor",
     "moe_sort_scales_out": "moe_sort_scales_out(Tensor a_scale, Tensor sorted_token_ids, Tensor num_valid_ids, int block_m, Tensor(a!) sorted_scales) -> ()",
-    "moe_scatter_reduce": "moe_scatter_reduce(Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights, int topk, *, float routed_scaling_factor=1.0) -> Tensor",
-    "moe_scatter_reduce_out": "moe_scatter_reduce_out(Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights, int topk, Tensor(a!) out, *, float routed_scaling_factor=1.0) -> ()",
-    "moe_scatter_reduce_q": "moe_scatter_reduce_q(Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, Tensor sorted_weights, int topk, *, float routed_scaling_factor=1.0) -> Tensor",
-    "moe_scatter_reduce_q_out": "moe_scatter_reduce_q_out(Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, Tensor sorted_weights, int topk, Tensor(a!) out, *, float routed_scaling_factor=1.0) -> ()",
+    "moe_scatter_reduce": "moe_scatter_reduce(Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights, int topk, float routed_scaling_factor=1.0) -> Tensor",
+    "moe_scatter_reduce_out": "moe_scatter_reduce_out(Tensor expert_out, Tensor reverse_sorted, Tensor sorted_weights, int topk, Tensor(a!) out, float routed_scaling_factor=1.0) -> ()",
+    "moe_scatter_reduce_q": "moe_scatter_reduce_q(Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, Tensor sorted_weights, int topk, float routed_scaling_factor=1.0) -> Tensor",
+    "moe_scatter_reduce_q_out": "moe_scatter_reduce_q_out(Tensor expert_out_q, Tensor expert_out_scale, Tensor reverse_sorted, Tensor sorted_weights, int topk, Tensor(a!) out, float routed_scaling_factor=1.0) -> ()",
     "mxfp8_quant": "mxfp8_quant(Tensor x) -> (Tensor, Tensor)",
     "mxfp8_quant_out": "mxfp8_quant_out(Tensor x, Tensor(a!) a_q, Tensor(b!) a_scale) -> ()",
-    "moe_sort_quant_fp8": "moe_sort_quant_fp8(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    "moe_sort_quant_fp8_out": "moe_sort_quant_fp8_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, *, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
-    "moe_sum": "moe_sum(Tensor input, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> Tensor",
-    "moe_sum_out": "moe_sum_out(Tensor input, Tensor(a!) output, *, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> ()",
-    "moe_align_block_size_vllm": "moe_align_block_size_vllm(Tensor topk_ids, int num_experts, int block_size, *, Tensor? expert_map=None, Tensor? block_expert_map=None) -> (Tensor, Tensor, Tensor, Tensor)",
-    "moe_align_block_size_vllm_out": "moe_align_block_size_vllm_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx, *, Tensor? expert_map=None, Tensor? block_expert_map=None) -> ()",
+    "moe_sort_quant_fp8": "moe_sort_quant_fp8(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "moe_sort_quant_fp8_out": "moe_sort_quant_fp8_out(Tensor topk_ids, Tensor topk_weights, Tensor x, int num_experts, int block_m, Tensor(a!) sorted_token_ids, Tensor(b!) sorted_weights, Tensor(c!) m_indices, Tensor(d!) sorted_expert_ids, Tensor(e!) num_valid_ids, Tensor(f!) reverse_sorted, Tensor(g!) a_q, Tensor(h!) a_scale, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
+    "moe_sum": "moe_sum(Tensor input, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> Tensor",
+    "moe_sum_out": "moe_sum_out(Tensor input, Tensor(a!) output, Tensor? topk_ids=None, Tensor? expert_map=None, float routed_scaling_factor=1.0) -> ()",
+    "moe_align_block_size_vllm": "moe_align_block_size_vllm(Tensor topk_ids, int num_experts, int block_size, Tensor? expert_map=None, Tensor? block_expert_map=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    "moe_align_block_size_vllm_out": "moe_align_block_size_vllm_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx, Tensor? expert_map=None, Tensor? block_expert_map=None) -> ()",
     "moe_align_block_size_sglang": "moe_align_block_size_sglang(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor, Tensor)",
     "moe_align_block_size_sglang_out": "moe_align_block_size_sglang_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx) -> ()",
-    "moe_route": "moe_route(Tensor router_logits, int topk, *, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> (Tensor, Tensor)",
-    "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, *, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> ()",
+    "moe_route": "moe_route(Tensor router_logits, int topk, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> (Tensor, Tensor)",
+    "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> ()",
 }
 FAKES = {
     "moe_sort": _fake_moe_sort,
@@ -886,7 +864,7 @@ def moe_sort_out(
         ):
             raise grad_error("moe_sort_out")
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            op(topk_ids, topk_weights, num_experts, block_m, *out)  # keywords cost ~0.5 us each
+            op(topk_ids, topk_weights, num_experts, block_m, *out)  # each argument costs
         else:
             op(
                 topk_ids,
@@ -894,9 +872,9 @@ def moe_sort_out(
                 num_experts,
                 block_m,
                 *out,
-                zero_buf=zero_buf,
-                expert_map=expert_map,
-                zero_buf_init=zero_buf_init,
+                zero_buf,
+                expert_map,
+                zero_buf_init,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
@@ -946,16 +924,10 @@ def moe_sort(
         if _grad_enabled() and (zero_buf is not None and zero_buf.requires_grad):
             raise grad_error("moe_sort")
         if zero_buf is None and expert_map is None and zero_buf_init is None:
-            r = op(topk_ids, topk_weights, num_experts, block_m)  # keywords cost ~0.5 us each
+            r = op(topk_ids, topk_weights, num_experts, block_m)  # each argument costs
         else:
             r = op(
-                topk_ids,
-                topk_weights,
-                num_experts,
-                block_m,
-                zero_buf=zero_buf,
-                expert_map=expert_map,
-                zero_buf_init=zero_buf_init,
+                topk_ids, topk_weights, num_experts, block_m, zero_buf, expert_map, zero_buf_init
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
@@ -1047,7 +1019,7 @@ def moe_sort_quant_out(
         ):
             op(
                 topk_ids, topk_weights, x, num_experts, block_m, *out, a_q, a_scale
-            )  # keywords cost ~0.5 us each
+            )  # each argument costs
         else:
             op(
                 topk_ids,
@@ -1058,10 +1030,10 @@ def moe_sort_quant_out(
                 *out,
                 a_q,
                 a_scale,
-                zero_buf=zero_buf,
-                expert_map=expert_map,
-                zero_buf_init=zero_buf_init,
-                sorted_scales=sorted_scales,
+                zero_buf,
+                expert_map,
+                zero_buf_init,
+                sorted_scales,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
@@ -1129,7 +1101,7 @@ def moe_sort_quant(
             and zero_buf_init is None
             and sorted_scales is None
         ):
-            r = op(topk_ids, topk_weights, x, num_experts, block_m)  # keywords cost ~0.5 us each
+            r = op(topk_ids, topk_weights, x, num_experts, block_m)  # each argument costs
         else:
             r = op(
                 topk_ids,
@@ -1137,10 +1109,10 @@ def moe_sort_quant(
                 x,
                 num_experts,
                 block_m,
-                zero_buf=zero_buf,
-                expert_map=expert_map,
-                zero_buf_init=zero_buf_init,
-                sorted_scales=sorted_scales,
+                zero_buf,
+                expert_map,
+                zero_buf_init,
+                sorted_scales,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
@@ -1238,16 +1210,9 @@ def moe_scatter_reduce_out(
         if _grad_enabled() and out.requires_grad:
             raise grad_error("moe_scatter_reduce_out")
         if routed_scaling_factor == 1.0:
-            op(expert_out, reverse_sorted, sorted_weights, topk, out)  # keywords cost ~0.5 us each
+            op(expert_out, reverse_sorted, sorted_weights, topk, out)  # each argument costs
         else:
-            op(
-                expert_out,
-                reverse_sorted,
-                sorted_weights,
-                topk,
-                out,
-                routed_scaling_factor=routed_scaling_factor,
-            )
+            op(expert_out, reverse_sorted, sorted_weights, topk, out, routed_scaling_factor)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
@@ -1279,15 +1244,9 @@ def moe_scatter_reduce(
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
         if routed_scaling_factor == 1.0:
-            r = op(expert_out, reverse_sorted, sorted_weights, topk)  # keywords cost ~0.5 us each
+            r = op(expert_out, reverse_sorted, sorted_weights, topk)  # each argument costs
         else:
-            r = op(
-                expert_out,
-                reverse_sorted,
-                sorted_weights,
-                topk,
-                routed_scaling_factor=routed_scaling_factor,
-            )
+            r = op(expert_out, reverse_sorted, sorted_weights, topk, routed_scaling_factor)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
@@ -1326,7 +1285,7 @@ def moe_scatter_reduce_q_out(
         if routed_scaling_factor == 1.0:
             op(
                 expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
-            )  # keywords cost ~0.5 us each
+            )  # each argument costs
         else:
             op(
                 expert_out_q,
@@ -1335,7 +1294,7 @@ def moe_scatter_reduce_q_out(
                 sorted_weights,
                 topk,
                 out,
-                routed_scaling_factor=routed_scaling_factor,
+                routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
@@ -1372,7 +1331,7 @@ def moe_scatter_reduce_q(
         if routed_scaling_factor == 1.0:
             r = op(
                 expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk
-            )  # keywords cost ~0.5 us each
+            )  # each argument costs
         else:
             r = op(
                 expert_out_q,
@@ -1380,7 +1339,7 @@ def moe_scatter_reduce_q(
                 reverse_sorted,
                 sorted_weights,
                 topk,
-                routed_scaling_factor=routed_scaling_factor,
+                routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
@@ -1441,15 +1400,9 @@ def moe_sum_out(
         if _grad_enabled() and output.requires_grad:
             raise grad_error("moe_sum_out")
         if topk_ids is None and expert_map is None and routed_scaling_factor == 1.0:
-            op(input, output)  # keywords cost ~0.5 us each
+            op(input, output)  # each argument costs
         else:
-            op(
-                input,
-                output,
-                topk_ids=topk_ids,
-                expert_map=expert_map,
-                routed_scaling_factor=routed_scaling_factor,
-            )
+            op(input, output, topk_ids, expert_map, routed_scaling_factor)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
             return moe_sum_out(
@@ -1485,14 +1438,9 @@ def moe_sum(
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
         if topk_ids is None and expert_map is None and routed_scaling_factor == 1.0:
-            r = op(input)  # keywords cost ~0.5 us each
+            r = op(input)  # each argument costs
         else:
-            r = op(
-                input,
-                topk_ids=topk_ids,
-                expert_map=expert_map,
-                routed_scaling_factor=routed_scaling_factor,
-            )
+            r = op(input, topk_ids, expert_map, routed_scaling_factor)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
             return moe_sum(
@@ -1550,7 +1498,7 @@ def moe_align_block_size_vllm_out(
                 expert_ids,
                 num_tokens_post_pad,
                 scatter_idx,
-            )  # keywords cost ~0.5 us each
+            )  # each argument costs
         else:
             op(
                 topk_ids,
@@ -1560,8 +1508,8 @@ def moe_align_block_size_vllm_out(
                 expert_ids,
                 num_tokens_post_pad,
                 scatter_idx,
-                expert_map=expert_map,
-                block_expert_map=block_expert_map,
+                expert_map,
+                block_expert_map,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
@@ -1609,15 +1557,9 @@ def moe_align_block_size_vllm(
         if type(block_size) is not int:
             block_size = _int(block_size, "block_size")
         if expert_map is None and block_expert_map is None:
-            r = op(topk_ids, num_experts, block_size)  # keywords cost ~0.5 us each
+            r = op(topk_ids, num_experts, block_size)  # each argument costs
         else:
-            r = op(
-                topk_ids,
-                num_experts,
-                block_size,
-                expert_map=expert_map,
-                block_expert_map=block_expert_map,
-            )
+            r = op(topk_ids, num_experts, block_size, expert_map, block_expert_map)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         if _wide_ids(topk_ids):
             return moe_align_block_size_vllm(
@@ -1774,19 +1716,19 @@ def moe_route_out(
             and correction_bias is None
             and routed_scaling_factor == 1.0
         ):
-            op(router_logits, topk, topk_weights, topk_ids)  # keywords cost ~0.5 us each
+            op(router_logits, topk, topk_weights, topk_ids)  # each argument costs
         else:
             op(
                 router_logits,
                 topk,
                 topk_weights,
                 topk_ids,
-                scoring=scoring,
-                renormalize=renormalize,
-                num_expert_group=num_expert_group,
-                topk_group=topk_group,
-                correction_bias=correction_bias,
-                routed_scaling_factor=routed_scaling_factor,
+                scoring,
+                renormalize,
+                num_expert_group,
+                topk_group,
+                correction_bias,
+                routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
@@ -1844,17 +1786,17 @@ def moe_route(
             and correction_bias is None
             and routed_scaling_factor == 1.0
         ):
-            r = op(router_logits, topk)  # keywords cost ~0.5 us each
+            r = op(router_logits, topk)  # each argument costs
         else:
             r = op(
                 router_logits,
                 topk,
-                scoring=scoring,
-                renormalize=renormalize,
-                num_expert_group=num_expert_group,
-                topk_group=topk_group,
-                correction_bias=correction_bias,
-                routed_scaling_factor=routed_scaling_factor,
+                scoring,
+                renormalize,
+                num_expert_group,
+                topk_group,
+                correction_bias,
+                routed_scaling_factor,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
