@@ -34,12 +34,12 @@ from typing import TextIO
 #: Compiler CPU seconds (user + sys) of the module of no shape (lookup, module_common, the
 #: binding, which includes torch's headers, and on the CPU the kernels TUs) and of one
 #: instance, by backend: the estimate of :func:`first_build_note` (CPU time, unlike wall
-#: time, hardly depends on the machine's load).  cpu: g++ 12 -O3 on x86-64, the binding
-#: ~4.6 s, the kernels TUs ~1.5 s, an instance (a call of its op's kernel) and its library's
-#: link ~0.1 s.  ``autograd``: csrc/autograd/written_versions.cpp, all torch's full C++
+#: time, hardly depends on the machine's load).  cpu: g++ 12 on x86-64, the binding (-O1)
+#: ~3.3 s, the kernels TUs (-O3) ~2.5 s, an instance (a call of its op's kernel) and its
+#: library's link ~0.1 s.  ``autograd``: csrc/autograd/written_versions.cpp, all torch's full C++
 #: headers, built alongside the module (:mod:`.written_versions`): g++ 12 -O1 ~6.5 s.  The
 #: GPU backends are not measured: their note gives no time.
-COMPILE_CPU_S = {"cpu": {"module": 6.5, "instance": 0.2, "autograd": 6.5}}
+COMPILE_CPU_S = {"cpu": {"module": 6.0, "instance": 0.2, "autograd": 6.5}}
 
 
 def module_units(backend: str) -> tuple[str, ...]:
