@@ -45,8 +45,12 @@ PREBUILT_SERVES: list[bool] = []
 
 
 def needs_build() -> bool:
-    """:func:`load` would compile: the library is not in the cache, and JIT is enabled."""
-    built = build_dir() / f"{NAME}.so"
+    """:func:`load` would compile: the library is not in the cache, and JIT is enabled
+    (False where the source cannot be read: :func:`load` then says why)."""
+    try:
+        built = build_dir() / f"{NAME}.so"
+    except OSError:
+        return False
     return not (built.is_file() or env.get("AITER_AUX_DISABLE_JIT") or PREBUILT_SERVES)
 
 
