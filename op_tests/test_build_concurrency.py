@@ -326,3 +326,38 @@ def test_truncated_link_output_is_relinked_not_published(eight):
     assert again["linked"] and again["compiled"] == 0
     assert again["sha"] == good["sha"] and again["module"] == good["module"]
     check_cache_consistent(Path(again["dir"]))
+
+
+# Three processes whose first op call, together, meets an empty cache: each builds the ops'
+# autograd kernel alongside the module (two compile jobs), yet it is compiled once.
+FIRST_CALL = r"""
+import json, os, sys, time
+import torch
+from aiter_aux import ops as aux_ops
+from aiter_aux.ops import _library
+from aiter_aux.jit import written_versions
+print("READY", flush=True)
+while not os.path.exists(os.environ["T_GO"]):
+    time.sleep(0.002)
+aux_ops.mxfp4_quant(torch.randn(2, 3072).bfloat16())
+print("RESULT " + json.dumps({"why": _library.register_written_versions(),
+                              "dir": str(written_versions.build_dir())}))
+"""
+
+
+def test_first_calls_together_compile_the_autograd_kernel_once(tmp_path, srcdir):
+    go = tmp_path / "go"
+    env = child_env(tmp_path / "cache", srcdir, MAX_JOBS="2", T_GO=str(go))
+    cmd = [sys.executable, "-c", FIRST_CALL]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(3)]  # fmt: skip
+    for p in procs:
+        assert p.stdout.readline().strip() == "READY"
+    go.touch()
+    outs = [p.communicate(timeout=600) for p in procs]  # a hang guard
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    results = [result_of(out) for out, _ in outs]
+    assert [r["why"] for r in results] == [None] * 3, results  # the C++ kernel everywhere
+    log = (Path(results[0]["dir"]) / ".ninja_log").read_text().splitlines()
+    compiles = [ln for ln in log if ln.split("\t")[3:4] == ["written_versions.o"]]
+    assert len(compiles) == 1, log

@@ -74,21 +74,23 @@ print(json.dumps({"files": short, "reentries": reentries,
 
 
 FIRST = """
+import json
 import torch
 from aiter_aux import ops as aux_ops
+from aiter_aux.ops import _library
 aux_ops.mxfp4_quant(torch.randn(2, 3072).bfloat16())
-print("{}")
+print(json.dumps({"written_versions": _library.register_written_versions()}))
 """
 
 
 @pytest.fixture(scope="module")
 def first_build(tmp_path_factory):
-    """A one-shape catalog built by the first op call of a process: (env, its stderr)."""
+    """A one-shape catalog built by the first op call of a process (two compile jobs, so
+    the autograd kernel builds alongside): (env, its stderr, its result)."""
     tmp = tmp_path_factory.mktemp("first_call")
-    env = env_for(tmp / "cache", make_sources(tmp / "src"))
+    env = env_for(tmp / "cache", make_sources(tmp / "src"), MAX_JOBS="2")
     p = py(FIRST, env)
-    last_json(p)
-    return env, p.stderr
+    return env, p.stderr, last_json(p)
 
 
 @pytest.fixture
@@ -109,7 +111,7 @@ def catalog_built(first_build):
 
 def test_first_call_that_compiles_says_so_once(first_build):
     """One line before the build: what it compiles, about how long here, how to avoid it."""
-    env, err = first_build
+    env, err, _ = first_build
     notes = [ln for ln in err.splitlines() if "op call of this process compiles" in ln]
     assert len(notes) == 1, err
     note = notes[0]
@@ -124,6 +126,31 @@ def test_first_call_that_compiles_says_so_once(first_build):
     built = [ln for ln in err.splitlines() if "building instance" in ln]
     assert len(built) == 1 and "mxfp4_quant_d3072" in built[0], err  # that call's alone
     assert err.index(note) < err.index(built[0]), err  # said first
+
+
+def test_first_call_builds_the_autograd_kernel_alongside_and_says_so(first_build):
+    """The note names the autograd kernel's directory; one line says when it is built; the
+    ops then have the C++ kernel (register_written_versions says None, not why Python)."""
+    env, err, got = first_build
+    from aiter_aux.jit import written_versions
+
+    note = next(ln for ln in err.splitlines() if "op call of this process compiles" in ln)
+    where = Path(env["AITER_AUX_CACHE_DIR"]) / written_versions.DIR_PREFIX
+    assert f" and, alongside, the ops' autograd kernel into {where}" in note, note
+    done = [ln for ln in err.splitlines() if "the autograd kernel" in ln and " is built in " in ln]
+    assert len(done) == 1 and written_versions.SOURCE in done[0], err
+    assert err.index(note) < err.index(done[0]), err
+    assert got == {"written_versions": None}, (got, err)
+
+
+def test_first_call_builds_no_autograd_kernel_alongside_with_one_job(tmp_path):
+    """``MAX_JOBS=1``: one compile at a time, so the note names no autograd kernel (it is
+    built after the module, as the ops register it)."""
+    env = env_for(tmp_path / "cache", make_sources(tmp_path / "src"), MAX_JOBS="1")
+    p = py(FIRST, env)
+    assert last_json(p) == {"written_versions": None}, p.stderr
+    note = next(ln for ln in p.stderr.splitlines() if "op call of this process compiles" in ln)
+    assert "autograd" not in note, note
 
 
 def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(catalog_built):

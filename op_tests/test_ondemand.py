@@ -268,6 +268,7 @@ def first_call_in_progress():  # holds what a first op call holds while it loads
         obj._LOCK.acquire()
     lock._THREAD_LOCK.acquire()
     ondemand._KEY_LOCKS_GUARD.acquire()
+    _library._WRITTEN_LOCK.acquire()  # held by the autograd kernel's build alongside
     held.set()
     time.sleep(3600)
 

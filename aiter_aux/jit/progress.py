@@ -34,10 +34,12 @@ from typing import TextIO
 #: Compiler CPU seconds (user + sys) of the module of no shape (lookup, module_common, the
 #: binding, which includes torch's headers, and on the CPU the kernels TUs) and of one
 #: instance, by backend: the estimate of :func:`first_build_note` (CPU time, unlike wall
-#: time, hardly depends on the machine's load).  cpu: g++ 12 -O3 on x86-64, the binding
-#: ~4.6 s, the kernels TUs ~1.5 s, an instance (a call of its op's kernel) and its library's
-#: link ~0.1 s.  The GPU backends are not measured: their note gives no time.
-COMPILE_CPU_S = {"cpu": {"module": 6.5, "instance": 0.2}}
+#: time, hardly depends on the machine's load).  cpu: g++ 12 on x86-64, the binding (-O1)
+#: ~3.3 s, the kernels TUs (-O3) ~2.5 s, an instance (a call of its op's kernel) and its
+#: library's link ~0.1 s.  ``autograd``: csrc/autograd/written_versions.cpp, all torch's full C++
+#: headers, built alongside the module (:mod:`.written_versions`): g++ 12 -O1 ~6.5 s.  The
+#: GPU backends are not measured: their note gives no time.
+COMPILE_CPU_S = {"cpu": {"module": 6.0, "instance": 0.2, "autograd": 6.5}}
 
 
 def module_units(backend: str) -> tuple[str, ...]:
@@ -228,9 +230,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> str:
+def first_build_note(
+    backend: str, directory: Path, jobs: int | None = None, autograd: Path | None = None
+) -> str:
     """The line a first op call that must compile says first: it compiles the module of no
-    shape (the binding; :func:`module_units`) into ``directory``, then each instance as it is
+    shape (the binding; :func:`module_units`) into ``directory`` (and, given ``autograd``,
+    the ops' autograd kernel alongside, into that directory), then each instance as it is
     first called; about how long each takes with this machine's cores and its load (the
     estimate is compiler CPU time, :data:`COMPILE_CPU_S`, stretched by the share of a core
     a busy machine leaves; ``jobs``: ``MAX_JOBS``, if set), and how to avoid the waits."""
@@ -252,13 +257,17 @@ def first_build_note(backend: str, directory: Path, jobs: int | None = None) -> 
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         slower = max(1.0, (load + 1) / machine)
         seconds = cost["module"] * todo / n
+        if autograd is not None:  # on a second core, as long as the binding on one
+            seconds = max(seconds, cost["autograd"], (seconds + cost["autograd"]) / cores)
         busy = f" at load {load:.1f}" if slower > 1 else ""
         what += f", about {_duration(seconds * slower)} on {cores} core{'s' * (cores > 1)}{busy}"
         each = f" (about {_duration(cost['instance'] * slower)} each)"
     return (
         f"the first {backend} op call of this process compiles the binding"
         f"{' and the kernels' if backend == 'cpu' else ''} ({what}) into "
-        f"{directory}, then each instance as it is first called{each}; to skip these waits, "
+        f"{directory}"
+        + (f" and, alongside, the ops' autograd kernel into {autograd}" if autograd else "")
+        + f", then each instance as it is first called{each}; to skip these waits, "
         "run `aiter-aux build` ahead of time or install the prebuilt wheel "
         "(AITER_AUX_PREBUILD=1)"
     )

@@ -258,7 +258,11 @@ class ModuleSpec:
         with build_mod.locked(inputs) as lock:
             module = self._from_cache(core=core)  # a concurrent builder may have built it
             if module is None:
-                self._announce()
+                alongside = _written_versions_alongside()
+                self._announce(alongside)
+                if alongside:  # not a daemon: an exit waits for it (no half build left)
+                    library = sys.modules["aiter_aux.ops._library"]
+                    threading.Thread(target=library.register_written_versions).start()
                 reporter = Reporter()
                 refused = self.refused.path if self.refused is not None else None
                 result = build_mod.build_locked(inputs, lock, progress=reporter, refused=refused)
@@ -287,9 +291,10 @@ class ModuleSpec:
         why = f"prebuilt module not used ({why}); " if why else ""
         return "jit", f"{why}no current module in {self.inputs.directory}"
 
-    def _announce(self) -> None:
-        """One warning line per process and backend before an op call compiles: what, about
-        how long, how to avoid it (and why a shipped prebuilt module is not used)."""
+    def _announce(self, autograd: bool = False) -> None:
+        """One warning line per process and backend before an op call compiles: what (with
+        ``autograd``, also the autograd kernel alongside), about how long, how to avoid it
+        (and why a shipped prebuilt module is not used)."""
         from .progress import first_build_note
 
         if self.backend in _ANNOUNCED:
@@ -297,11 +302,29 @@ class ModuleSpec:
         _ANNOUNCED.add(self.backend)
         _pb, why = self.prebuilt()
         why = f"prebuilt {self.backend} module not used ({why}); " if why else ""
-        note = first_build_note(self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"))
+        from . import written_versions
+
+        where = written_versions.build_dir() if autograd else None
+        note = first_build_note(
+            self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"), where
+        )
         log.warning("aiter_aux: %s%s", why, note)
 
 
 paths.renew_cached_property_locks_after_fork(ModuleSpec)
+
+
+def _written_versions_alongside() -> bool:
+    """Whether a module build should build the ops' autograd kernel alongside, in a thread
+    (its compile is mostly torch's headers, as long as the module's on one core): the ops
+    are defined, that kernel is not registered yet and must be compiled, and ``MAX_JOBS``
+    allows more than one compile at a time."""
+    library = sys.modules.get("aiter_aux.ops._library")
+    if library is None or library.written_versions_registered() or aux_env.get("MAX_JOBS") == 1:
+        return False
+    from . import written_versions
+
+    return written_versions.needs_build()
 
 
 def why_missing(module: AuxModule, key: str) -> str:

@@ -7,12 +7,14 @@ torch's stable ABI and ship prebuilt): once per torch build and source, with
 ``torch.utils.cpp_extension``, into ``$AITER_AUX_CACHE_DIR/autograd-torch-<build>-<source>``.
 Where it cannot be built or loaded (no compiler, ``AITER_AUX_DISABLE_JIT=1`` and no copy in
 the cache), :func:`load` says why and the ops register the same kernel in Python instead.
+A first op call that builds the module of no shape builds this alongside, in a thread
+(:func:`aiter_aux.jit.spec.ModuleSpec.load`); a build says on stderr when it is done.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import logging
+import time
 from pathlib import Path
 
 from .. import env
@@ -21,6 +23,10 @@ from . import paths
 NAME = "aiter_aux_written_versions"
 DIR_PREFIX = "autograd-torch-"  # the build directories' names in the cache
 SOURCE = "csrc/autograd/written_versions.cpp"  # relative to the source root
+#: Its compile flags: the kernel only walks a schema's arguments around a redispatch, and
+#: the compile is all torch's headers (-O1 takes about 1 CPU-second less than -O2).
+CFLAGS = ["-O1"]
+log = logging.getLogger("aiter_aux")
 
 
 def build_dir() -> Path:
@@ -36,6 +42,16 @@ def build_dir() -> Path:
 # Set when a prebuilt module (the wheel's) serves: the prebuilt path compiles nothing, so the
 # library is loaded only if the cache already holds it.
 PREBUILT_SERVES: list[bool] = []
+
+
+def needs_build() -> bool:
+    """:func:`load` would compile: the library is not in the cache, and JIT is enabled
+    (False where the source cannot be read: :func:`load` then says why)."""
+    try:
+        built = build_dir() / f"{NAME}.so"
+    except OSError:
+        return False
+    return not (built.is_file() or env.get("AITER_AUX_DISABLE_JIT") or PREBUILT_SERVES)
 
 
 def load() -> str | None:
@@ -58,15 +74,17 @@ def load() -> str | None:
         paths.ensure_dir(directory)
         from torch.utils import cpp_extension
 
-        with contextlib.redirect_stdout(io.StringIO()):  # ninja's lines; errors raise
-            cpp_extension.load(
-                NAME,
-                [str(paths.source_root() / SOURCE)],
-                extra_cflags=["-O2"],
-                build_directory=str(directory),
-                is_python_module=False,
-                verbose=env.get("AITER_AUX_VERBOSE"),
-            )
+        t0 = time.monotonic()
+        cpp_extension.load(  # ninja's lines go to a pipe unless verbose; errors raise
+            NAME,
+            [str(paths.source_root() / SOURCE)],
+            extra_cflags=CFLAGS,
+            build_directory=str(directory),
+            is_python_module=False,
+            verbose=env.get("AITER_AUX_VERBOSE"),
+        )
+        log.warning("aiter_aux: the autograd kernel %s is built in %s (%.1f s)", SOURCE,
+                    directory, time.monotonic() - t0)  # fmt: skip
     except Exception as e:  # noqa: BLE001 (any failure leaves the Python kernels)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return f"{type(e).__name__}: {first}"

@@ -58,7 +58,7 @@ def _after_fork_in_parent() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
-_WRITTEN_LOCK = threading.Lock()  # register_written_versions (called with the loader's held)
+_WRITTEN_LOCK = threading.Lock()  # register_written_versions (the loader's, or a build's thread)
 renew_after_fork(globals(), "_WRITTEN_LOCK", threading.Lock)
 _LIB: torch.library.Library | None = None
 _LOADED_BACKENDS: set[str] = set()
@@ -168,6 +168,11 @@ def _python_written_versions(name: str, writes: tuple[tuple[int, ...], tuple[str
 
     kernel.__name__ = f"bump_versions_of_{name}"
     return kernel
+
+
+def written_versions_registered() -> bool:
+    """:func:`register_written_versions` has run in this process."""
+    return bool(_WRITTEN_VERSIONS)
 
 
 def register_written_versions() -> str | None:
