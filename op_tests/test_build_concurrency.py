@@ -248,8 +248,8 @@ def test_sigkill_at_random_moments_then_build_recovers(eight, quant_case):
         check_cache_consistent(Path(got["dir"]))
         return where
 
-    adds = ["codegen", "compile"] * 5
-    removes = ["link", "publish"] * 5
+    adds = ["codegen", "compile"] * 3
+    removes = ["link", "publish"] * 3
     rng.shuffle(adds)
     rng.shuffle(removes)
     landed = []
@@ -267,7 +267,7 @@ def test_sigkill_at_random_moments_then_build_recovers(eight, quant_case):
             landed.append(kill_then_build(phase, 0.0, *((S1, S2) if add else (S2, S1))))
         if not add:
             build(S1, env)
-    assert len(landed) >= 20 and set(landed) == set(PHASES), (landed, seed)
+    assert len(landed) >= 12 and set(landed) == set(PHASES), (landed, seed)
 
 
 @pytest.mark.robust
