@@ -130,7 +130,10 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
 
     ``servable`` holds when the shape keeps the rules of the shapes an instance compiles
     for (``codegen/catalog.py``: expert in [1, 1024], model_dim a positive multiple of 256,
-    topk in [1, min(expert, 255)]); ``prebuilt`` is :func:`is_mxfp4_moe_shape_supported`.
+    topk in [1, min(expert, 255)]); ``prebuilt`` is :func:`is_mxfp4_moe_shape_supported`:
+    the catalog lists the shape, so ``aiter-aux build`` and a wheel build it ahead of use.
+    It does not say that this process's cache holds the build yet (``aiter-aux doctor``
+    and ``aiter-aux list --cached`` do).
     """
     from ..jit.paths import codegen_module
 
