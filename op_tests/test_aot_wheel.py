@@ -61,9 +61,12 @@ q, s = ops.mxfp4_quant(x)
 first_call = time.perf_counter() - t1
 ok = [torch.equal(q, ref.mxfp4_quant(x)[0]), torch.equal(s, ref.mxfp4_quant(x)[1])]
 gen = torch.Generator().manual_seed(0)
+run_ops = []
 for shape in [(256, 3072, 256, 8), (128, 3072, 512, 4)]:
     for m in (1, 33):
-        ok += [row[3] for row in run_one(shape, m, 32, gen, torch.device("cpu"))]
+        rows = run_one(shape, m, 32, gen, torch.device("cpu"))
+        ok += [row[3] for row in rows]
+        run_ops.append([row[0] for row in rows])
 errors = []
 for _ in range(2):  # the same error each time, nothing compiled
     try:
@@ -72,8 +75,8 @@ for _ in range(2):  # the same error each time, nothing compiled
         errors.append(f"{type(e).__name__}: {e}")
 cache_files = [str(p) for p in pathlib.Path(os.environ["AITER_AUX_CACHE_DIR"]).rglob("*")]
 out = {"file": aiter_aux.__file__, "module": str(load_module("cpu").path), "ok": all(ok),
-       "n": len(ok), "errors": errors, "import_s": t_import, "first_call_s": first_call,
-       "cache_files": cache_files}
+       "n": len(ok), "run_ops": run_ops, "errors": errors, "import_s": t_import,
+       "first_call_s": first_call, "cache_files": cache_files}
 print(json.dumps(out))
 """
 
@@ -155,7 +158,9 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(str(site)), got
     assert "/_prebuilt/cpu-host/" in got["module"], got
-    assert got["ok"] and got["n"] == 26, got
+    # the quant's 2 checks, then 4 runs of the pipeline: the route and 6 ops, each checked
+    assert all(ops[0] == "moe_route" and len(ops) == 7 for ops in got["run_ops"]), got
+    assert got["ok"] and got["n"] == 2 + 4 * 7, got
     # the loaded (prebuilt) module lacks the key: an error naming it, nothing compiled
     assert len(got["errors"]) == 2 and all("mxfp4_quant_d7168" in e for e in got["errors"])
     assert "JIT-compiling" not in p.stderr, p.stderr
