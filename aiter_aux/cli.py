@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="example:\n  aiter-aux run --shape 385,7168,512,9 --tokens 1,4096 "
             "--repeat 50 --json run.json")  # fmt: skip
     p.add_argument("--shape", type=_type(parse_shape), required=True, metavar="E,D,INTER,TOPK",
-                   help="a catalog shape; INTER is rounded up to 256 (640 -> 768)")  # fmt: skip
+                   help="a MoE layer shape (the catalog's are prebuilt, others are built on "
+                   "first use); INTER is rounded up to 256 (640 -> 768)")  # fmt: skip
     p.add_argument("--tokens", default=[1, 16, 512, 4096], metavar="M,M,...",
                    type=_type(parse_ints, lo=0, hi=MAX_NUM_TOKENS - 1),
                    help=f"comma-separated token counts in [0, {MAX_NUM_TOKENS}) "

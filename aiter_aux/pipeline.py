@@ -34,7 +34,7 @@ from . import ops
 from . import reference as ref
 from . import run_report as rr
 from .limits import MAX_NUM_TOKENS
-from .ops.moe_mxfp4_aux import is_mxfp4_moe_shape_supported
+from .ops.moe_mxfp4_aux import mxfp4_moe_shape_status
 from .router_config import DEFAULT_ROUTER, Router
 from .routing import (  # noqa: F401 (draw_routing: the tests' routing)
     draw_logits,
@@ -289,7 +289,7 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
                  json_path: str | None = None, options: Options | None = None) -> int:  # fmt: skip
     """Run ``aiter-aux run``; returns the exit code: 0, 1 on any mismatch.  Raises
     ``ValueError`` for arguments that cannot run (no token count, a count out of
-    [0, MAX_NUM_TOKENS), a shape not in the catalog, a device that is not there)."""
+    [0, MAX_NUM_TOKENS), a shape no instance compiles for, a device that is not there)."""
     expert, model_dim, inter, topk = shape
     tokens = list(tokens)
     if not tokens:
@@ -307,11 +307,9 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     for flag, path in (("--csv", csv_path), ("--json", json_path)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag} {path}: its directory does not exist")
-    if not is_mxfp4_moe_shape_supported(expert, model_dim, inter, topk):
-        raise ValueError(
-            f"shape {tuple(shape)} is not in the catalog (inter is rounded "
-            "up to 256); see `aiter-aux list`; `aiter-aux add-shape` adds it"
-        )
+    status = mxfp4_moe_shape_status(expert, model_dim, inter, topk)
+    if not status.servable:
+        raise ValueError(f"shape {tuple(shape)} cannot be served: {status.reason}")
     router, router_line = resolve_router(shape, options.router)
     device = resolve_device(str(device))
     seed = int(torch.randint(0, 2**31 - 1, ()).item()) if seed is None else seed
@@ -320,6 +318,9 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     inter_text = f"{inter} -> {rounded}" if rounded != inter else f"{inter}"
     print(f"shape expert={expert} model_dim={model_dim} inter={inter_text} topk={topk}; "
           f"block_m={block_m} device={device} seed={seed}")  # fmt: skip
+    if not status.prebuilt:
+        print("  not in the catalog: its instances are built on first use (`aiter-aux add-shape` "
+              "makes them prebuilt)")  # fmt: skip
     print(router_line)
     if options._replace(router="auto") != Options():
         print(f"  options: EP ranks {options.ep_ranks}, shared-expert init "

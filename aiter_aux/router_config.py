@@ -193,20 +193,41 @@ def router_for(text: str) -> Router:
 
 
 def router_of_shape(shape) -> tuple[Router, str]:
-    """``(router, where)``: the router of the first shipped model whose layout without EP
-    the catalog ``shape`` serves and whose router moe_route computes (``where``: model and
-    layout), else :data:`DEFAULT_ROUTER` (``where`` says why)."""
+    """``(router, where)``: the router of a shipped model whose layout without EP ``shape``
+    serves and whose router moe_route computes: the model the catalog's comment of the
+    shape names when several serve it (two models can share a layout), else the first
+    (``where``: model and layout, and the other models that serve it); else
+    :data:`DEFAULT_ROUTER` (``where`` says why)."""
     from .model_config import layout_name, models_served, shipped_configs
 
     configs = shipped_configs()
-    skipped = []
+    skipped, found = [], []
     for s in models_served([tuple(shape)], configs, eps=()):
         try:
-            router = router_from_config(configs[s.model], s.model)
+            found.append((router_from_config(configs[s.model], s.model), s))
         except ModelConfigError as e:
             skipped.append(str(e))
-            continue
-        fused = ", shared expert fused" if s.fused_shared else ""
-        return router, f"{s.model} {layout_name(s.tp, s.ep)}{fused} serves this shape"
-    why = "no shipped model config serves this shape" + (f" ({skipped[0]})" if skipped else "")
-    return DEFAULT_ROUTER, why
+    if not found:
+        why = "no shipped model config serves this shape"
+        return DEFAULT_ROUTER, why + (f" ({skipped[0]})" if skipped else "")
+    comment = _catalog_comment(shape)
+    router, s = next((f for f in found if comment.startswith(f[1].model + " ")), found[0])
+    fused = ", shared expert fused" if s.fused_shared else ""
+    where = f"{s.model} {layout_name(s.tp, s.ep)}{fused} serves this shape"
+    others = sorted({f[1].model for f in found} - {s.model})
+    if others:
+        where += f" (so does {', '.join(others)}: --router MODEL picks another)"
+    return router, where
+
+
+def _catalog_comment(shape) -> str:
+    """The catalog line's comment of ``shape`` ("" when none or the catalog is unreadable)."""
+    from .catalog_edit import default_files, read_entries
+    from .shapes import round_inter
+
+    e, d, i, k = (int(v) for v in shape)
+    try:
+        comments = {x.shape: x.comment for x in read_entries(default_files()[0])}
+    except (OSError, ValueError):
+        return ""
+    return comments.get((e, d, round_inter(i), k), "") or ""

@@ -98,7 +98,7 @@ def test_every_subcommand_and_option_has_help():
                   marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible")),
      (["--repeat", "0"], "--repeat 0: must be at least 1"),
      (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
-     (["--shape", "7,256,256,1"], "not in the catalog"),
+     (["--shape", "8,300,256,2"], "cannot be served: model_dim must be a positive multiple"),
      (["--seed", str(2**70)], f"argument --seed: {2**70} is outside [0, {2**64 - 1}]"),
      (["--routed-scaling", "nan"], "argument --routed-scaling: 'nan' is not a finite number"),
      (["--routed-scaling", "inf"], "argument --routed-scaling: 'inf' is not a finite number"),
@@ -176,6 +176,16 @@ def test_list_fits_100_columns_and_names_models():
 
 
 # -------------------------------------------------------------------------------- run
+def test_run_serves_a_shape_the_catalog_lacks(small_tree, tmp_path):
+    """A servable shape outside the catalog runs, its instances built on first use."""
+    pytest.importorskip("torch")
+    p = aiter_aux_cli("run", "--shape", "7,256,256,1", "--tokens", "1", "--repeat", "1",
+                      tree=small_tree, cache=tmp_path / "cache")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "not in the catalog: its instances are built on first use" in p.stdout, p.stdout
+    assert "all 7 outputs match the reference" in p.stdout, p.stdout
+
+
 def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path):
     pytest.importorskip("torch")
     out_csv, out_json = tmp_path / "run.csv", tmp_path / "run.json"

@@ -121,12 +121,14 @@ def test_router_for_names():
     [((257, 7168, 256, 9), "DeepSeek-V3"),  # DeepSeek-V3 TP8, shared expert fused
      ((384, 7168, 256, 8), "Kimi-K2-Instruct"),  # Kimi-K2 TP8, not fused
      ((128, 3072, 768, 4), "gpt-oss-120b"),  # gpt-oss-120b TP4
+     ((128, 4096, 1536, 8), "Qwen3-235B-A22B"),  # GLM-4.5-Air's layout too: the catalog's
      ((7, 256, 256, 1), "default")],  # no shipped model
 )  # fmt: skip
 def test_router_of_shape(shape, model):
     router, why = router_of_shape(shape)
     assert router.model == model
     assert why.startswith("no shipped model") == (model == "default")
+    assert ("so does GLM-4.5-Air" in why) == (model == "Qwen3-235B-A22B"), why
 
 
 def test_router_of_a_deepseek_v4_shape_is_the_default():
