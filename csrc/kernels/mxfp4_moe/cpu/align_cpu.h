@@ -51,7 +51,7 @@ int align_impl(const AiterAuxAlignArgs& a) {
   int64_t total = 0;
   for (int b = 0; b < NB; ++b) {
     pos[b] = total;
-    total += round_up(cnt[b], bs);
+    if (cnt[b]) total += round_up(cnt[b], bs);  // no division for an empty bucket
   }
   // total <= capacity: at most min(n, NB) segments, each wasting < bs rows (check_align_args).
   const int32_t pad = static_cast<int32_t>(n);
@@ -67,7 +67,8 @@ int align_impl(const AiterAuxAlignArgs& a) {
   const int32_t* lab = a.block_expert_map;
   int64_t blk = 0;
   for (int b = 0; b < NB; ++b) {
-    const int64_t nb = round_up(cnt[b], bs) / bs;
+    if (!cnt[b]) continue;
+    const int64_t nb = ceil_div(cnt[b], bs);
     int32_t label = F == AlignFormat::Sglang ? b - 1 : (lab != nullptr ? lab[b] : b);
     for (int64_t j = 0; j < nb; ++j) a.expert_ids[blk++] = label;
   }

@@ -132,7 +132,7 @@ inline int sort_impl(const AiterAuxSortArgs& a, const char* op) {
     }
     start[e] = total;
     cnt[e] = run - total;
-    total += round_up(cnt[e], bm);
+    if (cnt[e]) total += round_up(cnt[e], bm);  // no division for an empty expert
   }
   if (total > a.max_rows)
     return invalid_arg("%s: %lld sorted rows needed but max_rows=%lld", op, (long long)total,
