@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiter_aux import ops as aux_ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
 from aiter_aux.compat import sglang, vllm  # noqa: E402
+from aiter_aux.compat.sglang import srt as sglang_srt  # noqa: E402
 from aiter_aux.compat.vllm import custom_ops as vllm_ops  # noqa: E402
 from aiter_aux.reference import compat as RC  # noqa: E402
 
@@ -104,11 +105,13 @@ def _drop_ins(shape, device, m: int) -> dict:
     return {
         "vllm.moe_sum": lambda: vllm_ops.moe_sum(sum_in, out),
         "sglang.moe_sum_reduce": lambda: sglang.moe_sum_reduce(sum_in, out, 2.5),
+        "sglang.moe_sum": lambda: sglang.moe_sum(sum_in, out),
         "vllm.custom moe_align": lambda: vllm_ops.moe_align_block_size(
             ids, e, bs, v_sorted, v_experts, v_total, None),
         "vllm.moe_align_block_size": lambda: vllm.moe_align_block_size(ids, bs, e),
         "sglang.moe_align_block_size": lambda: sglang.moe_align_block_size(
             ids, e + 1, bs, s_sorted, s_experts, s_total, None),
+        "sglang.srt moe_align": lambda: sglang_srt.moe_align_block_size(ids, bs, e),
     }  # fmt: skip
 
 

@@ -59,6 +59,7 @@ def test_a_drop_ins_missing_instance_is_short_with_the_fix_first(monkeypatch, tm
     _align._t()  # the torch ops the drop-ins call: each refuses as a missing instance does
     monkeypatch.setattr(_align, "_T", list(_align._T[:2]) + [refuse, refuse])
     monkeypatch.setattr(_align, "_ALLOC", [refuse])
+    monkeypatch.setattr(_align, "_FAST", _align._FAST[:1] + [refuse] * 4)
     ids = torch.zeros(4, 2, dtype=torch.int32)
     with pytest.raises(ops.UnsupportedShapeError) as e:
         if drop_in == "vllm":

@@ -24,14 +24,26 @@ Beyond the references' rules:
   so there the kernels drop such ids (and map values) instead of reading out of bounds.
 
 Per call, these functions do what the peers' wrappers do (allocate, call the op) plus
-plain comparisons of the int and bool arguments; the op's binding checks the tensors.  On
-an error, or an argument of another type (a numpy int), the checks of
-:mod:`aiter_aux.reference.compat` run and name what is wrong as the reference does.
+plain comparisons of the int and bool arguments; the op's binding checks the tensors.  A
+call as the peers' callers make it (int32 ``[M, topk]`` ids, 1-D buffers, no map) takes a
+fast path: eagerly the op's C++ callable, without the reshapes of the general path.  On an
+error, or an argument of another type (a numpy int), the checks of :mod:`._align_checks`
+(the rules of :mod:`aiter_aux.reference.compat`) run and name what is wrong as the
+reference does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from ._align_checks import SGLANG_PLUS_ONE as _SGLANG_PLUS_ONE
+from ._align_checks import (
+    _check_sglang_values,
+    _custom_checks,
+    _sglang_checks,
+    _srt_checks,
+    _vllm_checks,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -43,7 +55,6 @@ __all__ = [
     "sglang_srt_moe_align_block_size",
 ]
 
-_SGLANG_PLUS_ONE = "E is SGLang's num_experts - 1"
 _ANY_SHAPE = "any catalog shape with this E serves it"
 
 
@@ -51,6 +62,11 @@ _T: list = []  # torch, torch.int32, the vLLM-format and SGLang-format _out ops
 _MOST: list = []  # vLLM's num_experts, SGLang's buckets: the most the checks allow
 _CAP: list = []  # the capacity functions of the reference: vLLM's, SGLang's
 _ALLOC: list = []  # the allocating vLLM-format op
+#: The fast paths' calls, eager only: ``torch.compiler.is_compiling``, then the C++ callables
+#: (what an OpOverload calls, one Python frame less) of the vLLM-format and SGLang-format
+#: ``_out`` ops and allocating ops.  Under ``torch.compile`` the general paths run (they call
+#: the OpOverloads, which dynamo traces).
+_FAST: list = []
 
 
 def _t() -> list:
@@ -67,7 +83,20 @@ def _t() -> list:
         _ALLOC.append(aux.moe_align_block_size_vllm.default)
         _T.extend((torch, torch.int32, aux.moe_align_block_size_vllm_out.default,
                    aux.moe_align_block_size_sglang_out.default))  # fmt: skip
+        _FAST.extend([torch.compiler.is_compiling] + [
+            getattr(aux, f"moe_align_block_size_{f}").default._op
+            for f in ("vllm_out", "sglang_out", "vllm", "sglang")])  # fmt: skip
     return _T
+
+
+def _plain(*tensors_dims) -> bool:
+    """``(tensor, dims)`` pairs: each a tensor of that many dims, as the ops take them.  A
+    fast path's call whose op refused such arguments stands (the general path would call the
+    op with the same ones); else the general path reshapes (the op refused them before it
+    looked for an instance)."""
+    import torch
+
+    return all(isinstance(t, torch.Tensor) and t.dim() == d for t, d in tensors_dims)
 
 
 def _error(error: Exception, check, hint: str) -> Exception:
@@ -92,55 +121,6 @@ def _ids2d(topk_ids, torch, i32):
     return topk_ids if topk_ids.dim() == 2 else topk_ids.reshape(-1, 1)
 
 
-def _checking_values(t) -> bool:
-    """Whether the value checks run eagerly: on CPU tensors, outside a ``torch.compile``
-    trace (there :func:`_traced_check` puts them into the graph)."""
-    import torch
-
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
-def _traced_check(t, lo: int | None, hi: int, message: str) -> None:
-    """Under ``torch.compile``, on CPU tensors: the value check ``lo <= t < hi`` (``lo``
-    None: ``t < hi``) traced into the graph as ``torch._assert_async``, so that the compiled
-    call raises (``RuntimeError(message)``) where the eager one raises ``ValueError``.
-    Nothing elsewhere: on the GPU the check would synchronise (eager does not make it)."""
-    import torch
-
-    if t.device.type == "cpu" and torch.compiler.is_compiling():
-        ok = t < hi if lo is None else (t >= lo) & (t < hi)
-        torch._assert_async(ok.all(), message)
-
-
-def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, scatter):
-    """The reference's checks of vLLM's function; returns ``(block_size, num_experts, pad,
-    ignore, scatter)`` as plain ints and bools."""
-    from ..reference import compat as R
-    from ..validation import check_expert_map
-
-    topk_ids = R._check_ids(topk_ids, None)
-    pad = R._check_flag(pad, "pad_sorted_ids")
-    ignore = R._check_flag(ignore, "ignore_invalid_experts")
-    scatter = R._check_flag(scatter, "return_scatter_idx")
-    bs, e, _ = R._check_sizes(
-        topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
-        lambda n, e, b: R.vllm_align_capacity(n, e, b, pad),
-    )  # fmt: skip
-    if expert_map is not None:
-        expert_map = check_expert_map(expert_map, topk_ids.device)
-        if expert_map.numel() < e:
-            raise ValueError(
-                f"expert_map must have >= num_experts ({e}) entries, got {expert_map.numel()}"
-            )
-        if ignore and _checking_values(expert_map):
-            R._check_values(expert_map[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
-        elif ignore:
-            _traced_check(expert_map[:e], -1, e, f"expert_map values must be -1 or in [0, {e})")
-    if scatter and expert_map is not None and not ignore:
-        raise ValueError("scatter_idx with expert_map requires ignore_invalid_experts")
-    return bs, e, pad, ignore, scatter
-
-
 def vllm_moe_align_block_size(
     topk_ids: torch.Tensor,
     block_size: int,
@@ -161,10 +141,22 @@ def vllm_moe_align_block_size(
         written (``scatter_idx`` int32 ``[topk_ids.numel(), 1]``).
     """
     torch, i32, op, _ = _T or _t()
-    bs, e, pad, ignore, scatter = (block_size, num_experts, pad_sorted_ids,
-                                   ignore_invalid_experts, return_scatter_idx)  # fmt: skip
     args = (topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
             ignore_invalid_experts, return_scatter_idx)  # fmt: skip
+    called = False
+    try:  # the fast path: vLLM's call as its callers make it; the op's binding checks the rest
+        if (type(block_size) is int and type(num_experts) is int and num_experts <= _MOST[0]
+                and pad_sorted_ids is False and type(ignore_invalid_experts) is bool
+                and type(return_scatter_idx) is bool and expert_map is None
+                and topk_ids.dtype is i32 and not _FAST[0]()):  # fmt: skip
+            called = True
+            out = _FAST[3](topk_ids, num_experts, block_size)
+            return (*out[:3], out[3].view(-1, 1)) if return_scatter_idx else out[:3]
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        if called and _plain((topk_ids, 2)):
+            raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE) from None
+    bs, e, pad, ignore, scatter = (block_size, num_experts, pad_sorted_ids,
+                                   ignore_invalid_experts, return_scatter_idx)  # fmt: skip
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
                 and type(pad) is bool and type(ignore) is bool and type(scatter) is bool
@@ -198,48 +190,6 @@ def vllm_moe_align_block_size(
     return sorted_ids, expert_ids, total
 
 
-def _sglang_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
-                   num_tokens_post_pad, pad, ignore) -> tuple:  # fmt: skip
-    """The reference's checks of sgl-kernel's function (``num_experts``: the buckets);
-    returns ``(block_size, routed experts, ignore)``."""
-    from ..reference import compat as R
-    from ..validation import MAX_NUM_EXPERTS, validate_int
-
-    topk_ids = R._check_ids(topk_ids, (1, 2))
-    buckets = validate_int(num_experts, "num_experts")
-    most = min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)  # buckets: routed + 1
-    if not 2 <= buckets <= most:
-        raise ValueError(
-            f"num_experts must be in [2, {most}] (SGLang's num_experts + 1: the routed "
-            f"experts, at most {most - 1} in our sort, plus one), got {buckets}"
-        )
-    bs, e, cap = R._check_sizes(topk_ids, block_size, buckets - 1, R.SGLANG_MAX_EXPERTS,
-                                R.sglang_align_capacity)  # fmt: skip
-    R._check_flag(pad, "pad_sorted_token_ids")
-    ignore = R._check_flag(ignore, "ignore_invalid_expert")
-    R.check_align_buffers(
-        (("sorted_token_ids", sorted_token_ids, cap), ("experts_ids", experts_ids, -(-cap // bs)),
-         ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
-    _check_sglang_values(topk_ids, e, ignore)
-    return bs, e, ignore
-
-
-def _check_sglang_values(topk_ids, e: int, ignore: bool) -> None:
-    if not topk_ids.numel():
-        return
-    if not _checking_values(topk_ids):
-        rule = f"< {e}" if ignore else f"in [-1, {e})"
-        message = f"topk_ids values must be {rule} ({_SGLANG_PLUS_ONE})"
-        _traced_check(topk_ids, None if ignore else -1, e, message)
-    else:
-        from ..reference import compat as R
-
-        try:
-            R.check_sglang_ids(topk_ids, e, ignore)
-        except ValueError as err:
-            raise ValueError(f"{err} ({_SGLANG_PLUS_ONE})") from None
-
-
 def sglang_moe_align_block_size(
     topk_ids: torch.Tensor,
     num_experts: int,
@@ -267,9 +217,27 @@ def sglang_moe_align_block_size(
             ``ValueError`` (sgl-kernel writes past them).
     """
     torch, i32, vllm_op, sglang_op = _T or _t()
-    bs, e, ignore = block_size, num_experts, ignore_invalid_expert
     args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
             num_tokens_post_pad, pad_sorted_token_ids, ignore_invalid_expert)  # fmt: skip
+    hint = f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
+    called = False
+    try:  # the fast path: SGLang's call as its callers make it (the op has SGLang's limits)
+        if (type(block_size) is int and type(num_experts) is int
+                and 2 <= num_experts <= _MOST[1] and type(pad_sorted_token_ids) is bool
+                and ignore_invalid_expert is False and topk_ids.dtype is i32
+                and not _FAST[0]()):  # fmt: skip
+            n = topk_ids.numel()
+            if n:
+                _check_sglang_values(topk_ids, num_experts - 1, False)
+            called = True
+            _FAST[2](topk_ids, num_experts - 1, block_size, sorted_token_ids, experts_ids,
+                     num_tokens_post_pad, topk_ids.new_empty(n))  # fmt: skip
+            return
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
+                             (num_tokens_post_pad, 1)):  # fmt: skip
+            raise _error(err, lambda: _sglang_checks(*args), hint) from None
+    bs, e, ignore = block_size, num_experts, ignore_invalid_expert
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 2 <= e <= _MOST[1]
                 and type(pad_sorted_token_ids) is bool and type(ignore) is bool):  # fmt: skip
@@ -296,17 +264,7 @@ def sglang_moe_align_block_size(
         (vllm_op if ignore else sglang_op)(ids, e, bs, sorted_token_ids, experts_ids,
                                            num_tokens_post_pad, scatter_idx)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _sglang_checks(*args),
-                     f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
-
-
-def _srt_checks(topk_ids, block_size, num_experts) -> tuple[int, int]:
-    from ..reference import compat as R
-
-    topk_ids = R._check_ids(topk_ids, (1, 2))
-    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.SGLANG_MAX_EXPERTS,
-                              R.sglang_align_capacity)  # fmt: skip
-    return bs, e
+        raise _error(err, lambda: _sglang_checks(*args), hint) from None
 
 
 def sglang_srt_moe_align_block_size(
@@ -324,6 +282,19 @@ def sglang_srt_moe_align_block_size(
         :func:`aiter_aux.reference.compat.sglang_moe_align_block_size`.
     """
     torch, i32, _, _ = _T or _t()
+    called = False
+    try:  # the fast path: the allocating SGLang-format op (SGLang's capacity and limits)
+        if (type(block_size) is int and type(num_experts) is int
+                and 1 <= num_experts < _MOST[1] and ignore_invalid_expert is False
+                and topk_ids.dtype is i32 and not _FAST[0]()):  # fmt: skip
+            if topk_ids.numel():
+                _check_sglang_values(topk_ids, num_experts, False)
+            called = True
+            return _FAST[4](topk_ids, num_experts, block_size)[:3]
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        if called and _plain((topk_ids, 2)):
+            raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
+                         f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
     bs, e = block_size, num_experts
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e < _MOST[1]):
@@ -339,40 +310,6 @@ def sglang_srt_moe_align_block_size(
     sglang_moe_align_block_size(topk_ids, e + 1, bs, sorted_ids, expert_ids, total, None, True,
                                 ignore_invalid_expert)  # fmt: skip
     return sorted_ids, expert_ids, total
-
-
-def _custom_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
-                   num_tokens_post_pad, maybe_expert_map, scatter_idx) -> tuple:  # fmt: skip
-    """The reference's checks of ``vllm._custom_ops.moe_align_block_size``; returns
-    ``(block_size, num_experts)`` as ints."""
-    from ..reference import compat as R
-    from ..validation import check_expert_map
-
-    topk_ids = R._check_ids(topk_ids, None)
-    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.VLLM_MAX_EXPERTS,
-                              R.vllm_align_capacity)  # fmt: skip
-    n = topk_ids.numel()
-    R.check_align_buffers(
-        (("sorted_token_ids", sorted_token_ids, R.vllm_align_capacity(n, e, bs)),
-         ("experts_ids", experts_ids, None), ("num_tokens_post_pad", num_tokens_post_pad, 1)),
-        bs)  # fmt: skip
-    if scatter_idx is not None:
-        R.check_align_buffers((("scatter_idx", scatter_idx, n),), bs)
-        if scatter_idx.numel() != n:
-            raise ValueError(
-                f"scatter_idx must have topk_ids.numel() = {n} elements, got {scatter_idx.numel()}"
-            )
-    if maybe_expert_map is not None:
-        emap = check_expert_map(maybe_expert_map, topk_ids.device)
-        if emap.numel() < e:
-            raise ValueError(
-                f"expert_map must have >= num_experts ({e}) entries, got {emap.numel()}"
-            )
-        if _checking_values(emap):
-            R._check_values(emap[:e], -1, e, "expert_map", f"-1 or in [0, {e})")
-        else:
-            _traced_check(emap[:e], -1, e, f"expert_map values must be -1 or in [0, {e})")
-    return bs, e
 
 
 def vllm_custom_moe_align_block_size(
@@ -394,9 +331,24 @@ def vllm_custom_moe_align_block_size(
         TypeError, ValueError: before anything is written (as the reference).
     """
     torch, i32, op, _ = _T or _t()
-    bs, e = block_size, num_experts
     args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
             num_tokens_post_pad, maybe_expert_map, scatter_idx)  # fmt: skip
+    called = False
+    try:  # the fast path: vLLM's call as its callers make it; vLLM's rule on the blocks (the
+        # op's is the blocks of its capacity), the op's binding checks the rest
+        if (type(block_size) is int and type(num_experts) is int and num_experts <= _MOST[0]
+                and maybe_expert_map is None and scatter_idx is None and topk_ids.dtype is i32
+                and experts_ids.numel() * block_size >= sorted_token_ids.numel()
+                and not _FAST[0]()):  # fmt: skip
+            called = True
+            _FAST[1](topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                     num_tokens_post_pad, topk_ids.new_empty(topk_ids.numel()))  # fmt: skip
+            return
+    except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
+                             (num_tokens_post_pad, 1)):  # fmt: skip
+            raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE) from None
+    bs, e = block_size, num_experts
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
                 and maybe_expert_map is None):  # fmt: skip
