@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from . import exprs
-from .checks import FLOAT_DTYPES, PY_DTYPE, CallPlan, py_dtype
+from .checks import PY_DTYPE, CallPlan, py_dtype
 from .limits import LIMITS, MAX_ROWS
 from .limits import STAMP as STAMP_LIMITS
 from .ops import OPS
@@ -332,12 +332,13 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
             scalars += [f"if type({a.name}) is not float:",
                         f'    {a.name} = _float({a.name}, "{a.name}")']  # fmt: skip
     sfx = "_out" if out else ""
+    # eagerly the builtin behind the OpOverload (a Python frame less); the OpOverload under
+    # torch.compile, which traces it (not the builtin)
     if sel:
         body.append(f"which = C.select_{fn}({sel[0]})")
-        body.append(f"op = _{name}_OPS[which]")
+        body.append(f"op = (_{name}_OPS if _compiling() else _{name}_RAW)[which]")
     else:
-        body.append(f"op = _{spec.name}{sfx}")
-    grad = _grad_check(spec, out)
+        body.append(f"op = _{spec.name}{sfx} if _compiling() else _{spec.name}{sfx}_raw")
     call_pos = _torch_call_pos(spec, out)
     opts = [a for a in spec.options]
     defaults = " and ".join(
@@ -347,9 +348,9 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         for a in opts
     )  # fmt: skip
     kw = ", ".join(a.name for a in opts)  # by position: the schemas' order (opspec.schemas)
+    # a written tensor that requires grad: the op's ADInplaceOrView kernel refuses it
+    # (_library.register_written_versions), as torch's out= ops do
     try_body = list(scalars)
-    if grad:
-        try_body += [f"if {grad}:", f'    raise grad_error("{name}")']
     res = "" if out else "r = "
     if opts:
         try_body += [f"if {defaults}:", f"    {res}op({call_pos})  # each argument costs",
@@ -412,26 +413,6 @@ def _torch_call_pos(spec: OpSpec, out: bool) -> str:
     return ", ".join(items)
 
 
-def _grad_check(spec: OpSpec, out: bool) -> str:
-    """The condition under which a written float tensor requires grad (torch refuses
-    ``out=`` arguments that require grad under grad mode, and so do we)."""
-    terms = []
-    if out:
-        for o in spec.outputs:
-            if o.dtype in FLOAT_DTYPES or o.dtype == "float" or o.dtype.startswith("="):
-                g = spec.group_of(o.name)
-                ref = f"{g.name}[{g.members.index(o.name)}]" if g else o.name
-                terms.append(f"{ref}.requires_grad")
-    for t in spec.tensors():
-        if t.written and (t.dtype in FLOAT_DTYPES or t.dtype == "float"):
-            terms.append(f"({t.name} is not None and {t.name}.requires_grad)")
-    if not terms:
-        return ""
-    if len(terms) == 1:
-        return "_grad_enabled() and " + terms[0]
-    return "_grad_enabled() and (" + " or ".join(terms) + ")"
-
-
 def _returns(spec: OpSpec, out: bool) -> tuple[str, str]:
     """(annotation, expression) of a wrapper's return value."""
     items, types, seen = [], [], set()
@@ -479,12 +460,12 @@ def render_ops() -> str:
         "from ..validation import _checks as C",
         "from ..validation.ints import _float, _int",
         "from . import _library",
-        "from ._library import _ids32, _static, _wide_ids, grad_error, translate",
+        "from ._library import _ids32, _static, _wide_ids, translate",
         "",
         "# ruff: noqa: E501",
         "",
         "Tensor = torch.Tensor",
-        "_grad_enabled = torch.is_grad_enabled",
+        "_compiling = torch.compiler.is_compiling",
         "__all__ = " + repr(names).replace("'", '"'),
     ]
     fakes = {}
@@ -503,12 +484,15 @@ def render_ops() -> str:
         for out in (False, True):
             n = spec.name + ("_out" if out else "")
             lines.append(f"_{n} = _ops.{n}.default")
+            lines.append(f"_{n}_raw = _{n}._op")
     for fn, specs in by_fn.items():
         if specs[0].python_select:
             for out in (False, True):
                 sfx = "_out" if out else ""
                 m = ", ".join(f'"{s.name}": _{s.name}{sfx}' for s in specs)
                 lines.append(f"_{fn}{sfx}_OPS = {{{m}}}")
+                m = ", ".join(f'"{s.name}": _{s.name}{sfx}_raw' for s in specs)
+                lines.append(f"_{fn}{sfx}_RAW = {{{m}}}")
     for fn, specs in by_fn.items():
         for out in (True, False):
             lines += ["", ""] + _wrapper(fn, specs, out)

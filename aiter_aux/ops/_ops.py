@@ -19,12 +19,12 @@ from ..types import MoeSortOutput
 from ..validation import _checks as C
 from ..validation.ints import _float, _int
 from . import _library
-from ._library import _ids32, _static, _wide_ids, grad_error, translate
+from ._library import _ids32, _static, _wide_ids, translate
 
 # ruff: noqa: E501
 
 Tensor = torch.Tensor
-_grad_enabled = torch.is_grad_enabled
+_compiling = torch.compiler.is_compiling
 __all__ = [
     "moe_sort",
     "moe_sort_out",
@@ -805,33 +805,65 @@ FAKES = {
 _library.define(SCHEMAS, FAKES)
 _ops = torch.ops.aiter_aux
 _moe_sort = _ops.moe_sort.default
+_moe_sort_raw = _moe_sort._op
 _moe_sort_out = _ops.moe_sort_out.default
+_moe_sort_out_raw = _moe_sort_out._op
 _mxfp4_quant = _ops.mxfp4_quant.default
+_mxfp4_quant_raw = _mxfp4_quant._op
 _mxfp4_quant_out = _ops.mxfp4_quant_out.default
+_mxfp4_quant_out_raw = _mxfp4_quant_out._op
 _moe_sort_quant = _ops.moe_sort_quant.default
+_moe_sort_quant_raw = _moe_sort_quant._op
 _moe_sort_quant_out = _ops.moe_sort_quant_out.default
+_moe_sort_quant_out_raw = _moe_sort_quant_out._op
 _moe_sort_scales = _ops.moe_sort_scales.default
+_moe_sort_scales_raw = _moe_sort_scales._op
 _moe_sort_scales_out = _ops.moe_sort_scales_out.default
+_moe_sort_scales_out_raw = _moe_sort_scales_out._op
 _moe_scatter_reduce = _ops.moe_scatter_reduce.default
+_moe_scatter_reduce_raw = _moe_scatter_reduce._op
 _moe_scatter_reduce_out = _ops.moe_scatter_reduce_out.default
+_moe_scatter_reduce_out_raw = _moe_scatter_reduce_out._op
 _moe_scatter_reduce_q = _ops.moe_scatter_reduce_q.default
+_moe_scatter_reduce_q_raw = _moe_scatter_reduce_q._op
 _moe_scatter_reduce_q_out = _ops.moe_scatter_reduce_q_out.default
+_moe_scatter_reduce_q_out_raw = _moe_scatter_reduce_q_out._op
 _mxfp8_quant = _ops.mxfp8_quant.default
+_mxfp8_quant_raw = _mxfp8_quant._op
 _mxfp8_quant_out = _ops.mxfp8_quant_out.default
+_mxfp8_quant_out_raw = _mxfp8_quant_out._op
 _moe_sort_quant_fp8 = _ops.moe_sort_quant_fp8.default
+_moe_sort_quant_fp8_raw = _moe_sort_quant_fp8._op
 _moe_sort_quant_fp8_out = _ops.moe_sort_quant_fp8_out.default
+_moe_sort_quant_fp8_out_raw = _moe_sort_quant_fp8_out._op
 _moe_sum = _ops.moe_sum.default
+_moe_sum_raw = _moe_sum._op
 _moe_sum_out = _ops.moe_sum_out.default
+_moe_sum_out_raw = _moe_sum_out._op
 _moe_align_block_size_vllm = _ops.moe_align_block_size_vllm.default
+_moe_align_block_size_vllm_raw = _moe_align_block_size_vllm._op
 _moe_align_block_size_vllm_out = _ops.moe_align_block_size_vllm_out.default
+_moe_align_block_size_vllm_out_raw = _moe_align_block_size_vllm_out._op
 _moe_align_block_size_sglang = _ops.moe_align_block_size_sglang.default
+_moe_align_block_size_sglang_raw = _moe_align_block_size_sglang._op
 _moe_align_block_size_sglang_out = _ops.moe_align_block_size_sglang_out.default
+_moe_align_block_size_sglang_out_raw = _moe_align_block_size_sglang_out._op
 _moe_route = _ops.moe_route.default
+_moe_route_raw = _moe_route._op
 _moe_route_out = _ops.moe_route_out.default
+_moe_route_out_raw = _moe_route_out._op
 _moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
+_moe_sort_quant_RAW = {
+    "moe_sort_quant": _moe_sort_quant_raw,
+    "moe_sort_quant_fp8": _moe_sort_quant_fp8_raw,
+}
 _moe_sort_quant_out_OPS = {
     "moe_sort_quant": _moe_sort_quant_out,
     "moe_sort_quant_fp8": _moe_sort_quant_fp8_out,
+}
+_moe_sort_quant_out_RAW = {
+    "moe_sort_quant": _moe_sort_quant_out_raw,
+    "moe_sort_quant_fp8": _moe_sort_quant_fp8_out_raw,
 }
 
 
@@ -853,16 +885,12 @@ def moe_sort_out(
     expert parallelism) ``topk_ids`` hold global ids and a pair's expert is
     ``expert_map[id]`` (not local when < 0 or >= num_experts).  Rows past
     ``num_valid_ids[0]`` are not written."""
-    op = _moe_sort_out
+    op = _moe_sort_out if _compiling() else _moe_sort_out_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and (
-            out[1].requires_grad or (zero_buf is not None and zero_buf.requires_grad)
-        ):
-            raise grad_error("moe_sort_out")
         if zero_buf is None and expert_map is None and zero_buf_init is None:
             op(topk_ids, topk_weights, num_experts, block_m, *out)  # each argument costs
         else:
@@ -915,14 +943,12 @@ def moe_sort(
     zero_buf_init: Tensor | None = None,
 ) -> MoeSortOutput:
     """Allocating :func:`moe_sort_out`: a :class:`MoeSortOutput` of capacity ``moe_sort_capacity(M, topk, num_experts, block_m)``."""
-    op = _moe_sort
+    op = _moe_sort if _compiling() else _moe_sort_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and (zero_buf is not None and zero_buf.requires_grad):
-            raise grad_error("moe_sort")
         if zero_buf is None and expert_map is None and zero_buf_init is None:
             r = op(topk_ids, topk_weights, num_experts, block_m)  # each argument costs
         else:
@@ -959,7 +985,7 @@ def mxfp4_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     """Quantise bf16 ``x`` [M, model_dim] to MXFP4 per_1x32 (OCP Microscaling Formats
     v1.0) into ``a_q`` uint8 [M, model_dim/2] (e2m1, element 2j in the low nibble of byte j)
     and ``a_scale`` uint8 [M, model_dim/32] (e8m0), as :func:`aiter_aux.reference.mxfp4_quant`."""
-    op = _mxfp4_quant_out
+    op = _mxfp4_quant_out if _compiling() else _mxfp4_quant_out_raw
     try:
         op(x, a_q, a_scale)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
@@ -969,7 +995,7 @@ def mxfp4_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
 
 def mxfp4_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     """Allocating :func:`mxfp4_quant_out`."""
-    op = _mxfp4_quant
+    op = _mxfp4_quant if _compiling() else _mxfp4_quant_raw
     try:
         r = op(x)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
@@ -1001,16 +1027,12 @@ def moe_sort_quant_out(
     ``moe_sort_scales_out(a_scale, out.sorted_token_ids, out.num_valid_ids, block_m,
     sorted_scales)`` would (see :func:`aiter_aux.reference.moe_sort_quant_out`)."""
     which = C.select_moe_sort_quant(quant_dtype)
-    op = _moe_sort_quant_out_OPS[which]
+    op = (_moe_sort_quant_out_OPS if _compiling() else _moe_sort_quant_out_RAW)[which]
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and (
-            out[1].requires_grad or (zero_buf is not None and zero_buf.requires_grad)
-        ):
-            raise grad_error("moe_sort_quant_out")
         if (
             zero_buf is None
             and expert_map is None
@@ -1087,14 +1109,12 @@ def moe_sort_quant(
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, not returned)."""
     which = C.select_moe_sort_quant(quant_dtype)
-    op = _moe_sort_quant_OPS[which]
+    op = (_moe_sort_quant_OPS if _compiling() else _moe_sort_quant_RAW)[which]
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
-        if _grad_enabled() and (zero_buf is not None and zero_buf.requires_grad):
-            raise grad_error("moe_sort_quant")
         if (
             zero_buf is None
             and expert_map is None
@@ -1156,7 +1176,7 @@ def moe_sort_scales_out(
     layout, rows in the order of the sort, into ``sorted_scales`` uint8
     [ceil(max_rows/BM)*BM, model_dim/32] with BM = max(32, block_m); every byte of those rows
     is written (see :func:`aiter_aux.reference.moe_sort_scales`)."""
-    op = _moe_sort_scales_out
+    op = _moe_sort_scales_out if _compiling() else _moe_sort_scales_out_raw
     try:
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
@@ -1175,7 +1195,7 @@ def moe_sort_scales(
     a_scale: Tensor, sorted_token_ids: Tensor, num_valid_ids: Tensor, block_m: int
 ) -> Tensor:
     """Allocating :func:`moe_sort_scales_out`."""
-    op = _moe_sort_scales
+    op = _moe_sort_scales if _compiling() else _moe_sort_scales_raw
     try:
         if type(block_m) is not int:
             block_m = _int(block_m, "block_m")
@@ -1201,14 +1221,12 @@ def moe_scatter_reduce_out(
     :func:`aiter_aux.reference.moe_scatter_reduce`).  The fp32 sum is multiplied by
     ``routed_scaling_factor`` (fp32) before the bf16 rounding.  On the CPU a row index >= rows
     raises ``ValueError``; on the GPU it is not read (checking would synchronise)."""
-    op = _moe_scatter_reduce_out
+    op = _moe_scatter_reduce_out if _compiling() else _moe_scatter_reduce_out_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and out.requires_grad:
-            raise grad_error("moe_scatter_reduce_out")
         if routed_scaling_factor == 1.0:
             op(expert_out, reverse_sorted, sorted_weights, topk, out)  # each argument costs
         else:
@@ -1237,7 +1255,7 @@ def moe_scatter_reduce(
     routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Allocating :func:`moe_scatter_reduce_out`."""
-    op = _moe_scatter_reduce
+    op = _moe_scatter_reduce if _compiling() else _moe_scatter_reduce_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
@@ -1274,14 +1292,12 @@ def moe_scatter_reduce_q_out(
     """:func:`moe_scatter_reduce_out` with MXFP4 ``expert_out``: e2m1
     ``expert_out_q`` uint8 [rows, model_dim/2] and e8m0 ``expert_out_scale`` uint8
     [rows, model_dim/32] (scale 255 decodes to NaN)."""
-    op = _moe_scatter_reduce_q_out
+    op = _moe_scatter_reduce_q_out if _compiling() else _moe_scatter_reduce_q_out_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and out.requires_grad:
-            raise grad_error("moe_scatter_reduce_q_out")
         if routed_scaling_factor == 1.0:
             op(
                 expert_out_q, expert_out_scale, reverse_sorted, sorted_weights, topk, out
@@ -1322,7 +1338,7 @@ def moe_scatter_reduce_q(
     routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Allocating :func:`moe_scatter_reduce_q_out`."""
-    op = _moe_scatter_reduce_q
+    op = _moe_scatter_reduce_q if _compiling() else _moe_scatter_reduce_q_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
@@ -1360,7 +1376,7 @@ def mxfp8_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     """Quantise bf16 ``x`` [M, model_dim] to MXFP8 per_1x32 into ``a_q`` uint8
     [M, model_dim] (e4m3 bytes; ``a_q.view(torch.float8_e4m3fn)``) and ``a_scale`` uint8
     [M, model_dim/32] (e8m0), as :func:`aiter_aux.reference.mxfp8_quant`."""
-    op = _mxfp8_quant_out
+    op = _mxfp8_quant_out if _compiling() else _mxfp8_quant_out_raw
     try:
         op(x, a_q, a_scale)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
@@ -1370,7 +1386,7 @@ def mxfp8_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
 
 def mxfp8_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     """Allocating :func:`mxfp8_quant_out`."""
-    op = _mxfp8_quant
+    op = _mxfp8_quant if _compiling() else _mxfp8_quant_raw
     try:
         r = op(x)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
@@ -1393,12 +1409,10 @@ def moe_sum_out(
     skipped; with ``expert_map`` too, also one whose id is >= ``expert_map.numel()`` or whose
     ``expert_map`` entry is < 0 (see :func:`aiter_aux.reference.moe_sum_out`).  ``output``
     needs ``model_dim`` columns and >= M rows; the first M are written."""
-    op = _moe_sum_out
+    op = _moe_sum_out if _compiling() else _moe_sum_out_raw
     try:
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and output.requires_grad:
-            raise grad_error("moe_sum_out")
         if topk_ids is None and expert_map is None and routed_scaling_factor == 1.0:
             op(input, output)  # each argument costs
         else:
@@ -1433,7 +1447,7 @@ def moe_sum(
     routed_scaling_factor: float = 1.0,
 ) -> Tensor:
     """Allocating :func:`moe_sum_out`."""
-    op = _moe_sum
+    op = _moe_sum if _compiling() else _moe_sum_raw
     try:
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
@@ -1483,7 +1497,7 @@ def moe_align_block_size_vllm_out(
     ``[0, ceil(cap / block_size))``.  Semantics as
     :func:`aiter_aux.reference.moe_align_block_size_vllm_out` (the formats of :mod:`aiter_aux.reference.compat`); the
     drop-in is :func:`aiter_aux.compat.vllm.moe_align_block_size`."""
-    op = _moe_align_block_size_vllm_out
+    op = _moe_align_block_size_vllm_out if _compiling() else _moe_align_block_size_vllm_out_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1550,7 +1564,7 @@ def moe_align_block_size_vllm(
     block_expert_map: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Allocating :func:`moe_align_block_size_vllm_out` (capacity without ``pad_sorted_ids``)."""
-    op = _moe_align_block_size_vllm
+    op = _moe_align_block_size_vllm if _compiling() else _moe_align_block_size_vllm_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1601,7 +1615,7 @@ def moe_align_block_size_sglang_out(
     ``[0, ceil(cap / block_size))``.  Semantics as
     :func:`aiter_aux.reference.moe_align_block_size_sglang_out` (the formats of :mod:`aiter_aux.reference.compat`); the
     drop-in is :func:`aiter_aux.compat.sglang.moe_align_block_size`."""
-    op = _moe_align_block_size_sglang_out
+    op = _moe_align_block_size_sglang_out if _compiling() else _moe_align_block_size_sglang_out_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1646,7 +1660,7 @@ def moe_align_block_size_sglang(
     topk_ids: Tensor, num_experts: int, block_size: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Allocating :func:`moe_align_block_size_sglang_out`."""
-    op = _moe_align_block_size_sglang
+    op = _moe_align_block_size_sglang if _compiling() else _moe_align_block_size_sglang_raw
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1700,14 +1714,12 @@ def moe_route_out(
         scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
             scoring, renormalize, num_expert_group, topk_group
         )
-    op = _moe_route_out
+    op = _moe_route_out if _compiling() else _moe_route_out_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
         if type(routed_scaling_factor) is not float:
             routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
-        if _grad_enabled() and topk_weights.requires_grad:
-            raise grad_error("moe_route_out")
         if (
             scoring == 0
             and renormalize == 1
@@ -1772,7 +1784,7 @@ def moe_route(
         scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
             scoring, renormalize, num_expert_group, topk_group
         )
-    op = _moe_route
+    op = _moe_route if _compiling() else _moe_route_raw
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
