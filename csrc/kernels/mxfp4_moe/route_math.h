@@ -82,12 +82,13 @@ AITER_AUX_ROUTE_HD float rt_div(float a, float b) {
 #endif
 }
 
-// exp(x) for fp32 x <= 0 (or NaN), as the reference's exp_f32.
+// exp(x) for fp32 x <= 0 (or NaN), as the reference's exp_f32.  Branch-free (the out-of-range
+// cases are selected at the end), so that a GPU warp runs several of them side by side.
 AITER_AUX_ROUTE_HD float exp_f32(float x) {
-  if (is_nan(x)) return x;
   const float t = rt_mul(x, kLog2e);
-  const float k = rt_sub(rt_add(t, kRound), kRound);
-  if (!(k >= -126.0f)) return 0.0f;
+  const float kr = rt_sub(rt_add(t, kRound), kRound);
+  const bool zero = !(kr >= -126.0f);  // also NaN (returned below)
+  const float k = zero ? 0.0f : kr;    // keeps the unused arithmetic in range
   const float r = rt_sub(rt_sub(x, rt_mul(k, kLn2Hi)), rt_mul(k, kLn2Lo));
   float p = kP0;
   p = rt_add(rt_mul(p, r), kP1);
@@ -97,13 +98,21 @@ AITER_AUX_ROUTE_HD float exp_f32(float x) {
   p = rt_add(rt_mul(p, r), kP5);
   p = rt_add(rt_add(rt_mul(p, rt_mul(r, r)), r), 1.0f);
   const uint32_t e = static_cast<uint32_t>(static_cast<int32_t>(k) + 127);
-  return rt_mul(p, bits_f32(e << 23));
+  const float v = rt_mul(p, bits_f32(e << 23));
+  return is_nan(x) ? x : zero ? 0.0f : v;
 }
 
+// 1 / (1 + exp_f32(-x)) for x >= 0 (-0 included), e / (1 + e) with e = exp_f32(x) else: both
+// are num / (1 + z) with z = exp_f32(-|x|) (a NaN x gives a NaN).
+AITER_AUX_ROUTE_HD float sigmoid_parts(float x, float* den) {
+  const float z = exp_f32(bits_f32(f32_bits(x) | 0x80000000u));
+  *den = rt_add(1.0f, z);
+  return x >= 0.0f ? 1.0f : z;
+}
 AITER_AUX_ROUTE_HD float sigmoid_f32(float x) {
-  if (x >= 0.0f) return rt_div(1.0f, rt_add(1.0f, exp_f32(-x)));
-  const float e = exp_f32(x);  // x < 0 or NaN
-  return rt_div(e, rt_add(1.0f, e));
+  float den;
+  const float num = sigmoid_parts(x, &den);
+  return rt_div(num, den);
 }
 
 // The selection's order: a larger number has a larger key; -0 == +0; NaN is 0.
@@ -111,6 +120,12 @@ AITER_AUX_ROUTE_HD uint32_t order_key(float v) {
   if (is_nan(v)) return 0u;
   const uint32_t b = f32_bits(rt_add(v, 0.0f));  // -0 + 0 = +0
   return (b & 0x80000000u) ? 0x7FFFFFFFu - (b & 0x7FFFFFFFu) : b + 0x80000000u;
+}
+
+// The value of a key: order_key(order_value(k)) == k; key 0 gives a NaN, the key of +-0 +0.
+AITER_AUX_ROUTE_HD float order_value(uint32_t k) {
+  if (k == 0u) return bits_f32(0x7FC00000u);
+  return bits_f32((k & 0x80000000u) ? k - 0x80000000u : (0x7FFFFFFFu - k) | 0x80000000u);
 }
 
 // A unique key of (value key, id): larger is chosen first, ties to the lower id.

@@ -1,22 +1,25 @@
 // moe_route on the GPU; docs/ops.md "moe_route" is the spec (aiter_aux/reference/route.py).
 //
-// One warp per token row, kRows rows per block, one row per warp.  Lane l owns the
-// columns i = l + n * kWarpSize (n = 0, 1, ...); the arithmetic is route_math.h's, in the
-// reference's order:
-//   * softmax: the row's NaN-ignoring max (a warp max), e_i = exp_f32(x_i - m) kept in
-//     shared memory, the 64 partial sums p_j (j = i mod 64: lane l holds 64 / kWarpSize of
-//     them, each in column order), then the halving tree: the levels h >= kWarpSize inside
-//     the lane (a 32-lane warp: p_l + p_{l+32}), the others by xor shuffles kWarpSize / 2 ..
-//     1 (a + b == b + a, so every lane ends with the tree's sum); score_i = e_i / s;
-//   * the choice keys (route_math::order_key of score + bias) in shared memory;
-//   * groups: lane g scans group g's E / G experts for its best two keys; the topk_group
-//     best groups are taken by topk_group warp-max rounds over the packed group keys;
-//   * selection: topk warp-max rounds over the lanes' best packed key (cached per lane,
-//     rescanned only by the lane that lost its best); every lane adds the winner's score
-//     to the weights' sum in round order; lane k writes output k.
+// One warp per token row, kRows rows per block.  Lane l owns the columns i = l + c * kWarpSize
+// (c < kC) and keeps their scores and packed selection keys in registers; the arithmetic is
+// route_math.h's, in the reference's order:
+//   * softmax: the row's NaN-ignoring max (a warp max of order keys), e_i = exp_f32(x_i - m),
+//     the 64 partial sums p_j (j = i mod 64: lane l holds 64 / kWarpSize of them, each in
+//     column order), then the halving tree: the levels h >= kWarpSize inside the lane (a
+//     32-lane warp: p_l + p_{l+32}), the others by xor shuffles kWarpSize / 2 .. 1
+//     (a + b == b + a, so every lane ends with the tree's sum); score_i = e_i / s;
+//   * the choice keys: order_key(score + bias), ties to the lower id (pack_key's order);
+//   * groups: the choice keys go to shared memory, lane g takes the two largest of group g
+//     (a group's score depends on their values only, so 32-bit keys suffice); a group is kept
+//     when fewer than topk_group groups have a larger packed key (more groups than lanes:
+//     topk_group warp arg-max rounds), and the other groups' experts get key 0;
+//   * selection: topk rounds; each round takes the warp's largest value key (the lowest id
+//     among the lanes holding it: route_math's packed order), the winning lane records its id
+//     and score in shared memory and moves to its next best key, which it keeps ready
+//     (branch-free); the weights' sum runs in round order; lane k writes output k.
 // One instance serves every shape, dtype and option: E, topk and the groups are run-time
-// values; the dtype, E's size class (<= 256: 4 rows per block, else 1) and whether there are
-// groups pick the kernel.
+// values; the dtype, E's size class (<= 256 or <= AITER_AUX_MAX_ROUTE_EXPERTS columns) and
+// whether there are groups pick the kernel.
 #pragma once
 
 #include "common.h"  // first: the portability layer defines what route_math.h's HIP path uses
@@ -25,14 +28,19 @@
 #include "../route_math.h"
 // clang-format on
 
+#ifndef ROUTE_MARK
+#define ROUTE_MARK(n)
+#endif
+
 namespace aiter_aux {
 namespace gpu {
 namespace route_detail {
 
 namespace rm = ::aiter_aux::route_math;
 
-constexpr uint32_t kTaken = 0xFFFFFFFFu;          // a group key past selection (no value's key)
+constexpr uint32_t kKept = 0xFFFFFFFFu;           // a kept group's mark (no group's key)
 constexpr int kCols = rm::kSumLanes / kWarpSize;  // partial sums per lane
+constexpr int kRows = 4;                          // token rows (warps) per block
 static_assert(kCols >= 1 && kCols * kWarpSize == rm::kSumLanes, "64 partial sums");
 
 template <int kDT>
@@ -51,197 +59,345 @@ __device__ __forceinline__ float load_logit(const void* row, int64_t i) {
   }
 }
 
-__device__ __forceinline__ float warp_max_f32(float v) {
+// rt_div(a, b) without a branch per division on CUDA: the steps of nvcc's own fp32 division
+// (MUFU reciprocal, one Newton step, the quotient, one remainder step), which give the
+// correctly rounded quotient wherever no step can over- or underflow; nvcc guards them with
+// FCHK and a call per division, which keeps a warp from running several divisions side by
+// side.  Here the guard is a range (a is +0, or both exponent fields lie in [40, 214] and
+// differ by at most 80: every step normal), and *slow marks the rest, which the caller
+// divides with rt_div.  Other targets: rt_div, never slow.
+__device__ __forceinline__ float div_quick(float a, float b, bool* slow) {
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(b));
+  const float r1 = __fmaf_rn(r0, __fmaf_rn(-b, r0, 1.0f), r0);
+  const float q0 = __fmaf_rn(r1, a, 0.0f);
+  const float q1 = __fmaf_rn(r1, __fmaf_rn(-b, q0, a), q0);
+  const int ea = static_cast<int>((as_u32(a) >> 23) & 0xFFu);
+  const int eb = static_cast<int>((as_u32(b) >> 23) & 0xFFu);
+  const int d = ea - eb;
+  const bool ok = as_u32(a) == 0u || (ea >= 40 && ea <= 214 && eb >= 40 && eb <= 214 && d >= -80 &&
+                                      d <= 80 && (as_u32(b) >> 31) == 0u);
+  *slow = !ok;
+  return q1;
+#else
+  *slow = false;
+  return rm::rt_div(a, b);
+#endif
+}
+
+// v[c] = rt_div(v[c], den[c]) for every column: div_quick side by side, then rt_div for the
+// columns it marks (a warp-uniform branch, taken only when some lane has one).
+template <int kC>
+__device__ __forceinline__ void div_cols(float (&v)[kC], const float (&den)[kC]) {
+  bool slow[kC], any = false;
+  float q[kC];
 #pragma unroll
-  for (int off = kWarpSize / 2; off > 0; off /= 2) {
-    const float o = as_f32(shfl_xor_u32(as_u32(v), off));
-    v = o > v ? o : v;  // NaN never wins (none reaches here: the inputs skip NaN)
+  for (int c = 0; c < kC; ++c) {
+    q[c] = div_quick(v[c], den[c], &slow[c]);
+    any = any || slow[c];
   }
-  return v;
-}
-
-__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
+  if (warp_ballot(any) != 0) {
 #pragma unroll
-  for (int off = kWarpSize / 2; off > 0; off /= 2) {
-    const uint32_t hi = shfl_xor_u32(static_cast<uint32_t>(v >> 32), off);
-    const uint32_t lo = shfl_xor_u32(static_cast<uint32_t>(v), off);
-    const uint64_t o = (static_cast<uint64_t>(hi) << 32) | lo;
-    v = o > v ? o : v;
+    for (int c = 0; c < kC; ++c)
+      if (slow[c]) q[c] = rm::rt_div(v[c], den[c]);
   }
-  return v;
+#pragma unroll
+  for (int c = 0; c < kC; ++c) v[c] = q[c];
 }
 
-// The best packed key among this lane's columns not taken (bit n of `taken`) and kept
-// (excluded columns have key kTaken); 0 if none.
-__device__ __forceinline__ uint64_t lane_best(const uint32_t* ck, int E, uint32_t taken) {
-  uint64_t best = 0;
-  int n = 0;
-  for (int i = lane_id(); i < E; i += kWarpSize, ++n) {
-    if ((taken >> n) & 1u) continue;
-    const uint32_t k = ck[i];
-    if (k == kTaken) continue;
-    const uint64_t p = rm::pack_key(k, i);
-    best = p > best ? p : best;
-  }
-  return best;
+// The warp's largest packed key (43 bits: route_math::pack_key), in every lane.
+__device__ __forceinline__ uint64_t warp_max_packed(uint64_t v) {
+  constexpr uint32_t kIdMask = (1u << rm::kIndexBits) - 1u;
+  const uint32_t key = static_cast<uint32_t>(v >> rm::kIndexBits);
+  const uint32_t kmax = warp_max_u32(key);
+  const uint32_t idb = warp_max_u32(key == kmax ? static_cast<uint32_t>(v) & kIdMask : 0u);
+  return (static_cast<uint64_t>(kmax) << rm::kIndexBits) | idb;
 }
 
-// The groups: lane g scores group g (the sum of its two largest choices with a bias, else its
-// largest score), the topk_group best are taken by warp arg-max rounds, and every expert of
-// another group gets key kTaken (never selected).
-__device__ __forceinline__ void keep_groups(const float* sc, uint32_t* ck, uint32_t* gk,
-                                            const float* bias, int E, int G, int S,
-                                            int topk_group) {
+// This lane's best column other than `skip`: the largest kk[c], ties to the lower c (the lower
+// expert id); up to four independent chains.  Returns its key (0: none), its column in *col.
+template <int kC>
+__device__ __forceinline__ uint32_t lane_best(const uint32_t (&kk)[kC], int skip, int* col) {
+  constexpr int kA = kC < 4 ? kC : 4;
+  uint32_t k[kA];
+  int i[kA];
+#pragma unroll
+  for (int c = 0; c < kA; ++c) k[c] = c == skip ? 0u : kk[c], i[c] = c;
+#pragma unroll
+  for (int c = kA; c < kC; ++c) {
+    const uint32_t v = c == skip ? 0u : kk[c];
+    const bool up = v > k[c % kA];  // strict: the lower c stays
+    k[c % kA] = up ? v : k[c % kA];
+    i[c % kA] = up ? c : i[c % kA];
+  }
+#pragma unroll
+  for (int h = kA / 2; h > 0; h /= 2)
+#pragma unroll
+    for (int c = 0; c < h; ++c) {
+      const bool up = k[c + h] > k[c] || (k[c + h] == k[c] && i[c + h] < i[c]);
+      k[c] = up ? k[c + h] : k[c];
+      i[c] = up ? i[c + h] : i[c];
+    }
+  *col = i[0];
+  return k[0];
+}
+
+// v[col] (an unrolled select: no local memory).
+template <int kC>
+__device__ __forceinline__ float at_col(const float (&v)[kC], int col) {
+  float r = v[0];
+#pragma unroll
+  for (int c = 1; c < kC; ++c) r = c == col ? v[c] : r;
+  return r;
+}
+
+// The groups: the experts of the groups not kept get key 0 (never selected: topk is at
+// most the kept experts).  ck, gk: this warp's shared arrays of E and G words.
+template <int kC>
+__device__ __forceinline__ void keep_groups(uint32_t (&kk)[kC], uint32_t* ck, uint32_t* gk,
+                                            bool bias, int E, int G, int S, int topk_group) {
   const int lane = lane_id();
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const int i = lane + c * kWarpSize;
+    if (i < E) ck[i] = kk[c] - 1u;  // the value key
+  }
+  warp_sync();
   for (int g = lane; g < G; g += kWarpSize) {
-    const int b = g * S;
-    // the best two packed keys (unique: ties to the lower id), without branches
-    uint64_t p1 = 0, p2 = 0;
-    for (int i = 0; i < S; ++i) {
-      const uint64_t p = rm::pack_key(ck[b + i], i);
-      const uint64_t lo = p < p1 ? p : p1;
-      p1 = p > p1 ? p : p1;
-      p2 = lo > p2 ? lo : p2;
+    // the two largest value keys of the group (a multiset: equal keys count twice)
+    uint32_t k1 = 0, k2 = 0;
+    for (int i = g * S; i < (g + 1) * S; ++i) {
+      const uint32_t k = ck[i];
+      const uint32_t lo = k < k1 ? k : k1;
+      k1 = k > k1 ? k : k1;
+      k2 = lo > k2 ? lo : k2;
     }
-    const int b1 = b + rm::key_id(p1);
-    float gs;
-    if (bias) {
-      gs = rm::rt_add(sc[b1], bias[b1]);
-      if (S >= 2) {  // uniform: p2 is a key
-        const int b2 = b + rm::key_id(p2);
-        gs = rm::rt_add(gs, rm::rt_add(sc[b2], bias[b2]));
-      }
-    } else {
-      gs = sc[b1];
-    }
+    // with a bias, the sum of the two largest choices (one if S == 1), else the largest score
+    const float gs =
+        bias && S >= 2 ? rm::rt_add(rm::order_value(k1), rm::order_value(k2)) : rm::order_value(k1);
     gk[g] = rm::order_key(gs);
   }
   warp_sync();
-  for (int r = 0; r < topk_group; ++r) {
-    uint64_t best = 0;
-    for (int g = lane; g < G; g += kWarpSize) {
-      const uint32_t k = gk[g];
-      const uint64_t p = k != kTaken ? rm::pack_key(k, g) : 0;
-      best = p > best ? p : best;
+  if (G <= kWarpSize) {
+    // kept: fewer than topk_group groups have a larger packed key
+    bool kept = false;
+    if (lane < G) {
+      const uint64_t mine = rm::pack_key(gk[lane], lane);
+      int above = 0;
+      for (int h = 0; h < G; ++h) above += rm::pack_key(gk[h], h) > mine ? 1 : 0;
+      kept = above < topk_group;
     }
-    best = warp_max_u64(best);
-    const int g = rm::key_id(best);
     warp_sync();
-    if (lane == g % kWarpSize) gk[g] = kTaken;
-    warp_sync();
+    if (kept) gk[lane] = kKept;
+  } else {
+    // topk_group rounds of the largest packed group key not taken
+    for (int r = 0; r < topk_group; ++r) {
+      uint64_t best = 0;
+      for (int g = lane; g < G; g += kWarpSize) {
+        const uint32_t k = gk[g];
+        const uint64_t p = k != kKept ? rm::pack_key(k, g) : 0;
+        best = p > best ? p : best;
+      }
+      const int g = rm::key_id(warp_max_packed(best));
+      warp_sync();
+      if (lane == g % kWarpSize) gk[g] = kKept;
+      warp_sync();
+    }
   }
-  for (int i = lane; i < E; i += kWarpSize)
-    if (gk[i / S] != kTaken) ck[i] = kTaken;  // not in a kept group: never selected
+  warp_sync();
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const int i = lane + c * kWarpSize;
+    if (i < E && gk[i / S] != kKept) kk[c] = 0;
+  }
 }
 
-// kGrouped: num_expert_group > 0 (a kernel of its own: the other one keeps fewer registers)
-template <int kDT, int kMaxE, int kRows, bool kGrouped>
+// The groups when each is one column of the warp (E / num_expert_group == kWarpSize: group g
+// is column g of every lane): the two largest value keys by warp maxima (the second with one
+// copy of the first taken out), the group keys in registers of every lane, kept as in
+// keep_groups.
+template <int kC>
+__device__ __forceinline__ void keep_groups_lanes(uint32_t (&kk)[kC], bool bias, int G,
+                                                  int topk_group) {
+  const int lane = lane_id();
+  uint32_t gk[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    gk[c] = 0;
+    if (c < G) {                      // uniform: the warp's collectives below run in every lane
+      const uint32_t k = kk[c] - 1u;  // the value key
+      const uint32_t k1 = warp_max_u32(k);
+      float gs = rm::order_value(k1);
+      if (bias) {
+        const lane_mask_t top = warp_ballot(k == k1);
+        const bool first = k == k1 && (top & lanemask_lt(lane)) == 0;
+        gs = rm::rt_add(gs, rm::order_value(warp_max_u32(first ? 0u : k)));
+      }
+      gk[c] = rm::order_key(gs);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    int above = 0;
+#pragma unroll
+    for (int h = 0; h < kC; ++h)
+      above += h < G && (gk[h] > gk[c] || (gk[h] == gk[c] && h < c)) ? 1 : 0;
+    if (c < G && above >= topk_group) kk[c] = 0;
+  }
+}
+
+// kC: columns per lane (E <= kC * kWarpSize); kGrouped: num_expert_group > 0 (a kernel of its
+// own: the other one needs no shared arrays for the groups).
+template <int kDT, int kC, bool kGrouped>
 __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteArgs a) {
   const PdlScope pdl;
-  static_assert(kMaxE / kWarpSize <= 32, "a lane's columns fit a 32-bit mask");
-  __shared__ float sc_all[kRows][kMaxE];
-  __shared__ uint32_t ck_all[kRows][kMaxE];
-  __shared__ uint32_t gk_all[kRows][kMaxE];
-  float* sc = sc_all[warp_id()];
-  uint32_t* ck = ck_all[warp_id()];
-  uint32_t* gk = gk_all[warp_id()];
+  ROUTE_MARK(0);
+  constexpr int kMaxE = kC * kWarpSize;
+  constexpr int kGroupWords = kGrouped ? kMaxE : 1;
+  __shared__ uint32_t ck_all[kRows][kGroupWords];
+  __shared__ uint32_t gk_all[kRows][kGroupWords];
+  __shared__ float ws_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
+  __shared__ int32_t wi_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
+  float* ws = ws_all[warp_id()];
+  int32_t* wi = wi_all[warp_id()];
   const int lane = lane_id();
   // E <= 1024, topk <= 16, G <= E: 32-bit indices (fewer scalar registers than int64)
   const int E = static_cast<int>(a.num_experts), K = static_cast<int>(a.topk);
-  const int G = a.num_expert_group, S = G > 0 ? E / G : E;
   const float* bias = a.correction_bias;
   constexpr int64_t kE = kDT == AITER_AUX_DTYPE_F32 ? 4 : 2;
-  {
-    // one row per warp (a loop over rows would keep more scalar registers live)
-    const int64_t t = static_cast<int64_t>(block_idx()) * kRows + warp_id();
-    if (t >= a.num_tokens) return;  // the whole warp
-    const void* row = static_cast<const char*>(a.router_logits) + t * E * kE;
-    // ---- scores
-    if (a.scoring == AITER_AUX_SCORING_SOFTMAX) {
-      float m = -__builtin_inff();
-      for (int i = lane; i < E; i += kWarpSize) {
-        const float x = load_logit<kDT>(row, i);
-        sc[i] = x;
-        m = x > m ? x : m;
-      }
-      m = warp_max_f32(m);
-      float p[kCols];
+  // one row per warp (a loop over rows would keep more scalar registers live)
+  const int64_t t = static_cast<int64_t>(block_idx()) * kRows + warp_id();
+  if (t >= a.num_tokens) return;  // the whole warp
+  const void* row = static_cast<const char*>(a.router_logits) + t * E * kE;
+  // ---- scores (the bias loaded beside the logits: one round trip)
+  float sc[kC], bi[kC];
 #pragma unroll
-      for (int q = 0; q < kCols; ++q) p[q] = 0.0f;
-      int n = 0;
-      for (int i = lane; i < E; i += kWarpSize, ++n) {
-        const float e = rm::exp_f32(rm::rt_sub(sc[i], m));
-        sc[i] = e;
-        p[n % kCols] = rm::rt_add(p[n % kCols], e);
-      }
-      // the tree's levels h = 32 .. kWarpSize inside the lane (p[q] is p_{l + q * kWarpSize})
-#pragma unroll
-      for (int h = kCols / 2; h > 0; h /= 2)
-#pragma unroll
-        for (int q = 0; q < h; ++q) p[q] = rm::rt_add(p[q], p[q + h]);
-      float s = p[0];
-#pragma unroll
-      for (int off = kWarpSize / 2; off > 0; off /= 2)
-        s = rm::rt_add(s, as_f32(shfl_xor_u32(as_u32(s), off)));
-      for (int i = lane; i < E; i += kWarpSize) sc[i] = rm::rt_div(sc[i], s);
-    } else if (a.scoring == AITER_AUX_SCORING_SIGMOID) {
-      for (int i = lane; i < E; i += kWarpSize) sc[i] = rm::sigmoid_f32(load_logit<kDT>(row, i));
-    } else {
-      for (int i = lane; i < E; i += kWarpSize) sc[i] = load_logit<kDT>(row, i);
-    }
-    for (int i = lane; i < E; i += kWarpSize)
-      ck[i] = rm::order_key(bias ? rm::rt_add(sc[i], bias[i]) : sc[i]);
-    // ---- groups: the topk_group best are kept, the other experts get key kTaken
-    if constexpr (kGrouped) {
-      warp_sync();
-      keep_groups(sc, ck, gk, bias, E, G, S, a.topk_group);
-    }
-    warp_sync();  // every lane reads every lane's scores and keys below
-    // ---- selection
-    uint32_t taken = 0;
-    uint64_t mine = lane_best(ck, E, taken);
-    float sum = 0.0f, my_w = 0.0f;
-    int32_t my_id = 0;
-    for (int r = 0; r < K; ++r) {
-      const uint64_t best = warp_max_u64(mine);
-      const int32_t id = rm::key_id(best);
-      const float w = sc[id];
-      sum = rm::rt_add(sum, w);
-      if (r == lane) {
-        my_id = id;
-        my_w = w;
-      }
-      if (mine == best) {  // this lane's column (packed keys are unique)
-        taken |= 1u << ((id - lane) / kWarpSize);
-        mine = lane_best(ck, E, taken);
-      }
-    }
-    if (lane < K) {
-      const float v = a.renormalize ? rm::rt_div(my_w, sum) : my_w;
-      a.topk_weights[t * K + lane] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
-      a.topk_ids[t * K + lane] = my_id;
-    }
+  for (int c = 0; c < kC; ++c) {
+    const int i = lane + c * kWarpSize;
+    sc[c] = i < E ? load_logit<kDT>(row, i) : 0.0f;
+    bi[c] = bias && i < E ? bias[i] : 0.0f;
   }
+  ROUTE_MARK(1);
+  if (a.scoring == AITER_AUX_SCORING_SOFTMAX) {
+    float m = -__builtin_inff();
+#pragma unroll
+    for (int c = 0; c < kC; ++c)  // NaN never wins; no column: sc is 0, left out
+      m = lane + c * kWarpSize < E && sc[c] > m ? sc[c] : m;
+    m = rm::order_value(warp_max_u32(rm::order_key(m)));  // -inf: key 0x7FFFFF
+    ROUTE_MARK(2);
+    float p[kCols];
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) p[q] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {  // branch-free: the columns' exps run side by side
+      sc[c] = rm::exp_f32(rm::rt_sub(sc[c], m));
+      // no column adds +0 (p is never -0: it starts at +0 and adds e >= 0 or a NaN)
+      p[c % kCols] = rm::rt_add(p[c % kCols], lane + c * kWarpSize < E ? sc[c] : 0.0f);
+    }
+    ROUTE_MARK(3);
+    // the tree's levels h = 32 .. kWarpSize inside the lane (p[q] is p_{l + q * kWarpSize})
+#pragma unroll
+    for (int h = kCols / 2; h > 0; h /= 2)
+#pragma unroll
+      for (int q = 0; q < h; ++q) p[q] = rm::rt_add(p[q], p[q + h]);
+    float s = p[0];
+#pragma unroll
+    for (int off = kWarpSize / 2; off > 0; off /= 2)
+      s = rm::rt_add(s, as_f32(shfl_xor_u32(as_u32(s), off)));
+    ROUTE_MARK(4);
+    float den[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) den[c] = s;
+    div_cols<kC>(sc, den);
+  } else if (a.scoring == AITER_AUX_SCORING_SIGMOID) {
+    float den[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) sc[c] = rm::sigmoid_parts(sc[c], &den[c]);
+    div_cols<kC>(sc, den);
+  }
+  ROUTE_MARK(5);
+  // ---- the choice keys: order_key + 1 (0: no column, or not selectable)
+  uint32_t kk[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const int i = lane + c * kWarpSize;
+    const uint32_t k = rm::order_key(bias ? rm::rt_add(sc[c], bi[c]) : sc[c]) + 1u;
+    kk[c] = i < E ? k : 0u;
+  }
+  ROUTE_MARK(6);
+  if constexpr (kGrouped) {
+    const int G = a.num_expert_group, S = E / G;
+    if (kC <= 8 && S == kWarpSize)
+      keep_groups_lanes<kC>(kk, bias != nullptr, G, a.topk_group);
+    else
+      keep_groups<kC>(kk, ck_all[warp_id()], gk_all[warp_id()], bias != nullptr, E, G, S,
+                      a.topk_group);
+  }
+  ROUTE_MARK(7);
+  // ---- selection: round r's winner is output r; (key, id) is route_math::pack_key's order.
+  // Each lane keeps its best column (b1, c1, s1) and its next one (b2, c2, s2): a winning
+  // lane moves to its next at once; the one after that is found while the next round's warp
+  // maximum runs.  The lane holding the largest value key wins; when several hold it (a tie,
+  // warp-uniform), a second maximum picks the lowest id.  The winner records its id and
+  // score for output r.
+  constexpr uint32_t kIdTop = (1u << rm::kIndexBits) - 1u;
+  int c1, c2;
+  uint32_t b1 = lane_best<kC>(kk, -1, &c1), b2;
+  float s1 = at_col<kC>(sc, c1), s2;
+  for (int r = 0; r < K; ++r) {
+    const uint32_t kmax = warp_max_u32(b1);
+    b2 = lane_best<kC>(kk, c1, &c2);  // beside the warp maximum
+    s2 = at_col<kC>(sc, c2);
+    const uint32_t id = static_cast<uint32_t>(lane + c1 * kWarpSize);
+    bool win = b1 == kmax;
+    const lane_mask_t tops = warp_ballot(win);
+    if ((tops & (tops - 1)) != 0) {  // a tie of value keys
+      const uint32_t idb = win ? kIdTop - id : 0u;
+      const uint32_t imax = warp_max_u32(idb);  // every lane
+      win = win && idb == imax;
+    }
+    if (win) {
+      ws[r] = s1;
+      wi[r] = static_cast<int32_t>(id);
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) kk[c] = win && c == c1 ? 0u : kk[c];
+    b1 = win ? b2 : b1;
+    c1 = win ? c2 : c1;
+    s1 = win ? s2 : s1;
+  }
+  ROUTE_MARK(8);
+  warp_sync();  // every lane reads every round's weight and id
+  float sum = 0.0f;
+  for (int r = 0; r < K; ++r) sum = rm::rt_add(sum, ws[r]);
+  if (lane < K) {
+    const float w = ws[lane];
+    const float v = a.renormalize ? rm::rt_div(w, sum) : w;
+    a.topk_weights[t * K + lane] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
+    a.topk_ids[t * K + lane] = wi[lane];
+  }
+  ROUTE_MARK(9);
 }
 
-// kMaxE: the shared arrays' columns (>= E).  One row per warp: M < 2^24 rows fit the grid.
-template <int kDT, int kMaxE, int kRows>
+// kMaxE: the columns of the kernel (>= E).  One row per warp: M < 2^24 rows fit the grid.
+template <int kDT, int kMaxE>
 inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
+  constexpr int kC = kMaxE / kWarpSize;
+  static_assert(kC >= 1 && kC * kWarpSize == kMaxE, "whole columns per lane");
   const int blocks = static_cast<int>(ceil_div_i64(a.num_tokens, kRows));
   const hipStream_t st = static_cast<hipStream_t>(stream);
-  if (a.num_expert_group > 0)
-    AITER_AUX_LAUNCH((route_kernel<kDT, kMaxE, kRows, true>), dim3(blocks), dim3(kRows * kWarpSize),
-                     st)(a);
+  if (a.num_expert_group > 1)  // one group (topk_group 1) keeps every expert
+    AITER_AUX_LAUNCH((route_kernel<kDT, kC, true>), dim3(blocks), dim3(kRows * kWarpSize), st)(a);
   else
-    AITER_AUX_LAUNCH((route_kernel<kDT, kMaxE, kRows, false>), dim3(blocks),
-                     dim3(kRows * kWarpSize), st)(a);
+    AITER_AUX_LAUNCH((route_kernel<kDT, kC, false>), dim3(blocks), dim3(kRows * kWarpSize), st)(a);
   return check_launch("moe_route");
 }
 
 template <int kDT>
 inline int launch_route(const AiterAuxRouteArgs& a, void* stream) {
-  if (a.num_experts <= 256) return launch_route_shape<kDT, 256, 4>(a, stream);
-  return launch_route_shape<kDT, AITER_AUX_MAX_ROUTE_EXPERTS, 1>(a, stream);
+  if (a.num_experts <= 256) return launch_route_shape<kDT, 256>(a, stream);
+  return launch_route_shape<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>(a, stream);
 }
 
 }  // namespace route_detail

@@ -5,8 +5,9 @@
 // branches (CUDA sm_90, AMD gfx950 / other CDNA, the CPU emulation, the
 // generic fallback).
 //
-// Three kinds:
+// Four kinds:
 //   * the programmatic-dependent-launch points of every kernel (PdlScope);
+//   * warp_max_u32: the warp's largest value (REDUX on sm_80+, shuffles elsewhere);
 //   * operations with a portable definition (byte_perm, bit_select,
 //     pair_other, pk_max_u16, pk_addmax_s16, pk_fma_bf16, f16_half_to_f32):
 //     the instruction where the target has it, the same function written out
@@ -106,6 +107,22 @@ __host__ __device__ __forceinline__ uint32_t bit_select(uint32_t m, uint32_t a, 
   return d;
 #else
   return (a & ~m) | (b & m);
+#endif
+}
+
+// --------------------------------------------------------- warp reduce ----
+// The largest v of the warp's lanes, in every lane: one REDUX on sm_80+, an xor-shuffle
+// butterfly elsewhere (max is exact, so both give the same value).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off /= 2) {
+    const uint32_t o = shfl_xor_u32(v, off);
+    v = o > v ? o : v;
+  }
+  return v;
 #endif
 }
 

@@ -31,7 +31,7 @@ uint32_t route_logit_bits(std::mt19937& rng, int dt, int64_t t, int64_t i) {
   return aiter_aux::sum_codec::f32_bits_to_f16(u);
 }
 
-template <int kDT, int kMaxE = 0, int kRows = 0>
+template <int kDT, int kMaxE = 0>
 void run_route_case(const RouteCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   constexpr int kB = kDT == AITER_AUX_DTYPE_F32 ? 4 : 2;
@@ -66,7 +66,7 @@ void run_route_case(const RouteCase& c, uint32_t seed) {
   aiter_aux_emu::reset_pdl();
   int rc;
   if constexpr (kMaxE > 0)
-    rc = route_detail::launch_route_shape<kDT, kMaxE, kRows>(a, nullptr);
+    rc = route_detail::launch_route_shape<kDT, kMaxE>(a, nullptr);
   else
     rc = moe_route(a, nullptr);
   const int rc_ref = aiter_aux::cpu::moe_route(r);
@@ -97,13 +97,14 @@ void test_route_dtype() {
       {7, 257, 9, 0, 0, 0, 1, false, 1.0f},  {7, 1000, 16, 1000, 16, 0, 1, false, 1.0f},
       {7, 256, 8, 8, 4, 2, 1, true, 2.5f},   {9, 64, 6, 0, 0, 2, 0, false, 1.0f},
       {6, 96, 5, 32, 4, 1, 1, false, 1.0f},  {7, 33, 2, 3, 1, 0, 1, true, 1.0f},
+      {6, 384, 8, 1, 1, 1, 1, true, 2.827f}, {5, 512, 10, 16, 5, 1, 1, true, 1.0f},
   };
   uint32_t seed = 300;
   for (const RouteCase& c : cases) run_route_case<kDT>(c, seed++);
-  // both shapes directly (the 1024-column one with a small E, the 256 one's last block part
-  // full)
-  run_route_case<kDT, 256, 4>({23, 200, 8, 8, 4, 1, 1, true, 1.0f}, seed++);
-  run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS, 1>({9, 300, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  // each size class directly (with an E below the class, a last block part full)
+  run_route_case<kDT, 256>({23, 200, 8, 8, 4, 1, 1, true, 1.0f}, seed++);
+  run_route_case<kDT, 256>({9, 100, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>({9, 300, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
 }
 
 void test_route() {
