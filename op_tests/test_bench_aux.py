@@ -247,6 +247,10 @@ def test_quick_on_cpu(cpu_module, tmp_path, capsys):
         "moe_align_sglang": lambda e, m: ours["moe_sort", e, m],
         # the peers' reduce layout over our reduce
         "moe_sum": lambda e, m: ours["moe_scatter_reduce", e, m],
+        # the gate, then the decode pipeline
+        "route_pipeline": lambda e, m: ours["moe_route", e, m] + ours["decode_pipeline", e, m],
+        "route_pipeline_grouped": lambda e, m: ours["moe_route_grouped", e, m]
+        + ours["decode_pipeline", e, m],
     }
     n = 0
     for r in rows:

@@ -14,7 +14,15 @@ from aiter_aux.run_report import Sizes
 from aiter_aux.run_report import bytes_moved as op_bytes
 
 from .common import MoeSortOutput, draw_routing, ops, ref
-from .route import ROUTE_BYTES_FORMULAS, ROUTE_OPS, route_bytes, route_input, route_spec
+from .route import (
+    PIPELINE_GATE,
+    ROUTE_BYTES_FORMULAS,
+    ROUTE_OPS,
+    route_bytes,
+    route_input,
+    route_options,
+    route_spec,
+)
 from .sums import SUM_BYTES_FORMULAS, SUM_OPS, sum_bytes, sum_input, sum_spec
 
 if TYPE_CHECKING:
@@ -58,6 +66,9 @@ OPS = (
     # the gate from router logits (auxbench/route.py): softmax, and DeepSeek-V3's grouped one
     "moe_route",
     "moe_route_grouped",
+    # from router logits to GEMM-ready a4w4 inputs: the gate, then decode_pipeline
+    "route_pipeline",
+    "route_pipeline_grouped",
 )
 ALIGN_OPS = {"moe_align_vllm": "moe_align_block_size_vllm",
              "moe_align_sglang": "moe_align_block_size_sglang"}  # fmt: skip
@@ -123,6 +134,8 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False) -> int:
         return op_bytes(VARIANTS[op][0], s)
     if op in SUM_OPS:
         return sum_bytes(op, s)
+    if op in PIPELINE_GATE:
+        return route_bytes(op, s) + bytes_moved("decode_pipeline", s, zero_buf)
     if op in ROUTE_OPS:
         return route_bytes(op, s)
     if op in ALIGN_OPS:
@@ -235,6 +248,8 @@ def op_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
         return _variant_spec(op, base, s, dev, zero_buf)
     if op in SUM_OPS:
         return sum_spec(op, base, s, dev, OpSpec)
+    if op in PIPELINE_GATE:
+        return _pipeline_spec(op, base, s, dev)
     if op in ROUTE_OPS:
         return route_spec(op, base, s, dev, OpSpec)
     e, bm, k = s.e, s.bm, s.k
@@ -402,6 +417,38 @@ def _variant_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
             i["q"], i["s"], i["rev"], i["sw"], k, o["o"], routed_scaling_factor=f
         )
     return OpSpec(spec.inputs, spec.new_outputs, ours, eager, None, spec.same)
+
+
+def _pipeline_spec(op: str, base: dict, s: Sizes, dev) -> OpSpec:
+    """route_pipeline(_grouped): the gate of router logits, then moe_sort_quant_out with
+    sorted_scales on its topk_ids / topk_weights (``moe_route_sort_quant``'s work)."""
+    k, kw = min(s.k, 16, s.e), route_options(op, s, dev)
+
+    def new_out() -> dict:
+        q, sc = alloc_quant(s, dev)
+        u8 = dict(dtype=torch.uint8, device=dev)
+        return {"w": torch.empty(s.m, k, dtype=torch.float32, device=dev),
+                "ids": torch.empty(s.m, k, dtype=torch.int32, device=dev),
+                "sort": alloc_sort(s, dev), "q": q, "s": sc,
+                "scales": torch.empty(s.out_rows, s.d // 32, **u8)}  # fmt: skip
+
+    def run(ns, i, o):
+        ns.moe_route_out(i["logits"], k, o["w"], o["ids"], **kw)
+        ns.moe_sort_quant_out(o["ids"], o["w"], i["x"], s.e, s.bm, o["sort"], o["q"], o["s"],
+                              sorted_scales=o["scales"])  # fmt: skip
+
+    def same(g, w) -> bool:
+        ok = _same(g["w"].view(torch.int32), w["w"].view(torch.int32))
+        ok = ok and torch.equal(g["ids"], w["ids"]) and same_sort(g["sort"], w["sort"], s.bm)
+        return (
+            ok
+            and _same(g["q"], w["q"])
+            and _same(g["s"], w["s"])
+            and _same(g["scales"], w["scales"])
+        )
+
+    return OpSpec({"logits": base["logits"], "x": base["x"]}, new_out,
+                  lambda i, o: run(ops, i, o), lambda i, o: run(ref, i, o), None, same)  # fmt: skip
 
 
 def make_base(shape, m: int, bm: int, dev, seed: int, need: set[str]) -> tuple[dict, Sizes]:

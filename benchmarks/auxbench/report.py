@@ -22,6 +22,9 @@ FUSED_PARTS = {
     "moe_sort_quant": (("moe_sort", "mxfp4_quant"), max),
     "moe_sort_quant_fp8": (("moe_sort", "mxfp8_quant"), max),
     "decode_pipeline": (("moe_sort_quant", "moe_sort_scales"), sum),
+    # the gate then the decode pipeline: < 1 when the call saves on the two launches
+    "route_pipeline": (("moe_route", "decode_pipeline"), sum),
+    "route_pipeline_grouped": (("moe_route_grouped", "decode_pipeline"), sum),
     # not fused: the peers' formats over our native sort (goal: <= 1.03 at every M)
     "moe_sum": (("moe_scatter_reduce",), max),
     "moe_align_vllm": (("moe_sort",), max),

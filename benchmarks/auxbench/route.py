@@ -4,7 +4,10 @@ topk of the case's shape, topk at most 16) to ``topk_weights`` / ``topk_ids``.
 * ``moe_route``: softmax, renormalised (Mixtral / Qwen3's gate, vLLM's ``topk_softmax``);
 * ``moe_route_grouped``: sigmoid with a correction bias, 8 groups (the largest of 8, 4, 2, 1
   dividing E) of which half are kept, renormalised, a routed scaling factor of 2.5
-  (DeepSeek-V3 / Kimi-K2's gate, vLLM's ``grouped_topk``, SGLang's ``moe_fused_gate``).
+  (DeepSeek-V3 / Kimi-K2's gate, vLLM's ``grouped_topk``, SGLang's ``moe_fused_gate``);
+* ``route_pipeline`` / ``route_pipeline_grouped``: the preamble from router logits to
+  GEMM-ready a4w4 inputs, ``moe_route_sort_quant``'s work: that gate, then the decode
+  pipeline (``moe_sort_quant_out`` with ``sorted_scales``) on its outputs.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import torch
 
 from .common import ops, ref
 
-ROUTE_OPS = ("moe_route", "moe_route_grouped")
+ROUTE_OPS = ("moe_route", "moe_route_grouped", "route_pipeline", "route_pipeline_grouped")
+PIPELINE_GATE = {"route_pipeline": "moe_route", "route_pipeline_grouped": "moe_route_grouped"}
 ROUTE_BYTES_FORMULAS = {
     "moe_route": "2ME + 8MK   (read the bf16 logits; write topk_weights fp32, topk_ids int32)",
     "moe_route_grouped": "moe_route + 4E   (the fp32 correction bias read once)",
+    "route_pipeline": "moe_route + decode_pipeline",
+    "route_pipeline_grouped": "moe_route_grouped + decode_pipeline",
 }
 
 
@@ -27,11 +33,12 @@ def route_topk(s) -> int:
 def route_bytes(op: str, s) -> int:
     """The minimum bytes of a moe_route row (``ROUTE_BYTES_FORMULAS``)."""
     plain = 2 * s.m * s.e + 8 * s.m * route_topk(s)
-    return plain + (4 * s.e if op == "moe_route_grouped" else 0)
+    return plain + (4 * s.e if PIPELINE_GATE.get(op, op) == "moe_route_grouped" else 0)
 
 
 def route_options(op: str, s, dev) -> dict:
     """moe_route's options of the row."""
+    op = PIPELINE_GATE.get(op, op)
     if op == "moe_route":
         return {}
     groups = next(g for g in (8, 4, 2, 1) if s.e % g == 0)
