@@ -1,7 +1,7 @@
 // moe_route on the GPU; docs/ops.md "moe_route" is the spec (aiter_aux/reference/route.py).
 //
 // One warp per token row, kRows rows per block.  Lane l owns the columns i = l + c * kWarpSize
-// (c < kC) and keeps their scores and packed selection keys in registers; the arithmetic is
+// (c < kC) and keeps their scores and choice keys in registers; the arithmetic is
 // route_math.h's, in the reference's order:
 //   * softmax: the row's NaN-ignoring max (a warp max of order keys), e_i = exp_f32(x_i - m),
 //     the 64 partial sums p_j (j = i mod 64: lane l holds 64 / kWarpSize of them, each in
@@ -9,10 +9,12 @@
 //     32-lane warp: p_l + p_{l+32}), the others by xor shuffles kWarpSize / 2 .. 1
 //     (a + b == b + a, so every lane ends with the tree's sum); score_i = e_i / s;
 //   * the choice keys: order_key(score + bias), ties to the lower id (pack_key's order);
-//   * groups: the choice keys go to shared memory, lane g takes the two largest of group g
-//     (a group's score depends on their values only, so 32-bit keys suffice); a group is kept
-//     when fewer than topk_group groups have a larger packed key (more groups than lanes:
-//     topk_group warp arg-max rounds), and the other groups' experts get key 0;
+//   * groups: a group's score depends on the values of its two largest choice keys only, so
+//     32-bit keys suffice.  A group of one column of every lane (E / G == kWarpSize) is
+//     scored with warp maxima in registers; otherwise the keys go to shared memory and lane g
+//     scans group g.  A group is kept when fewer than topk_group groups have a larger packed
+//     key (more groups than lanes: topk_group warp arg-max rounds), and the other groups'
+//     experts get key 0;
 //   * selection: topk rounds; each round takes the warp's largest value key (the lowest id
 //     among the lanes holding it: route_math's packed order), the winning lane records its id
 //     and score in shared memory and moves to its next best key, which it keeps ready
@@ -28,6 +30,7 @@
 #include "../route_math.h"
 // clang-format on
 
+// ROUTE_MARK(n): the phase points gpu/tests/route_phases.cu times (nothing in the package)
 #ifndef ROUTE_MARK
 #define ROUTE_MARK(n)
 #endif
