@@ -25,7 +25,8 @@ each stated in the derivation it applies to:
   ``--ep-size``) and inter is split over TP / EP.  Without EP, TP splits inter.  The split
   must be exact; the result is rounded up to a multiple of 256 (the catalog's form).
 * **model_dim.**  A hidden size that is not a multiple of 256 (gpt-oss: 2880) is padded to
-  the next one (3072); the caller pads the activations.
+  the next one (3072), the rule of moe_sort_scales (the strictest of the ops'); the caller
+  pads the activations.
 * **Limits.**  ``E <= MAX_EXPERTS``, ``1 <= topk <= min(E, MAX_TOPK)``, the padded
   model_dim ``<= MAX_MODEL_DIM`` and inter_rounded ``<= MAX_INTER``: the catalog's rule
   constants, read from ``codegen/catalog.py``.
@@ -418,8 +419,8 @@ def shapes_from_config(
         )
     if model_dim != hidden:
         steps.append(
-            f"pad hidden {hidden} -> {model_dim}: the ops need model_dim % {align} == 0; "
-            "pad the activations"
+            f"pad hidden {hidden} -> {model_dim}: moe_sort_scales needs model_dim % {align} "
+            "== 0; pad the activations"
         )
         notes.append(
             f"model_dim {model_dim} is {where}{h_key} {hidden} padded: pad the activations "

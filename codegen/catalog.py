@@ -10,7 +10,9 @@ Add a shape with ``aiter-aux add-shape E,MODEL_DIM,INTER,TOPK`` or by hand in bo
 The rules (:func:`validate_shape`): expert in [1, :data:`MAX_EXPERTS`], model_dim and
 inter_rounded positive multiples of :data:`MODEL_DIM_ALIGN` / :data:`INTER_ALIGN` up to
 :data:`MAX_MODEL_DIM` / :data:`MAX_INTER`, topk in [1, min(expert, :data:`MAX_TOPK`)]; the
-bounds are what the kernels compile, from ``codegen/limits.py`` (the one place limits live).
+bounds are what the kernels compile, from ``codegen/limits.py`` (the one place limits live):
+:data:`MODEL_DIM_ALIGN` is the strictest of its ``MODEL_DIM_RULES`` (moe_sort_scales'), and
+a message names the ops whose rule a model_dim breaks.
 :func:`round_inter` is the one rounding of inter_dim.
 
 Stdlib only and free of code generation: the load path reads the catalog from here without
@@ -41,7 +43,7 @@ except ImportError:  # executed alone, outside the codegen package: limits.py ne
         del _sys.modules[_spec.name]
 
 INTER_ALIGN = 256
-MODEL_DIM_ALIGN = 256
+MODEL_DIM_ALIGN = max(rule.of for rule in _limits.MODEL_DIM_RULES)
 MAX_EXPERTS = _limits.NUM_EXPERTS.hi
 MAX_TOPK = _limits.TOPK.hi
 MAX_MODEL_DIM = _limits.MODEL_DIM.hi
@@ -54,6 +56,20 @@ def round_inter(inter_dim: int) -> int:
     return -(-int(inter_dim) // INTER_ALIGN) * INTER_ALIGN
 
 
+def model_dim_rules_broken(model_dim: int) -> str:
+    """What each op that cannot serve ``model_dim`` needs of it (``_limits.MODEL_DIM_RULES``),
+    e.g. ``"model_dim must be a positive multiple of 256 for moe_sort_scales and ... (why);
+    the other ops serve model_dim 2880"``."""
+    broken = [r for r in _limits.MODEL_DIM_RULES if model_dim <= 0 or model_dim % r.of]
+    parts = [f"of {r.of} for {_and(r.ops)} ({r.why})" for r in broken]
+    msg = "model_dim must be a positive multiple " + ", and ".join(parts)
+    return msg + (f"; the other ops serve model_dim {model_dim}" if model_dim > 0 else "")
+
+
+def _and(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
 def validate_shape(shape: object) -> list[str]:
     """Rule violations of one catalog tuple (empty when valid)."""
     if not (isinstance(shape, tuple) and len(shape) == 4 and all(type(v) is int for v in shape)):
@@ -63,7 +79,7 @@ def validate_shape(shape: object) -> list[str]:
     if not 1 <= expert <= MAX_EXPERTS:
         errors.append(f"{shape}: expert must be in [1, {MAX_EXPERTS}]")
     if model_dim <= 0 or model_dim % MODEL_DIM_ALIGN:
-        msg = f"{shape}: model_dim must be a positive multiple of {MODEL_DIM_ALIGN}"
+        msg = f"{shape}: {model_dim_rules_broken(model_dim)}"
         padded = -(-model_dim // MODEL_DIM_ALIGN) * MODEL_DIM_ALIGN
         if 0 < padded <= MAX_MODEL_DIM:
             msg += f"; pad the hidden size to {padded} (add-shape --from-config does so)"

@@ -67,6 +67,29 @@ MAX_ROWS = (1 << 31) - 1
 #: cpu/core_cpu.h): 1024 more must still fit (a catalog bound: add-shape).
 MODEL_DIM = Limit("model_dim", 1, (1 << 31) - 1 - 1024, why="an int that the CPU scatter "
                   "rounds up to 1024 columns")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Multiple:
+    """What some ops need of model_dim: a positive multiple of ``of``."""
+
+    ops: tuple[str, ...]  # as messages name them
+    of: int
+    why: str
+
+
+#: model_dim of the ops that read or write MX blocks: whole 32-value blocks per row.
+MX_MODEL_DIM = Multiple(("mxfp4_quant", "mxfp8_quant", "moe_sort_quant", "moe_scatter_reduce_q"),
+                        32, "whole 32-value MX blocks per row")  # fmt: skip
+#: model_dim of moe_sort_scales (and of moe_sort_quant's sorted_scales): the grouped GEMM's
+#: scale layout holds K in units of 8 scales (BK = 256 columns).
+SCALES_MODEL_DIM = Multiple(("moe_sort_scales", "moe_sort_quant's sorted_scales"), 256,
+                            "the grouped GEMM's scale layout: K in units of 8 scales")  # fmt: skip
+#: Every rule of model_dim, strictest first; an op not named takes any model_dim >= 1
+#: (moe_scatter_reduce, moe_sum) or none.  A shape has an instance of every op, so a shape
+#: is servable (and a catalog shape) when it keeps them all.
+MODEL_DIM_RULES = (SCALES_MODEL_DIM, MX_MODEL_DIM)
+
 #: inter_rounded is no kernel's parameter; the catalog keeps it a C int like the others.
 INTER = Limit("inter_rounded", 1, (1 << 31) - 1, why="a C int like the other fields")
 

@@ -9,7 +9,7 @@ from them: :mod:`codegen.opspec`).  Adding an op: its entry here, its args struc
 
 from __future__ import annotations
 
-from .limits import MAX_ROWS, NUM_EXPERTS, NUM_TOKENS
+from .limits import MAX_ROWS, MX_MODEL_DIM, NUM_EXPERTS, NUM_TOKENS, SCALES_MODEL_DIM
 from .opspec import Code, Float, Group, Int, Limit, OpSpec, Rule, Size, Tensor
 
 # ------------------------------------------------------------------------- shared parts
@@ -60,8 +60,9 @@ SORT_FILL = ("topk_ids", "topk_weights", "M", "num_experts", "topk", "block_m", 
              "expert_map_ptr(expert_map)", "numel(expert_map)", "zero_buf_init")  # fmt: skip
 
 X = Tensor("x", "bfloat16", ("M", "model_dim"), doc="the activations, one row per token")
-MODEL_DIM_32 = Rule("model_dim > 0 and model_dim % 32 == 0",
-                    "model_dim must be a positive multiple of 32, got {model_dim}")  # fmt: skip
+MODEL_DIM_32 = Rule(f"model_dim > 0 and model_dim % {MX_MODEL_DIM.of} == 0",
+                    f"model_dim must be a positive multiple of {MX_MODEL_DIM.of}, "
+                    "got {model_dim}")  # fmt: skip
 QUANT_FILL = ("x", "M", "model_dim", "0", "a_q", "a_scale")
 
 
@@ -78,9 +79,9 @@ SORTED_SCALES = Tensor(
     doc="the decode step's sorted scales, written as moe_sort_scales would",
 )  # fmt: skip
 SORTED_SCALES_256 = Rule(
-    "model_dim % 256 == 0",
-    "sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), "
-    "got model_dim = {model_dim}",
+    f"model_dim % {SCALES_MODEL_DIM.of} == 0",
+    f"sorted_scales needs model_dim a multiple of {SCALES_MODEL_DIM.of} (the layout of "
+    "moe_sort_scales), got model_dim = {model_dim}",
     when="sorted_scales",
 )
 SCATTER_ROUTING = (
@@ -294,10 +295,10 @@ OPS: dict[str, OpSpec] = {
             checks=(
                 Rule("n_valid >= 2", "num_valid_ids must have 2 elements, got {n_valid}"),
                 Limit("block_m", "block_m"),
-                Rule("scale_cols > 0 and scale_cols % 8 == 0",
+                Rule(f"scale_cols > 0 and scale_cols % {SCALES_MODEL_DIM.of // 32} == 0",
                      "a_scale must have model_dim/32 columns with model_dim a positive "
-                     "multiple of 256, got {scale_cols} columns (model_dim = "
-                     "{scale_cols * 32})"),
+                     f"multiple of {SCALES_MODEL_DIM.of}, got {{scale_cols}} columns "
+                     "(model_dim = {scale_cols * 32})"),
                 Rule("max_rows % block_m == 0",
                      "sorted_token_ids length (max_rows = {max_rows}) must be a multiple of "
                      "block_m = {block_m}"),

@@ -71,7 +71,8 @@ def test_dry_run_prints_the_derivation_and_the_padding_and_edits_nothing(tree):
         "  routed experts: num_local_experts = 128",
         "  E = 128",
         "  topk: num_experts_per_tok = 4",
-        "  pad hidden 2880 -> 3072: the ops need model_dim % 256 == 0; pad the activations",
+        "  pad hidden 2880 -> 3072: moe_sort_scales needs model_dim % 256 == 0; pad the "
+        "activations",
         "  TP 4 splits inter: 2880 / 4 = 720",
         "  shape: (128, 3072, 768, 4)",
         "catalog line: (128, 3072, 768, 4),  # gpt-oss-120b TP4 (hidden 2880 padded to 3072; "

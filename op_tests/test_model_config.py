@@ -137,7 +137,10 @@ def test_every_fixture_is_covered_and_names_its_source():
 def test_derivation_states_the_rules():
     d = shapes_from_config(cfg("gpt_oss_120b"), 4)
     text = "\n".join(format_derivation(d))
-    assert "pad hidden 2880 -> 3072: the ops need model_dim % 256 == 0; pad the activations" in text
+    assert (
+        "pad hidden 2880 -> 3072: moe_sort_scales needs model_dim % 256 == 0; pad the activations"
+        in text
+    )
     assert "TP 4 splits inter: 2880 / 4 = 720" in text
     assert "round inter 720 up to 768" in text
     assert any("padded" in n for n in d.notes)

@@ -255,6 +255,35 @@ def test_shape_status_says_servable_and_prebuilt():
     assert not aiter_aux.mxfp4_moe_shape_status(2000, 4096, 256, 8).servable
 
 
+def test_shape_status_names_the_op_that_does_not_serve_a_model_dim():
+    import torch
+
+    import aiter_aux
+    from aiter_aux import ops
+
+    # gpt-oss's hidden size 2880: a multiple of 32 (the MX block) but not of 256
+    s = aiter_aux.mxfp4_moe_shape_status(40, 2880, 2880, 5)
+    assert not s.servable and "moe_sort_scales" in s.reason, s.reason
+    assert "sorted_scales" in s.reason and "the other ops serve model_dim 2880" in s.reason
+    assert "mxfp4_quant" not in s.reason and "pad the hidden size to 3072" in s.reason
+    # what the reason says, the ops do: these run at 2880 and moe_sort_scales refuses it
+    ids = torch.tensor([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]], dtype=torch.int32)
+    x = torch.randn(2, 2880, dtype=torch.bfloat16)
+    out, a_q, a_scale = ops.moe_sort_quant(ids, torch.rand(2, 5), x, 40, 32)
+    assert a_q.shape == (2, 1440) and a_scale.shape == (2, 90)
+    rows = out.sorted_token_ids.numel()
+    y = ops.moe_scatter_reduce_q(torch.zeros(rows, 1440, dtype=torch.uint8),
+                                 torch.full((rows, 90), 127, dtype=torch.uint8),
+                                 out.reverse_sorted, out.sorted_weights, 5)  # fmt: skip
+    assert y.shape == (2, 2880)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        ops.moe_sort_scales(a_scale, out.sorted_token_ids, out.num_valid_ids, 32)
+    # not a multiple of 32 either: the quant ops are named too
+    s = aiter_aux.mxfp4_moe_shape_status(40, 2888, 2880, 5)
+    assert not s.servable and "moe_sort_scales" in s.reason and "mxfp4_quant" in s.reason
+    assert "of 32 for mxfp4_quant" in s.reason, s.reason
+
+
 FORK = """
 import os, signal, sys, threading, time
 import torch

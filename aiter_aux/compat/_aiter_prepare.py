@@ -74,7 +74,8 @@ def prepare_mxfp4_moe_aux(shapes: Iterable[tuple[int, int, int, int]]) -> None:
     Raises:
         MissingInstancesError: (a ``RuntimeError``, as AITER's) a shape breaks a rule of
             what an instance can serve (expert in [1, 1024], model_dim a multiple of 256,
-            topk in [1, min(expert, 255)]); the message names each rule.
+            topk in [1, min(expert, 255)]); the message names each rule (and of
+            model_dim, the ops whose rule it breaks).
         ValueError, TypeError: a shape is not four ints.
         aiter_aux.jit.BuildError, JitDisabledError, ...: a build failed or is disabled.
     """

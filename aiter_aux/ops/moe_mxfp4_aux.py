@@ -128,12 +128,16 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
     prebuilt.  A servable shape that is not prebuilt is built on demand by its first op
     call (a few seconds per instance; nothing under ``AITER_AUX_DISABLE_JIT=1``).
 
-    ``servable`` holds when the shape keeps the rules of the shapes an instance compiles
-    for (``codegen/catalog.py``: expert in [1, 1024], model_dim a positive multiple of 256,
-    topk in [1, min(expert, 255)]); ``prebuilt`` is :func:`is_mxfp4_moe_shape_supported`:
-    the catalog lists the shape, so ``aiter-aux build`` and a wheel build it ahead of use.
-    It does not say that this process's cache holds the build yet (``aiter-aux doctor``
-    and ``aiter-aux list --cached`` do).
+    ``servable`` holds when the shape keeps the rules of the shapes an instance of every op
+    compiles for (``codegen/catalog.py``: expert in [1, 1024], model_dim a positive multiple
+    of 256, topk in [1, min(expert, 255)]).  model_dim's rules are the ops': a multiple of
+    256 for moe_sort_scales and moe_sort_quant's ``sorted_scales`` (the grouped GEMM's scale
+    layout), of 32 for the ops that read or write MX blocks, any for the others; ``reason``
+    names the ops a model_dim breaks the rule of and says that the others serve it (gpt-oss's
+    2880 is served by every op but those two).  ``prebuilt`` is
+    :func:`is_mxfp4_moe_shape_supported`: the catalog lists the shape, so ``aiter-aux build``
+    and a wheel build it ahead of use.  It does not say that this process's cache holds the
+    build yet (``aiter-aux doctor`` and ``aiter-aux list --cached`` do).
     """
     from ..jit.paths import codegen_module
 
