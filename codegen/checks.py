@@ -216,7 +216,7 @@ class CallPlan:
         for kind, data in self.steps():
             if kind == "tensor":
                 t, binds, shape = data
-                out.append(self._py_tensor(t))
+                out.append(self._py_tensor(t, wide=True))
                 if first_seen:
                     out.append(f'_same_device({t.name}, "{t.name}", {self.first}, '
                                f'"{self.first}")')  # fmt: skip
@@ -230,7 +230,7 @@ class CallPlan:
             elif kind == "option":
                 t = data
                 out.append(f"if {t.name} is not None:")
-                out.append("    " + self._py_tensor(t))
+                out.append("    " + self._py_tensor(t, wide=True))
                 out.append(f'    _same_device({t.name}, "{t.name}", {self.first}, '
                            f'"{self.first}")')  # fmt: skip
             elif kind == "scalar":
@@ -262,10 +262,15 @@ class CallPlan:
     def sizes_type(self) -> str:
         return "".join(p.title() for p in self.spec.name.split("_")) + "Sizes"
 
-    def _py_tensor(self, t: Tensor) -> str:
+    def _py_tensor(self, t: Tensor, wide: bool = False) -> str:
+        """The check of ``t``; ``wide``: in a validator, whose ``wide_ids`` widens an id
+        tensor of :data:`WIDE_IDS` to int32 or int64."""
         ndim = len(t.dims) if t.dims is not None else None
         layout = f'"{t.shape_text}"' if t.dims is not None else "None"
-        return f'_tensor({t.name}, "{t.name}", {py_dtype(t.dtype)}, {ndim}, {layout})'
+        dtype = py_dtype(t.dtype)
+        if wide and t.name in WIDE_IDS:
+            dtype = f"(_ids if wide_ids else {dtype})"
+        return f'_tensor({t.name}, "{t.name}", {dtype}, {ndim}, {layout})'
 
     def _py_buffer(self, t: Tensor) -> list[str]:
         s = self.scope
@@ -285,6 +290,18 @@ class CallPlan:
 
 PY_DTYPE = {"int32": "_i32", "float32": "_f32", "bfloat16": "_bf16", "uint8": "_u8",
             "float": "_floats"}  # fmt: skip
+
+#: Id tensors (int32 in the table) that the Python wrappers of ``aiter_aux.ops`` also take as
+#: int64, narrowed to int32 by ``_library._ids32`` (every id keeps its meaning: docs/ops.md);
+#: the binding, ``torch.ops.aiter_aux`` and the reference take int32.  The validator of an
+#: op with one takes ``wide_ids``: the wrappers' checks pass True, and its dtype message
+#: then names both dtypes.
+WIDE_IDS = ("topk_ids",)
+
+
+def has_wide_ids(spec: OpSpec) -> bool:
+    """``spec`` has an id tensor of :data:`WIDE_IDS` (its wrappers take int64 ids)."""
+    return any(t.name in WIDE_IDS for t in spec.tensors())
 
 
 def cpp_params(spec: OpSpec, out: bool) -> str:

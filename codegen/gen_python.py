@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from . import exprs
-from .checks import PY_DTYPE, CallPlan, py_dtype
+from .checks import PY_DTYPE, WIDE_IDS, CallPlan, has_wide_ids, py_dtype
 from .limits import LIMITS, MAX_ROWS
 from .limits import STAMP as STAMP_LIMITS
 from .ops import OPS
@@ -86,10 +86,14 @@ def _validator(spec: OpSpec, out: bool) -> list[str]:
         body.insert(first, unpack)
     name = spec.name + ("_out" if out else "")
     form = f"``{name}``"
+    wide = has_wide_ids(spec)
+    extra = ("read_data=False",) + (("wide_ids=False",) if wide else ())
     lines = [
-        f"def {name}({_params(spec, out, extra=('read_data=False',))}) -> {plan.sizes_type}:",
+        f"def {name}({_params(spec, out, extra=extra)}) -> {plan.sizes_type}:",
         f'    """Every check of {form}, in the binding\'s order; returns its sizes.  '
-        '``read_data``: also the checks that read tensor values."""',
+        "``read_data``: also the checks that read tensor values"
+        + ("; ``wide_ids``: int64 ids too (the wrappers')" if wide else "")
+        + '."""',
     ]
     return lines + _indent(body)
 
@@ -249,6 +253,7 @@ def render_checks() -> str:
         "    _floats,",
         "    _group,",
         "    _i32,",
+        "    _ids,",
         "    _no_overlap,",
         "    _same_device,",
         "    _shape_str,",
@@ -358,12 +363,12 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
     else:
         try_body.append(f"{res}op({call_pos})")
     check_name = f"getattr(C, which + {sfx!r})" if sel else f"C.{spec.name}{sfx}"
-    check = f"{check_name}({_call_args(spec, out)})"
+    check = f"{check_name}({_call_args(spec, out)}{', wide_ids=True' * has_wide_ids(spec)})"
     # int64 ids (what torch.topk returns): the binding takes int32 only and refuses them
     # before any write; the wrapper then calls itself once with the ids narrowed (same
     # bytes), so that the int32 path pays nothing for it.
     retry = []
-    if any(t.name in WIDE_IDS for t in spec.tensors()):
+    if has_wide_ids(spec):
         names = _param_names(spec, out) + ([sel[0]] if sel else [])
         args = ", ".join(f"{n}=_ids32({n})" if n in WIDE_IDS else f"{n}={n}" for n in names)
         cond = " or ".join(f"_wide_ids({n})" for n in names if n in WIDE_IDS)
@@ -386,11 +391,6 @@ def _is_default(a: Code) -> str:
     if a.kind == "choice":
         return f'(type({a.name}) is str and {a.name} == "{a.default}")'
     return f"{a.name} is {a.default!r}"
-
-
-#: Id tensors that the Python wrappers also take as int64 (narrowed to int32 with
-#: ``_library._ids32``, which keeps every id's meaning: docs/ops.md).
-WIDE_IDS = ("topk_ids",)
 
 
 def _param_names(spec: OpSpec, out: bool) -> list[str]:

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from aiter_aux import ops as O  # noqa: E402
 from aiter_aux import reference as R  # noqa: E402
+from aiter_aux.types import empty_moe_sort_output  # noqa: E402
 
 E, D, K = 256, 3072, 8  # a catalog shape (README)
 POISON = 0x5A
@@ -137,3 +138,23 @@ def test_int64_errors_name_the_argument():
         O.moe_sort(ids, torch.rand(4, K), E, 48)
     with pytest.raises(TypeError, match="topk_ids"):
         O.moe_sort(ids.to(torch.int16), torch.rand(4, K), E, 16)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda ids: O.moe_sort(ids, torch.rand(4, K), E, 16),
+     lambda ids: O.moe_sort_out(ids, torch.rand(4, K), E, 16,
+                                empty_moe_sort_output(4, K, 4096, 16, "cpu")),
+     lambda ids: O.moe_sort_quant(ids, torch.rand(4, K), torch.zeros(4, D, dtype=torch.bfloat16),
+                                  E, 16),
+     lambda ids: O.moe_sum(torch.zeros(4, K, 64), topk_ids=ids),
+     lambda ids: O.moe_align_block_size_vllm(ids, E, 16),
+     lambda ids: O.moe_align_block_size_sglang(ids, E, 16)],
+    ids=["moe_sort", "moe_sort_out", "moe_sort_quant", "moe_sum", "align_vllm", "align_sglang"],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8])
+def test_a_wrong_id_dtype_names_every_accepted_one(call, dtype):
+    """Every op that takes topk_ids says int32 or int64 (both are taken), not int32 alone."""
+    with pytest.raises(TypeError) as e:
+        call(_ids(4, 2).clamp(0, E - 1).to(dtype))
+    assert str(e.value) == f"topk_ids must have dtype torch.int32 or torch.int64, got {dtype}"

@@ -927,6 +927,7 @@ def moe_sort_out(
                 zero_buf=zero_buf,
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
+                wide_ids=True,
             ),
         ) from None
     return out
@@ -976,6 +977,7 @@ def moe_sort(
                 zero_buf=zero_buf,
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
+                wide_ids=True,
             ),
         ) from None
     return MoeSortOutput(*r[0:6])
@@ -1089,6 +1091,7 @@ def moe_sort_quant_out(
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
                 sorted_scales=sorted_scales,
+                wide_ids=True,
             ),
         ) from None
     return (out, a_q, a_scale)
@@ -1160,6 +1163,7 @@ def moe_sort_quant(
                 expert_map=expert_map,
                 zero_buf_init=zero_buf_init,
                 sorted_scales=sorted_scales,
+                wide_ids=True,
             ),
         ) from None
     return (MoeSortOutput(*r[0:6]), r[6], r[7])
@@ -1434,6 +1438,7 @@ def moe_sum_out(
                 topk_ids=topk_ids,
                 expert_map=expert_map,
                 routed_scaling_factor=routed_scaling_factor,
+                wide_ids=True,
             ),
         ) from None
     return output
@@ -1470,6 +1475,7 @@ def moe_sum(
                 topk_ids=topk_ids,
                 expert_map=expert_map,
                 routed_scaling_factor=routed_scaling_factor,
+                wide_ids=True,
             ),
         ) from None
     return r
@@ -1550,6 +1556,7 @@ def moe_align_block_size_vllm_out(
                 scatter_idx,
                 expert_map=expert_map,
                 block_expert_map=block_expert_map,
+                wide_ids=True,
             ),
         ) from None
     return (sorted_token_ids, expert_ids, num_tokens_post_pad, scatter_idx)
@@ -1591,6 +1598,7 @@ def moe_align_block_size_vllm(
                 block_size,
                 expert_map=expert_map,
                 block_expert_map=block_expert_map,
+                wide_ids=True,
             ),
         ) from None
     return (r[0], r[1], r[2], r[3])
@@ -1651,6 +1659,7 @@ def moe_align_block_size_sglang_out(
                 expert_ids,
                 num_tokens_post_pad,
                 scatter_idx,
+                wide_ids=True,
             ),
         ) from None
     return (sorted_token_ids, expert_ids, num_tokens_post_pad, scatter_idx)
@@ -1673,7 +1682,8 @@ def moe_align_block_size_sglang(
                 topk_ids=_ids32(topk_ids), num_experts=num_experts, block_size=block_size
             )
         raise translate(
-            e, lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size)
+            e,
+            lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size, wide_ids=True),
         ) from None
     return (r[0], r[1], r[2], r[3])
 

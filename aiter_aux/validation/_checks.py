@@ -29,6 +29,7 @@ from .tensors import (
     _floats,
     _group,
     _i32,
+    _ids,
     _no_overlap,
     _same_device,
     _shape_str,
@@ -82,9 +83,10 @@ def moe_sort(
     expert_map=None,
     zero_buf_init=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortSizes:
-    """Every check of ``moe_sort``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -151,9 +153,10 @@ def moe_sort_out(
     expert_map=None,
     zero_buf_init=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortSizes:
-    """Every check of ``moe_sort_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -322,9 +325,10 @@ def moe_sort_quant(
     zero_buf_init=None,
     sorted_scales=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortQuantSizes:
-    """Every check of ``moe_sort_quant``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort_quant``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -425,9 +429,10 @@ def moe_sort_quant_out(
     zero_buf_init=None,
     sorted_scales=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortQuantSizes:
-    """Every check of ``moe_sort_quant_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort_quant_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -1023,9 +1028,10 @@ def moe_sort_quant_fp8(
     zero_buf_init=None,
     sorted_scales=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortQuantFp8Sizes:
-    """Every check of ``moe_sort_quant_fp8``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort_quant_fp8``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -1126,9 +1132,10 @@ def moe_sort_quant_fp8_out(
     zero_buf_init=None,
     sorted_scales=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeSortQuantFp8Sizes:
-    """Every check of ``moe_sort_quant_fp8_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_sort_quant_fp8_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     _tensor(topk_weights, "topk_weights", _f32, 2, "[M, topk]")
@@ -1295,15 +1302,21 @@ class MoeSumSizes(NamedTuple):
 
 
 def moe_sum(
-    input, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0, read_data=False
+    input,
+    *,
+    topk_ids=None,
+    expert_map=None,
+    routed_scaling_factor=1.0,
+    read_data=False,
+    wide_ids=False,
 ) -> MoeSumSizes:
-    """Every check of ``moe_sum``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    """Every check of ``moe_sum``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
     _tensor(input, "input", _floats, 3, "[M, topk, model_dim]")
     M = input.shape[0]
     topk = input.shape[1]
     model_dim = input.shape[2]
     if topk_ids is not None:
-        _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+        _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
         _same_device(topk_ids, "topk_ids", input, "input")
     if expert_map is not None:
         _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
@@ -1322,15 +1335,22 @@ def moe_sum(
 
 
 def moe_sum_out(
-    input, output, *, topk_ids=None, expert_map=None, routed_scaling_factor=1.0, read_data=False
+    input,
+    output,
+    *,
+    topk_ids=None,
+    expert_map=None,
+    routed_scaling_factor=1.0,
+    read_data=False,
+    wide_ids=False,
 ) -> MoeSumSizes:
-    """Every check of ``moe_sum_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    """Every check of ``moe_sum_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
     _tensor(input, "input", _floats, 3, "[M, topk, model_dim]")
     M = input.shape[0]
     topk = input.shape[1]
     model_dim = input.shape[2]
     if topk_ids is not None:
-        _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+        _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
         _same_device(topk_ids, "topk_ids", input, "input")
     if expert_map is not None:
         _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
@@ -1371,10 +1391,17 @@ class MoeAlignBlockSizeVllmSizes(NamedTuple):
 
 
 def moe_align_block_size_vllm(
-    topk_ids, num_experts, block_size, *, expert_map=None, block_expert_map=None, read_data=False
+    topk_ids,
+    num_experts,
+    block_size,
+    *,
+    expert_map=None,
+    block_expert_map=None,
+    read_data=False,
+    wide_ids=False,
 ) -> MoeAlignBlockSizeVllmSizes:
-    """Every check of ``moe_align_block_size_vllm``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_align_block_size_vllm``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     if expert_map is not None:
@@ -1429,9 +1456,10 @@ def moe_align_block_size_vllm_out(
     expert_map=None,
     block_expert_map=None,
     read_data=False,
+    wide_ids=False,
 ) -> MoeAlignBlockSizeVllmSizes:
-    """Every check of ``moe_align_block_size_vllm_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_align_block_size_vllm_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     if expert_map is not None:
@@ -1505,10 +1533,10 @@ class MoeAlignBlockSizeSglangSizes(NamedTuple):
 
 
 def moe_align_block_size_sglang(
-    topk_ids, num_experts, block_size, *, read_data=False
+    topk_ids, num_experts, block_size, *, read_data=False, wide_ids=False
 ) -> MoeAlignBlockSizeSglangSizes:
-    """Every check of ``moe_align_block_size_sglang``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_align_block_size_sglang``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     num_experts = _int(num_experts, "num_experts")
@@ -1547,9 +1575,10 @@ def moe_align_block_size_sglang_out(
     scatter_idx,
     *,
     read_data=False,
+    wide_ids=False,
 ) -> MoeAlignBlockSizeSglangSizes:
-    """Every check of ``moe_align_block_size_sglang_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
-    _tensor(topk_ids, "topk_ids", _i32, 2, "[M, topk]")
+    """Every check of ``moe_align_block_size_sglang_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values; ``wide_ids``: int64 ids too (the wrappers')."""
+    _tensor(topk_ids, "topk_ids", (_ids if wide_ids else _i32), 2, "[M, topk]")
     M = topk_ids.shape[0]
     topk = topk_ids.shape[1]
     num_experts = _int(num_experts, "num_experts")

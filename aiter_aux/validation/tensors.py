@@ -13,6 +13,7 @@ import torch
 
 _i32, _f32, _bf16, _u8 = torch.int32, torch.float32, torch.bfloat16, torch.uint8
 _floats = (torch.float32, torch.float16, torch.bfloat16)  # the table's dtype "float"
+_ids = (torch.int32, torch.int64)  # the ids the wrappers take (codegen/checks.py WIDE_IDS)
 
 
 def _shape_str(shape: Sequence[int]) -> str:
