@@ -388,3 +388,27 @@ def test_sglang_num_experts_errors_name_the_value_passed(cpu_module, passed):
     sti, eid, nt = (torch.zeros(n, dtype=torch.int32) for n in (1 << 20, 1 << 15, 1))
     _no_kernel(cpu_module, lambda: S.moe_align_block_size(ids, passed, 64, sti, eid, nt),
                ValueError, rf"num_experts must be in \[2, 1024\].*got {passed}\b")  # fmt: skip
+
+
+@pytest.mark.parametrize("passed", [0, 1024, 1100, 8191, 8192, 10_000])
+def test_srt_num_experts_errors_name_the_value_passed(cpu_module, passed):
+    """The srt form's num_experts counts the routed experts: its errors name it as the
+    caller passed it, never the buckets (num_experts + 1) of the sgl-kernel form it calls."""
+    ids = torch.zeros(4, 8, dtype=torch.int32)
+    _no_kernel(cpu_module, lambda: SRT.moe_align_block_size(ids, 64, passed), ValueError,
+               rf"^num_experts must be in \[1, 1023\] \(.*\), got {passed}$")  # fmt: skip
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_srt_id_errors_name_num_experts_as_passed(cpu_module, ignore):
+    """An id out of range names the srt caller's num_experts, not SGLang's kernel's
+    num_experts - 1 (that form's argument counts the buckets)."""
+    ids = torch.tensor([[0, 9], [3, 1]], dtype=torch.int32)
+    rule = "< 8" if ignore else r"in \[-1, 8\)"
+    _no_kernel(cpu_module, lambda: SRT.moe_align_block_size(ids, 16, 8, ignore), ValueError,
+               rf"^topk_ids values must be {rule}, got 9 \(8 = num_experts\)$")  # fmt: skip
+    sti, eid, nt = (torch.zeros(n, dtype=torch.int32) for n in (1024, 64, 1))
+    _no_kernel(cpu_module, lambda: S.moe_align_block_size(ids, 9, 16, sti, eid, nt, None,
+                                                          False, ignore), ValueError,
+               rf"^topk_ids values must be {rule}, got 9 \(8 = num_experts - 1, the routed "
+               r"experts\)$")  # fmt: skip

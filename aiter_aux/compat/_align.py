@@ -43,6 +43,7 @@ from ._align_checks import (
     _sglang_checks,
     _srt_checks,
     _vllm_checks,
+    most_buckets,
 )
 
 if TYPE_CHECKING:
@@ -75,10 +76,9 @@ def _t() -> list:
 
         from .. import ops  # noqa: F401 (defines the ops)
         from ..reference import compat as R
-        from ..validation import MAX_NUM_EXPERTS
 
         aux = torch.ops.aiter_aux
-        _MOST.extend((R.VLLM_MAX_EXPERTS, min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)))
+        _MOST.extend((R.VLLM_MAX_EXPERTS, most_buckets()))
         _CAP.extend((R.vllm_align_capacity, R.sglang_align_capacity))
         _ALLOC.append(aux.moe_align_block_size_vllm.default)
         _T.extend((torch, torch.int32, aux.moe_align_block_size_vllm_out.default,
@@ -216,10 +216,9 @@ def sglang_moe_align_block_size(
             than SGLang's capacity, or an ``experts_ids`` shorter than its blocks, is a
             ``ValueError`` (sgl-kernel writes past them).
     """
-    torch, i32, vllm_op, sglang_op = _T or _t()
+    _, i32, _, _ = _T or _t()
     args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
             num_tokens_post_pad, pad_sorted_token_ids, ignore_invalid_expert)  # fmt: skip
-    hint = f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
     called = False
     try:  # the fast path: SGLang's call as its callers make it (the op has SGLang's limits)
         if (type(block_size) is int and type(num_experts) is int
@@ -236,7 +235,20 @@ def sglang_moe_align_block_size(
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
                              (num_tokens_post_pad, 1)):  # fmt: skip
-            raise _error(err, lambda: _sglang_checks(*args), hint) from None
+            raise _error(err, lambda: _sglang_checks(*args),
+                         f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
+    _sglang_align(*args, False)
+
+
+def _sglang_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                  num_tokens_post_pad, pad_sorted_token_ids, ignore_invalid_expert,
+                  srt) -> None:  # fmt: skip
+    """The general path of :func:`sglang_moe_align_block_size`; ``srt``: for the srt form
+    (its checks ran; the messages name its num_experts, the routed experts, not the
+    buckets)."""
+    torch, i32, vllm_op, sglang_op = _T
+    args = (topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+            num_tokens_post_pad, pad_sorted_token_ids, ignore_invalid_expert, srt)  # fmt: skip
     bs, e, ignore = block_size, num_experts, ignore_invalid_expert
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 2 <= e <= _MOST[1]
@@ -244,7 +256,7 @@ def sglang_moe_align_block_size(
             bs, e, ignore = _sglang_checks(*args)
         else:
             e -= 1  # the routed experts
-            _check_sglang_values(topk_ids, e, ignore)
+            _check_sglang_values(topk_ids, e, ignore, srt)
         ids = topk_ids if topk_ids.dtype == i32 and topk_ids.dim() == 2 else (
             _ids2d(topk_ids, torch, i32))  # fmt: skip
         n = ids.numel()
@@ -264,6 +276,7 @@ def sglang_moe_align_block_size(
         (vllm_op if ignore else sglang_op)(ids, e, bs, sorted_token_ids, experts_ids,
                                            num_tokens_post_pad, scatter_idx)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
+        hint = _ANY_SHAPE if srt else f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
         raise _error(err, lambda: _sglang_checks(*args), hint) from None
 
 
@@ -288,13 +301,13 @@ def sglang_srt_moe_align_block_size(
                 and 1 <= num_experts < _MOST[1] and ignore_invalid_expert is False
                 and topk_ids.dtype is i32 and not _FAST[0]()):  # fmt: skip
             if topk_ids.numel():
-                _check_sglang_values(topk_ids, num_experts, False)
+                _check_sglang_values(topk_ids, num_experts, False, True)
             called = True
             return _FAST[4](topk_ids, num_experts, block_size)[:3]
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2)):
             raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
-                         f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
+                         _ANY_SHAPE) from None  # fmt: skip
     bs, e = block_size, num_experts
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e < _MOST[1]):
@@ -307,8 +320,8 @@ def sglang_srt_moe_align_block_size(
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
                      _ANY_SHAPE) from None  # fmt: skip
-    sglang_moe_align_block_size(topk_ids, e + 1, bs, sorted_ids, expert_ids, total, None, True,
-                                ignore_invalid_expert)  # fmt: skip
+    _sglang_align(topk_ids, e + 1, bs, sorted_ids, expert_ids, total, True,
+                  ignore_invalid_expert, True)  # fmt: skip
     return sorted_ids, expert_ids, total
 
 

@@ -33,6 +33,15 @@ def _traced_check(t, lo: int | None, hi: int, message: str) -> None:
         torch._assert_async(ok.all(), message)
 
 
+def most_buckets() -> int:
+    """The most buckets of SGLang's format that our sort takes: the routed experts (at most
+    the sort's ``MAX_NUM_EXPERTS`` less one, and sgl-kernel's limit) plus one."""
+    from ..reference import compat as R
+    from ..validation import MAX_NUM_EXPERTS
+
+    return min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)
+
+
 def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, scatter):
     """The reference's checks of vLLM's function; returns ``(block_size, num_experts, pad,
     ignore, scatter)`` as plain ints and bools."""
@@ -63,15 +72,16 @@ def _vllm_checks(topk_ids, block_size, num_experts, expert_map, pad, ignore, sca
 
 
 def _sglang_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
-                   num_tokens_post_pad, pad, ignore) -> tuple:  # fmt: skip
-    """The reference's checks of sgl-kernel's function (``num_experts``: the buckets);
-    returns ``(block_size, routed experts, ignore)``."""
+                   num_tokens_post_pad, pad, ignore, srt=False) -> tuple:  # fmt: skip
+    """The reference's checks of sgl-kernel's function (``num_experts``: the buckets;
+    ``srt``: called by the srt form, whose checks ran); returns ``(block_size, routed
+    experts, ignore)``."""
     from ..reference import compat as R
-    from ..validation import MAX_NUM_EXPERTS, validate_int
+    from ..validation import validate_int
 
     topk_ids = R._check_ids(topk_ids, (1, 2))
     buckets = validate_int(num_experts, "num_experts")
-    most = min(R.SGLANG_MAX_EXPERTS + 1, MAX_NUM_EXPERTS)  # buckets: routed + 1
+    most = most_buckets()  # buckets: routed + 1
     if not 2 <= buckets <= most:
         raise ValueError(
             f"num_experts must be in [2, {most}] (SGLang's num_experts + 1: the routed "
@@ -84,16 +94,18 @@ def _sglang_checks(topk_ids, num_experts, block_size, sorted_token_ids, experts_
     R.check_align_buffers(
         (("sorted_token_ids", sorted_token_ids, cap), ("experts_ids", experts_ids, -(-cap // bs)),
          ("num_tokens_post_pad", num_tokens_post_pad, 1)), bs)  # fmt: skip
-    _check_sglang_values(topk_ids, e, ignore)
+    _check_sglang_values(topk_ids, e, ignore, srt)
     return bs, e, ignore
 
 
-def _check_sglang_values(topk_ids, e: int, ignore: bool) -> None:
+def _check_sglang_values(topk_ids, e: int, ignore: bool, srt: bool = False) -> None:
+    """SGLang's ids in ``[-1, e)`` (``ignore``: ``< e``) for ``e`` routed experts; the
+    message says what ``e`` is of the caller's num_experts (``srt``: the srt form's)."""
     if not topk_ids.numel():
         return
     if not _checking_values(topk_ids):
         rule = f"< {e}" if ignore else f"in [-1, {e})"
-        message = f"topk_ids values must be {rule} ({SGLANG_PLUS_ONE})"
+        message = f"topk_ids values must be {rule} ({_bound(e, srt)})"
         _traced_check(topk_ids, None if ignore else -1, e, message)
     else:
         from ..reference import compat as R
@@ -101,15 +113,26 @@ def _check_sglang_values(topk_ids, e: int, ignore: bool) -> None:
         try:
             R.check_sglang_ids(topk_ids, e, ignore)
         except ValueError as err:
-            raise ValueError(f"{err} ({SGLANG_PLUS_ONE})") from None
+            raise ValueError(f"{err} ({_bound(e, srt)})") from None
+
+
+def _bound(e: int, srt: bool) -> str:
+    """What the ids' bound ``e`` is of the caller's num_experts."""
+    return f"{e} = num_experts" if srt else f"{e} = num_experts - 1, the routed experts"
 
 
 def _srt_checks(topk_ids, block_size, num_experts) -> tuple[int, int]:
+    """The srt form's checks, in its terms (``num_experts``: the routed experts)."""
     from ..reference import compat as R
+    from ..validation import validate_int
 
     topk_ids = R._check_ids(topk_ids, (1, 2))
-    bs, e, _ = R._check_sizes(topk_ids, block_size, num_experts, R.SGLANG_MAX_EXPERTS,
-                              R.sglang_align_capacity)  # fmt: skip
+    most = most_buckets() - 1  # the routed experts
+    e = validate_int(num_experts, "num_experts")
+    if not 1 <= e <= most:
+        raise ValueError(f"num_experts must be in [1, {most}] (the routed experts: at most "
+                         f"{most} in our sort), got {e}")  # fmt: skip
+    bs, e, _ = R._check_sizes(topk_ids, block_size, e, most, R.sglang_align_capacity)
     return bs, e
 
 
