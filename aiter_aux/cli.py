@@ -128,10 +128,9 @@ def cmd_list(args) -> int:
         print(f"{len(found)} instance(s) built on demand in {cache_root()} (aiter-aux clean "
               "--on-demand removes them)")  # fmt: skip
         return 0
-    import shutil
-
     from .catalog_edit import default_files, read_entries
     from .jit.paths import codegen_module
+    from .model_cli import clip, row_width
 
     inst = codegen_module("instances")
     catalog = codegen_module("catalog")
@@ -144,13 +143,10 @@ def cmd_list(args) -> int:
     except (OSError, ValueError) as e:
         print(f"aiter-aux list: no model names: {e}", file=sys.stderr)
         models = {}
-    width = max(100, shutil.get_terminal_size((100, 20)).columns) if args.wide else 100
+    width = row_width(args.wide)
     print(f"{'expert':>6} {'model_dim':>9} {'inter':>6} {'topk':>4}  model")
     for s in shapes:
-        line = f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {models.get(tuple(s), '')}"
-        if len(line) > width:
-            line = line[: width - 3] + "..."
-        print(line)
+        print(clip(f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {models.get(tuple(s), '')}", width))
         if args.wide:
             print("        " + " ".join(i.key for i in inst.instances_for_shape(s)))
     n = len(inst.enumerate_instances(shapes))
@@ -315,8 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("list", "print the catalog: shapes and model names",
             "Print every catalog shape (expert, model_dim, inter rounded up to 256, topk) "
-            "with the model named by its catalog comment, in at most 100 columns.")  # fmt: skip
-    p.add_argument("--wide", action="store_true", help="also print each shape's instance keys")
+            "with the model named by its catalog comment; on a terminal a row is cut to 100 "
+            "columns (whole with --wide or when stdout is not a terminal).")  # fmt: skip
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="rows whole, not cut to 100 columns; also each shape's instance keys",
+    )
     p.add_argument("--models", action="store_true",
                    help="which (model, TP/EP) layouts of the shipped model configs the catalog "
                    "serves, and the shapes that serve none of them")  # fmt: skip

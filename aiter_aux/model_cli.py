@@ -14,14 +14,21 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 
 WIDTH = 100  # the project's line length (pyproject.toml), also list --models' width
 
 
-def _clip(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: width - 3] + "..."
+def row_width(wide: bool) -> int | None:
+    """The width ``list`` and ``list --models`` cut a row to ("..."): :data:`WIDTH` on a
+    terminal; None (rows whole) with ``--wide`` or when stdout is not a terminal (a pipe or
+    a file, where nothing has to fit)."""
+    return None if wide or not sys.stdout.isatty() else WIDTH
+
+
+def clip(line: str, width: int | None) -> str:
+    """``line`` cut to ``width`` columns (None: whole), its end replaced by "..."."""
+    return line if width is None or len(line) <= width else line[: width - 3] + "..."
 
 
 def add_from_config_options(p: argparse.ArgumentParser) -> None:
@@ -172,7 +179,7 @@ def list_models(args) -> int:
     from .jit.paths import codegen_module
     from .model_config import DEFAULT_EPS, DEFAULT_TPS, models_served, shipped_configs
 
-    width = max(WIDTH, shutil.get_terminal_size((WIDTH, 20)).columns) if args.wide else WIDTH
+    width = row_width(args.wide)
     catalog = codegen_module("catalog")
     shapes = [tuple(s) for s in catalog.SHAPES]
     configs = shipped_configs()
@@ -186,7 +193,7 @@ def list_models(args) -> int:
         rest = [s for s in servable if s.model == name
                 and (s.model, s.tp, s.ep, s.fused_shared) not in prebuilt]  # fmt: skip
         text = f"{_layouts(config, mine)} | {_layouts(config, rest)}"
-        print(_clip(f"{name:<{name_width}}  {text}", width))
+        print(clip(f"{name:<{name_width}}  {text}", width))
     tps = " ".join(map(str, DEFAULT_TPS))
     eps = " ".join(map(str, DEFAULT_EPS))
     print(f"{len(configs)} shipped model configs; layouts tried: TP {tps} (TP splits inter), "
@@ -205,5 +212,5 @@ def list_models(args) -> int:
     if unused:
         print(f"{'expert':>6} {'model_dim':>9} {'inter':>6} {'topk':>4}  model")
     for s in unused:
-        print(_clip(f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {comments.get(s, '')}", width))
+        print(clip(f"{s[0]:>6} {s[1]:>9} {s[2]:>6} {s[3]:>4}  {comments.get(s, '')}", width))
     return 0

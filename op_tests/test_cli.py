@@ -175,6 +175,60 @@ def test_list_fits_100_columns_and_names_models():
     assert wide.returncode == 0 and "moe_sort_e385_k9" in wide.stdout
 
 
+def on_a_terminal(*args: str, columns: int = 160) -> str:
+    """``aiter-aux ARGS``'s stdout with stdout a terminal (a pty ``columns`` wide)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AITER_AUX_")
+           and k not in ("MAX_JOBS", "COLUMNS", "LINES")}  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "aiter_aux.cli", *args], stdout=slave,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=300) == 0
+    return out.decode().replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("models", [[], ["--models"]], ids=["list", "list --models"])
+def test_list_rows_whole_with_wide_or_off_a_terminal(models):
+    """On a terminal the rows fit 100 columns (cut with "..."); with --wide, or when stdout
+    is not a terminal (a pipe, a file), every row is whole."""
+
+    def rows(text: str) -> list[str]:  # less --wide's instance keys and list's last line
+        return [ln for ln in text.splitlines()
+                if not ln.startswith("        ") and "unique instances" not in ln]  # fmt: skip
+
+    lines = {}
+    for wide in ([], ["--wide"]):
+        piped = aiter_aux_cli("list", *models, *wide)
+        assert piped.returncode == 0, piped.stderr
+        lines["piped", bool(wide)] = rows(piped.stdout)
+        lines["tty", bool(wide)] = rows(on_a_terminal("list", *models, *wide))
+    whole = lines["piped", False]
+    assert not [ln for ln in whole if ln.endswith("...")], "a row cut off a terminal"
+    assert lines["piped", True] == whole and lines["tty", True] == whole
+    tty = lines["tty", False]
+    assert max(map(len, tty)) <= 100 and len(tty) == len(whole)
+    for cut, full in zip(tty, whole, strict=True):
+        assert cut == full or (cut.endswith("...") and full.startswith(cut[:-3])), cut
+    if models:  # DeepSeek-V3's layouts are longer than 100 columns: cut only on a terminal
+        assert max(map(len, whole)) > 100 and any(ln.endswith("...") for ln in tty)
+
+
 # -------------------------------------------------------------------------------- run
 def test_run_serves_a_shape_the_catalog_lacks(small_tree, tmp_path):
     """A servable shape outside the catalog runs, its instances built on first use."""
