@@ -200,14 +200,17 @@ inline int check_quant(const AiterAuxQuantArgs& a, const char* op) {
   return AITER_AUX_OK;
 }
 
-inline void quant_impl(const AiterAuxQuantArgs& a) {
+// The rows of a quant op (mxfp4_quant, mxfp8_quant and the fused sorts' quant), in tasks of
+// ~64K elements: block(x, q) writes the kQBytes codes of the 32 bf16 at x to q and returns
+// their e8m0 scale (MXFP4: 16 bytes of e2m1 pairs, MXFP8: 32 e4m3 bytes).
+template <int kQBytes, typename Block>
+inline void quant_rows(const AiterAuxQuantArgs& a, Block block) {
   const int64_t model_dim = a.model_dim;
   const int blocks = static_cast<int>(model_dim / 32);
   const int64_t M = a.num_tokens;
   const uint16_t* __restrict x = a.x;
   uint8_t* __restrict q = a.a_q;
   uint8_t* __restrict sc = a.a_scale;
-  // Rows per task: ~64K elements.
   const int64_t rows_per_task = model_dim >= 65536 ? 1 : 65536 / model_dim;
   const int64_t ntask = ceil_div(M, rows_per_task);
 #pragma omp parallel for schedule(static) if (ntask > 1)
@@ -215,11 +218,15 @@ inline void quant_impl(const AiterAuxQuantArgs& a) {
     const int64_t r1 = (task + 1) * rows_per_task < M ? (task + 1) * rows_per_task : M;
     for (int64_t r = task * rows_per_task; r < r1; ++r) {
       const uint16_t* xr = x + r * model_dim;
-      uint8_t* qr = q + r * (model_dim / 2);
+      uint8_t* qr = q + r * (int64_t{blocks} * kQBytes);
       uint8_t* sr = sc + r * blocks;
-      for (int b = 0; b < blocks; ++b) sr[b] = codec::quant_block32(xr + 32 * b, qr + 16 * b);
+      for (int b = 0; b < blocks; ++b) sr[b] = block(xr + 32 * b, qr + kQBytes * b);
     }
   }
+}
+
+inline void quant_impl(const AiterAuxQuantArgs& a) {
+  quant_rows<16>(a, [](const uint16_t* x, uint8_t* q) { return codec::quant_block32(x, q); });
 }
 
 // ----------------------------------------------------------- moe_sort_scales

@@ -57,21 +57,7 @@ inline uint8_t quant_block32_fp8(const uint16_t* __restrict x, uint8_t* __restri
 }
 
 inline void quant_fp8_impl(const AiterAuxQuantArgs& a) {
-  const int64_t model_dim = a.model_dim;
-  const int blocks = static_cast<int>(model_dim / 32);
-  const int64_t M = a.num_tokens;
-  const int64_t rows_per_task = model_dim >= 65536 ? 1 : 65536 / model_dim;
-  const int64_t ntask = ceil_div(M, rows_per_task);
-#pragma omp parallel for schedule(static) if (ntask > 1)
-  for (int64_t task = 0; task < ntask; ++task) {
-    const int64_t r1 = (task + 1) * rows_per_task < M ? (task + 1) * rows_per_task : M;
-    for (int64_t r = task * rows_per_task; r < r1; ++r) {
-      const uint16_t* xr = a.x + r * model_dim;
-      uint8_t* qr = a.a_q + r * model_dim;
-      uint8_t* sr = a.a_scale + r * blocks;
-      for (int b = 0; b < blocks; ++b) sr[b] = quant_block32_fp8(xr + 32 * b, qr + 32 * b);
-    }
-  }
+  quant_rows<32>(a, [](const uint16_t* x, uint8_t* q) { return quant_block32_fp8(x, q); });
 }
 
 }  // namespace detail
