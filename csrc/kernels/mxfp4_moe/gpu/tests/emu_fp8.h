@@ -75,73 +75,15 @@ void test_fp8_helpers() {
   check(ok_q, "e4m3::encode: every finite bf16 x every scale 1..254");
 }
 
+// q_off: a_q's byte offset (0: 16-byte aligned, the vector stores; 4/8: 4-aligned).
 template <int D>
 void run_quant_fp8_case(int64_t m, uint32_t seed, bool mis_x, int q_off, int grid = 0) {
-  const bool mis_q = (q_off & 3) != 0;
-  std::mt19937 rng(seed);
-  const auto xs = make_x(m, D, rng);
-  std::vector<uint16_t> xbuf(xs.size() + 8);
-  uint16_t* x = xbuf.data() + (mis_x ? 1 : 0);
-  memcpy(x, xs.data(), xs.size() * 2);
-  std::vector<uint8_t> qbuf(m * D + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
-  uint8_t* q = qbuf.data() + q_off;  // 0: 16-byte aligned (vector storage), 4/8: 4-aligned
-  AiterAuxQuantArgs a = {};
-  a.x = x;
-  a.num_tokens = m;
-  a.model_dim = D;
-  a.a_q = q;
-  a.a_scale = sbuf.data();
-  int rc = AITER_AUX_OK;
-  aiter_aux_emu::reset_pdl();
-  if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp8, D, quant_detail::kStepTiles>),
-                     dim3(grid), dim3(quant_detail::kQuantThreads),
-                     nullptr)(a, grid, !mis_x, !mis_q);
-  } else {
-    rc = mxfp8_quant<D>(a, nullptr);
-  }
-  std::vector<uint8_t> wq(m * D), ws(m * D / 32);
-  ref_quant_fp8(xs.data(), m, D, wq, ws);
-  const std::string tag = "mxfp8_quant<" + std::to_string(D) + "> M=" + std::to_string(m) +
-                          (mis_x ? " x misaligned" : "") + " a_q +" + std::to_string(q_off) +
-                          (grid != 0 ? " grid " + std::to_string(grid) : "");
-  check(rc == AITER_AUX_OK, tag + ": status");
-  check_pdl(tag);
-  std::vector<uint8_t> gq(q, q + m * D), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
-  std::string w;
-  check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
-  check(same_bytes(gs, ws, &w), tag + ": a_scale " + w);
-  check(sbuf[m * D / 32] == 0xCD && q[m * D] == 0xAB, tag + ": no write past the end");
+  run_quant_case_of<QuantFormat::Mxfp8, D>(m, seed, mis_x, q_off, grid, ref_quant_fp8);
 }
 
 template <int E, int K, int D>
 void run_sort_quant_fp8_case(int m, int bm, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const auto ids = make_ids(m, K, E, rng, 0);
-  const auto w = make_weights(ids.size(), rng);
-  const auto xs = make_x(m, D, rng);
-  const int64_t max_rows = sort_capacity(m, K, E, bm);
-  SortBufs got = prefilled(max_rows, bm, ids.size());
-  SortBufs want = prefilled(max_rows, bm, ids.size());
-  std::vector<uint8_t> q(m * D + 8, 0xAB), s(m * D / 32 + 8, 0xCD), wq(m * D), ws(m * D / 32);
-  std::vector<uint16_t> zb(static_cast<size_t>(m) * 64, 0x1234);
-  const AiterAuxSortQuantArgs a =
-      sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
-  aiter_aux_emu::reset_pdl();
-  const int rc = moe_sort_quant_fp8<E, K, D>(a, nullptr);
-  ref_sort(ids, w, m, K, E, bm, want);
-  ref_quant_fp8(xs.data(), m, D, wq, ws);
-  const std::string tag = "moe_sort_quant_fp8<" + std::to_string(E) + "," + std::to_string(K) +
-                          "," + std::to_string(D) + "> M=" + std::to_string(m);
-  check_pdl(tag);
-  check(rc == AITER_AUX_OK, tag + ": status");
-  compare_sort(got, want, tag);
-  check(same_bytes(std::vector<uint8_t>(q.begin(), q.begin() + m * D), wq), tag + ": a_q");
-  check(same_bytes(std::vector<uint8_t>(s.begin(), s.begin() + m * D / 32), ws), tag + ": a_scale");
-  check(q[m * D] == 0xAB && s[m * D / 32] == 0xCD, tag + ": no write past the end");
-  bool z = true;
-  for (auto v : zb) z = z && v == 0;
-  check(z, tag + ": zero_buf");
+  run_sort_quant_case_of<QuantFormat::Mxfp8, E, K, D>(m, bm, seed, ref_quant_fp8);
 }
 
 void test_fp8() {

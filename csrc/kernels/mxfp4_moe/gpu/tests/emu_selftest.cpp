@@ -623,19 +623,24 @@ std::vector<uint16_t> make_x(int64_t m, int d, std::mt19937& rng) {
   return x;
 }
 
-// grid != 0: launch the kernel directly with |grid| blocks (several
-// grid-stride steps per warp) instead of through mxfp4_quant: two tiles per
-// step (grid > 0) or one (grid < 0).
-template <int D>
-void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid = 0) {
+// One quant case of format F (mxfp4_quant, mxfp8_quant) against ref: x misaligned (+2 bytes)
+// when mis_x, a_q at byte offset q_off (0: 16-byte aligned).  grid != 0: the kernel launched
+// directly with |grid| blocks (several grid-stride steps per warp) instead of through the op:
+// two tiles per step (grid > 0) or one (grid < 0).
+using RefQuant = void (*)(const uint16_t*, int64_t, int, std::vector<uint8_t>&,
+                          std::vector<uint8_t>&);
+template <QuantFormat F, int D>
+void run_quant_case_of(int64_t m, uint32_t seed, bool mis_x, int q_off, int grid, RefQuant ref) {
+  constexpr bool kFp8 = F == QuantFormat::Mxfp8;
+  constexpr int64_t kRowQ = kFp8 ? D : D / 2;  // a_q bytes of a row
+  const bool q_al4 = (q_off & 3) == 0;
   std::mt19937 rng(seed);
   const auto xs = make_x(m, D, rng);
-  // misaligned copies: x at +2 bytes, a_q at +1 byte
   std::vector<uint16_t> xbuf(xs.size() + 8);
   uint16_t* x = xbuf.data() + (mis_x ? 1 : 0);
   memcpy(x, xs.data(), xs.size() * 2);
-  std::vector<uint8_t> qbuf(m * D / 2 + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
-  uint8_t* q = qbuf.data() + (mis_q ? 1 : 0);
+  std::vector<uint8_t> qbuf(m * kRowQ + 16, 0xAB), sbuf(m * D / 32 + 16, 0xCD);
+  uint8_t* q = qbuf.data() + q_off;
   AiterAuxQuantArgs a = {};
   a.x = x;
   a.num_tokens = m;
@@ -645,27 +650,35 @@ void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid =
   int rc = AITER_AUX_OK;
   aiter_aux_emu::reset_pdl();
   if (grid > 0) {
-    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, quant_detail::kStepTiles>),
-                     dim3(grid), dim3(quant_detail::kQuantThreads),
-                     nullptr)(a, grid, !mis_x, !mis_q);
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<F, D, quant_detail::kStepTiles>), dim3(grid),
+                     dim3(quant_detail::kQuantThreads), nullptr)(a, grid, !mis_x, q_al4);
   } else if (grid < 0) {
-    AITER_AUX_LAUNCH((quant_detail::quant_kernel<QuantFormat::Mxfp4, D, 1>), dim3(-grid),
-                     dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, !mis_q);
+    AITER_AUX_LAUNCH((quant_detail::quant_kernel<F, D, 1>), dim3(-grid),
+                     dim3(quant_detail::kQuantThreads), nullptr)(a, -grid, !mis_x, q_al4);
+  } else if constexpr (kFp8) {
+    rc = mxfp8_quant<D>(a, nullptr);
   } else {
     rc = mxfp4_quant<D>(a, nullptr);
   }
-  std::vector<uint8_t> wq(m * D / 2), ws(m * D / 32);
-  ref_quant(xs.data(), m, D, wq, ws);
-  const std::string tag = "mxfp4_quant<" + std::to_string(D) + "> M=" + std::to_string(m) +
-                          (mis_x ? " x misaligned" : "") + (mis_q ? " a_q misaligned" : "") +
+  std::vector<uint8_t> wq(m * kRowQ), ws(m * D / 32);
+  ref(xs.data(), m, D, wq, ws);
+  const std::string tag = std::string(kFp8 ? "mxfp8" : "mxfp4") + "_quant<" + std::to_string(D) +
+                          "> M=" + std::to_string(m) + (mis_x ? " x misaligned" : "") +
+                          (q_off ? " a_q +" + std::to_string(q_off) : "") +
                           (grid != 0 ? " grid " + std::to_string(grid) : "");
   check(rc == AITER_AUX_OK, tag + ": status");
   check_pdl(tag);
-  std::vector<uint8_t> gq(q, q + m * D / 2), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
+  std::vector<uint8_t> gq(q, q + m * kRowQ), gs(sbuf.begin(), sbuf.begin() + m * D / 32);
   std::string w;
   check(same_bytes(gq, wq, &w), tag + ": a_q " + w);
   check(same_bytes(gs, ws, &w), tag + ": a_scale " + w);
-  check(sbuf[m * D / 32] == 0xCD && q[m * D / 2] == 0xAB, tag + ": no write past the end");
+  check(sbuf[m * D / 32] == 0xCD && q[m * kRowQ] == 0xAB, tag + ": no write past the end");
+}
+
+// mis_q: a_q at +1 byte.
+template <int D>
+void run_quant_case(int64_t m, uint32_t seed, bool mis_x, bool mis_q, int grid = 0) {
+  run_quant_case_of<QuantFormat::Mxfp4, D>(m, seed, mis_x, mis_q ? 1 : 0, grid, ref_quant);
 }
 
 template <int D>
@@ -673,8 +686,13 @@ void run_quant_case(int64_t m, uint32_t seed, bool misalign) {
   run_quant_case<D>(m, seed, misalign, misalign);
 }
 
-template <int E, int K, int D>
-void run_sort_quant_case(int m, int bm, uint32_t seed) {
+// One fused sort+quant case of format F (moe_sort_quant, moe_sort_quant_fp8) against
+// ref_sort and ref.  zero_buf: as large as x for MXFP4, 64 columns for MXFP8 (two zero-block
+// counts).
+template <QuantFormat F, int E, int K, int D>
+void run_sort_quant_case_of(int m, int bm, uint32_t seed, RefQuant ref) {
+  constexpr bool kFp8 = F == QuantFormat::Mxfp8;
+  constexpr int64_t kRowQ = kFp8 ? D : D / 2;  // a_q bytes of a row
   std::mt19937 rng(seed);
   const auto ids = make_ids(m, K, E, rng, 0);
   const auto w = make_weights(ids.size(), rng);
@@ -682,24 +700,37 @@ void run_sort_quant_case(int m, int bm, uint32_t seed) {
   const int64_t max_rows = sort_capacity(m, K, E, bm);
   SortBufs got = prefilled(max_rows, bm, ids.size());
   SortBufs want = prefilled(max_rows, bm, ids.size());
-  std::vector<uint8_t> q(m * D / 2, 0xAB), s(m * D / 32, 0xCD), wq(q.size()), ws(s.size());
-  std::vector<uint16_t> zb(static_cast<size_t>(m) * D, 0x1234);
+  std::vector<uint8_t> q(m * kRowQ + 8, 0xAB), s(m * D / 32 + 8, 0xCD), wq(m * kRowQ),
+      ws(m * D / 32);
+  std::vector<uint16_t> zb(static_cast<size_t>(m) * (kFp8 ? 64 : D), 0x1234);
   const AiterAuxSortQuantArgs a =
       sort_quant_args(ids, w, m, K, E, bm, max_rows, got, zb, xs, D, q, s);
   aiter_aux_emu::reset_pdl();
-  const int rc = moe_sort_quant<E, K, D>(a, nullptr);
+  int rc;
+  if constexpr (kFp8) {
+    rc = moe_sort_quant_fp8<E, K, D>(a, nullptr);
+  } else {
+    rc = moe_sort_quant<E, K, D>(a, nullptr);
+  }
   ref_sort(ids, w, m, K, E, bm, want);
-  ref_quant(xs.data(), m, D, wq, ws);
-  const std::string tag = "moe_sort_quant<" + std::to_string(E) + "," + std::to_string(K) + "," +
-                          std::to_string(D) + "> M=" + std::to_string(m);
+  ref(xs.data(), m, D, wq, ws);
+  const std::string tag = std::string(kFp8 ? "moe_sort_quant_fp8<" : "moe_sort_quant<") +
+                          std::to_string(E) + "," + std::to_string(K) + "," + std::to_string(D) +
+                          "> M=" + std::to_string(m);
   check_pdl(tag);
   check(rc == AITER_AUX_OK, tag + ": status");
   compare_sort(got, want, tag);
-  check(same_bytes(q, wq), tag + ": a_q");
-  check(same_bytes(s, ws), tag + ": a_scale");
+  check(same_bytes(std::vector<uint8_t>(q.begin(), q.begin() + m * kRowQ), wq), tag + ": a_q");
+  check(same_bytes(std::vector<uint8_t>(s.begin(), s.begin() + m * D / 32), ws), tag + ": a_scale");
+  check(q[m * kRowQ] == 0xAB && s[m * D / 32] == 0xCD, tag + ": no write past the end");
   bool z = true;
   for (auto v : zb) z = z && v == 0;
   check(z, tag + ": zero_buf");
+}
+
+template <int E, int K, int D>
+void run_sort_quant_case(int m, int bm, uint32_t seed) {
+  run_sort_quant_case_of<QuantFormat::Mxfp4, E, K, D>(m, bm, seed, ref_quant);
 }
 
 // ----------------------------------------------------- sort_scales tests ----
