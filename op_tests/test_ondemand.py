@@ -255,6 +255,18 @@ def test_shape_status_says_servable_and_prebuilt():
     assert not aiter_aux.mxfp4_moe_shape_status(2000, 4096, 256, 8).servable
 
 
+@pytest.mark.parametrize("args, name, kind", [
+    ((256.5, 7168, 512, 8), "expert", "float"), ((256, "7168", 512, 8), "model_dim", "str"),
+    ((256, 7168, None, 8), "inter_dim", "NoneType"), ((256, 7168, 512, True), "topk", "bool"),
+])  # fmt: skip
+def test_shape_status_refuses_what_is_no_int(args, name, kind):
+    """A float, string, None or bool is refused naming the argument, never converted."""
+    import aiter_aux
+
+    with pytest.raises(TypeError, match=f"^{name} must be an int, got {kind}$"):
+        aiter_aux.mxfp4_moe_shape_status(*args)
+
+
 def test_shape_status_names_the_op_that_does_not_serve_a_model_dim():
     import torch
 

@@ -137,11 +137,15 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
     2880 is served by every op but those two).  ``prebuilt`` is
     :func:`is_mxfp4_moe_shape_supported`: the catalog lists the shape, so ``aiter-aux build``
     and a wheel build it ahead of use.  It does not say that this process's cache holds the
-    build yet (``aiter-aux doctor`` and ``aiter-aux list --cached`` do).
+    build yet (``aiter-aux doctor`` and ``aiter-aux list --cached`` do).  An argument that
+    is not an int (a bool, a float, a string) raises ``TypeError`` naming it.
     """
     from ..jit.paths import codegen_module
+    from ..validation.ints import validate_int
 
-    shape = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
+    e, d, i, k = (validate_int(expert, "expert"), validate_int(model_dim, "model_dim"),
+                  validate_int(inter_dim, "inter_dim"), validate_int(topk, "topk"))  # fmt: skip
+    shape = (e, d, round_inter_dim(i), k)
     errors = codegen_module("catalog").validate_shape(shape)
     reason = "; ".join(e.removeprefix(f"{shape}: ") for e in errors)
     return ShapeStatus(not errors, shape in MXFP4_MOE_SUPPORTED_SHAPES, reason)
