@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wide",
         action="store_true",
-        help="rows whole, not cut to 100 columns; also each shape's instance keys",
+        help="rows whole, not cut to 100 columns; list: also each shape's instance keys",
     )
     p.add_argument("--models", action="store_true",
                    help="which (model, TP/EP) layouts of the shipped model configs the catalog "

@@ -179,8 +179,8 @@ def moe_sort_quant_out(
 
     Raises:
         TypeError, ValueError: as the two ops, plus a ValueError if ``x`` has not M rows, and
-            the checks of ``sorted_scales`` (``aiter_aux.validation.checks.moe_sort_quant_out``,
-            overlap).
+            the checks of ``sorted_scales`` (``moe_sort_quant_out`` in the generated
+            ``aiter_aux/validation/_checks.py``, overlap).
     """
     which = C.select_moe_sort_quant(quant_dtype)
     fp8 = which == "moe_sort_quant_fp8"
