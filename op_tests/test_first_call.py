@@ -389,3 +389,19 @@ def test_first_build_note_scales_with_the_load(tmp_path, monkeypatch):
     assert f"about {progress._duration(cost * 11 / 2)} on 2 cores at load 10.0)" in busy, busy
     each = progress.COMPILE_CPU_S["cpu"]["instance"] * 11 / 2
     assert f"(about {progress._duration(each)} each)" in busy, busy
+
+
+def test_first_build_note_counts_the_autograd_kernel_after_the_module(tmp_path, monkeypatch):
+    """Under MAX_JOBS=1 the autograd kernel is compiled after the module, not beside it: the
+    estimate adds its time and the note names it."""
+    import os
+
+    from aiter_aux.jit import progress
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    cost = progress.COMPILE_CPU_S["cpu"]
+    after = progress.first_build_note("cpu", tmp_path, 1, autograd_after=tmp_path / "ag")
+    total = progress._duration(cost["module"] + cost["autograd"])
+    assert f"about {total} on 1 core)" in after, after
+    assert f", then the ops' autograd kernel into {tmp_path / 'ag'}" in after, after

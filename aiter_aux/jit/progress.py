@@ -231,14 +231,19 @@ def _duration(seconds: float) -> str:
 
 
 def first_build_note(
-    backend: str, directory: Path, jobs: int | None = None, autograd: Path | None = None
+    backend: str,
+    directory: Path,
+    jobs: int | None = None,
+    autograd: Path | None = None,
+    autograd_after: Path | None = None,
 ) -> str:
     """The line a first op call that must compile says first: it compiles the module of no
     shape (the binding; :func:`module_units`) into ``directory`` (and, given ``autograd``,
-    the ops' autograd kernel alongside, into that directory), then each instance as it is
-    first called; about how long each takes with this machine's cores and its load (the
-    estimate is compiler CPU time, :data:`COMPILE_CPU_S`, stretched by the share of a core
-    a busy machine leaves; ``jobs``: ``MAX_JOBS``, if set), and how to avoid the waits."""
+    the ops' autograd kernel alongside, into that directory; given ``autograd_after``, after
+    the module, as under ``MAX_JOBS=1``), then each instance as it is first called; about
+    how long each takes with this machine's cores and its load (the estimate is compiler CPU
+    time, :data:`COMPILE_CPU_S`, stretched by the share of a core a busy machine leaves;
+    ``jobs``: ``MAX_JOBS``, if set), and how to avoid the waits."""
     obj = Path(directory) / "obj"
     units = module_units(backend)
     n = len(units)
@@ -259,6 +264,8 @@ def first_build_note(
         seconds = cost["module"] * todo / n
         if autograd is not None:  # on a second core, as long as the binding on one
             seconds = max(seconds, cost["autograd"], (seconds + cost["autograd"]) / cores)
+        elif autograd_after is not None:  # one compile at a time
+            seconds += cost["autograd"]
         busy = f" at load {load:.1f}" if slower > 1 else ""
         what += f", about {_duration(seconds * slower)} on {cores} core{'s' * (cores > 1)}{busy}"
         each = f" (about {_duration(cost['instance'] * slower)} each)"
@@ -267,6 +274,7 @@ def first_build_note(
         f"{' and the kernels' if backend == 'cpu' else ''} ({what}) into "
         f"{directory}"
         + (f" and, alongside, the ops' autograd kernel into {autograd}" if autograd else "")
+        + (f", then the ops' autograd kernel into {autograd_after}" if autograd_after else "")
         + f", then each instance as it is first called{each}; to skip these waits, "
         "run `aiter-aux build` ahead of time or install the prebuilt wheel "
         "(AITER_AUX_PREBUILD=1)"

@@ -305,8 +305,11 @@ class ModuleSpec:
         from . import written_versions
 
         where = written_versions.build_dir() if autograd else None
+        after = (
+            written_versions.build_dir() if not autograd and _written_versions_needed() else None
+        )
         note = first_build_note(
-            self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"), where
+            self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"), where, after
         )
         log.warning("aiter_aux: %s%s", why, note)
 
@@ -314,17 +317,23 @@ class ModuleSpec:
 paths.renew_cached_property_locks_after_fork(ModuleSpec)
 
 
-def _written_versions_alongside() -> bool:
-    """Whether a module build should build the ops' autograd kernel alongside, in a thread
-    (its compile is mostly torch's headers, as long as the module's on one core): the ops
-    are defined, that kernel is not registered yet and must be compiled, and ``MAX_JOBS``
-    allows more than one compile at a time."""
+def _written_versions_needed() -> bool:
+    """Whether the first op call compiles the ops' autograd kernel too: the ops are defined,
+    that kernel is not registered yet and must be compiled."""
     library = sys.modules.get("aiter_aux.ops._library")
-    if library is None or library.written_versions_registered() or aux_env.get("MAX_JOBS") == 1:
+    if library is None or library.written_versions_registered():
         return False
     from . import written_versions
 
     return written_versions.needs_build()
+
+
+def _written_versions_alongside() -> bool:
+    """Whether a module build should build the ops' autograd kernel alongside, in a thread
+    (its compile is mostly torch's headers, as long as the module's on one core): it is
+    needed (:func:`_written_versions_needed`) and ``MAX_JOBS`` allows more than one compile
+    at a time."""
+    return aux_env.get("MAX_JOBS") != 1 and _written_versions_needed()
 
 
 def why_missing(module: AuxModule, key: str) -> str:
