@@ -144,13 +144,16 @@ def test_first_call_builds_the_autograd_kernel_alongside_and_says_so(first_build
 
 
 def test_first_call_builds_no_autograd_kernel_alongside_with_one_job(tmp_path):
-    """``MAX_JOBS=1``: one compile at a time, so the note names no autograd kernel (it is
-    built after the module, as the ops register it)."""
+    """``MAX_JOBS=1``: one compile at a time, so the autograd kernel is built after the
+    module, as the ops register it, and the note says so (not "alongside")."""
+    from aiter_aux.jit import written_versions
+
     env = env_for(tmp_path / "cache", make_sources(tmp_path / "src"), MAX_JOBS="1")
     p = py(FIRST, env)
     assert last_json(p) == {"written_versions": None}, p.stderr
     note = next(ln for ln in p.stderr.splitlines() if "op call of this process compiles" in ln)
-    assert "autograd" not in note, note
+    where = Path(env["AITER_AUX_CACHE_DIR"]) / written_versions.DIR_PREFIX
+    assert "alongside" not in note and f", then the ops' autograd kernel into {where}" in note
 
 
 def test_cache_hit_first_call_enters_few_files_and_imports_no_generator(catalog_built):
