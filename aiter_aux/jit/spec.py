@@ -258,8 +258,12 @@ class ModuleSpec:
         with build_mod.locked(inputs) as lock:
             module = self._from_cache(core=core)  # a concurrent builder may have built it
             if module is None:
-                alongside = _written_versions_alongside()
-                self._announce(alongside)
+                # the ops' autograd kernel: built alongside, in a thread, when MAX_JOBS
+                # allows two compiles at once (its compile is mostly torch's headers, as long
+                # as the module's on one core), else after the module
+                needed = _written_versions_needed()
+                alongside = needed and aux_env.get("MAX_JOBS") != 1
+                self._announce(alongside, needed and not alongside)
                 if alongside:  # not a daemon: an exit waits for it (no half build left)
                     library = sys.modules["aiter_aux.ops._library"]
                     threading.Thread(target=library.register_written_versions).start()
@@ -291,9 +295,10 @@ class ModuleSpec:
         why = f"prebuilt module not used ({why}); " if why else ""
         return "jit", f"{why}no current module in {self.inputs.directory}"
 
-    def _announce(self, autograd: bool = False) -> None:
+    def _announce(self, autograd: bool = False, autograd_after: bool = False) -> None:
         """One warning line per process and backend before an op call compiles: what (with
-        ``autograd``, also the autograd kernel alongside), about how long, how to avoid it
+        ``autograd``, also the autograd kernel alongside; ``autograd_after``: after the
+        module), about how long, how to avoid it
         (and why a shipped prebuilt module is not used)."""
         from .progress import first_build_note
 
@@ -305,9 +310,7 @@ class ModuleSpec:
         from . import written_versions
 
         where = written_versions.build_dir() if autograd else None
-        after = (
-            written_versions.build_dir() if not autograd and _written_versions_needed() else None
-        )
+        after = written_versions.build_dir() if autograd_after else None
         note = first_build_note(
             self.backend, self.core_inputs.directory, aux_env.get("MAX_JOBS"), where, after
         )
@@ -326,14 +329,6 @@ def _written_versions_needed() -> bool:
     from . import written_versions
 
     return written_versions.needs_build()
-
-
-def _written_versions_alongside() -> bool:
-    """Whether a module build should build the ops' autograd kernel alongside, in a thread
-    (its compile is mostly torch's headers, as long as the module's on one core): it is
-    needed (:func:`_written_versions_needed`) and ``MAX_JOBS`` allows more than one compile
-    at a time."""
-    return aux_env.get("MAX_JOBS") != 1 and _written_versions_needed()
 
 
 def why_missing(module: AuxModule, key: str) -> str:
