@@ -22,6 +22,7 @@ from .route import (
     route_input,
     route_options,
     route_spec,
+    route_topk,
 )
 from .sums import SUM_BYTES_FORMULAS, SUM_OPS, sum_bytes, sum_input, sum_spec
 
@@ -422,7 +423,7 @@ def _variant_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
 def _pipeline_spec(op: str, base: dict, s: Sizes, dev) -> OpSpec:
     """route_pipeline(_grouped): the gate of router logits, then moe_sort_quant_out with
     sorted_scales on its topk_ids / topk_weights (``moe_route_sort_quant``'s work)."""
-    k, kw = min(s.k, 16, s.e), route_options(op, s, dev)
+    k, kw = route_topk(s), route_options(op, s, dev)
 
     def new_out() -> dict:
         q, sc = alloc_quant(s, dev)
