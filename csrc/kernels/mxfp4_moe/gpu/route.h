@@ -15,13 +15,18 @@
 //     scans group g.  A group is kept when fewer than topk_group groups have a larger packed
 //     key (more groups than lanes: topk_group warp arg-max rounds), and the other groups'
 //     experts get key 0;
-//   * selection: topk rounds; each round takes the warp's largest value key (the lowest id
-//     among the lanes holding it: route_math's packed order), the winning lane records its id
-//     and score in shared memory and moves to its next best key, which it keeps ready
-//     (branch-free); the weights' sum runs in round order; lane k writes output k.
+//   * selection, in route_math's packed order (value key, then the lower id):
+//     - M < kMergeMaxRows and <= kMergeMaxCols columns per lane: each lane sorts its packed
+//       keys, the warp merges the sorted lists over xor partners keeping the best 8 (or 16),
+//       and lane k takes output k's id and its score (from shared memory);
+//     - otherwise topk rounds; each takes the warp's largest value key (the lowest id among
+//       the lanes holding it), the winning lane records its id and score in shared memory and
+//       takes its next best key (below kThroughputRows rows a lane keeps its next best ready,
+//       branch-free; from there only the winner looks, the fewest instructions);
+//     the weights' sum runs in output order; lane k writes output k.
 // One instance serves every shape, dtype and option: E, topk and the groups are run-time
-// values; the dtype, E's size class (<= 256 or <= AITER_AUX_MAX_ROUTE_EXPERTS columns) and
-// whether there are groups pick the kernel.
+// values; the dtype, E's size class (<= 128, <= 256 or <= AITER_AUX_MAX_ROUTE_EXPERTS
+// columns) and whether there are groups pick the kernel.
 #pragma once
 
 #include "common.h"  // first: the portability layer defines what route_math.h's HIP path uses
@@ -44,6 +49,9 @@ namespace rm = ::aiter_aux::route_math;
 constexpr uint32_t kKept = 0xFFFFFFFFu;           // a kept group's mark (no group's key)
 constexpr int kCols = rm::kSumLanes / kWarpSize;  // partial sums per lane
 constexpr int kRows = 4;                          // token rows (warps) per block
+constexpr int64_t kThroughputRows = 4096;         // from here the selection's fewest steps
+constexpr int64_t kMergeMaxRows = 1024;           // below: the merge selection (decode sizes)
+constexpr int kMergeMaxCols = 8;                  // the merge selection up to 8 columns per lane
 static_assert(kCols >= 1 && kCols * kWarpSize == rm::kSumLanes, "64 partial sums");
 
 template <int kDT>
@@ -155,6 +163,86 @@ __device__ __forceinline__ float at_col(const float (&v)[kC], int col) {
   return r;
 }
 
+// ---- the merge selection of decode sizes: every lane sorts its columns' packed keys
+// (route_math::pack_key: value key, then the lower id), keeps its best kL, and the warp merges
+// the lists pairwise over xor partners (each merge keeps the best kL of two sorted lists: a
+// bitonic half-cleaner cascade), so that every lane ends with the warp's best kL in order.
+
+// v sorted descending (a bitonic sorting network; kN a power of two).
+template <int kN>
+__device__ __forceinline__ void sort_desc(uint64_t (&v)[kN]) {
+#pragma unroll
+  for (int k = 2; k <= kN; k *= 2)
+#pragma unroll
+    for (int j = k / 2; j > 0; j /= 2)
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int l = i ^ j;
+        if (l > i) {
+          const uint64_t x = v[i], y = v[l];
+          const bool swap = (i & k) == 0 ? x < y : x > y;
+          v[i] = swap ? y : x;
+          v[l] = swap ? x : y;
+        }
+      }
+}
+
+// a = the best kL of a and b, sorted descending (a and b sorted descending).
+template <int kL>
+__device__ __forceinline__ void merge_best(uint64_t (&a)[kL], const uint64_t (&b)[kL]) {
+#pragma unroll
+  for (int j = 0; j < kL; ++j) a[j] = a[j] > b[kL - 1 - j] ? a[j] : b[kL - 1 - j];  // bitonic
+#pragma unroll
+  for (int j = kL / 2; j > 0; j /= 2)
+#pragma unroll
+    for (int i = 0; i < kL; ++i)
+      if ((i & j) == 0) {
+        const uint64_t x = a[i], y = a[i + j];
+        a[i] = x > y ? x : y;
+        a[i + j] = x > y ? y : x;
+      }
+}
+
+// The warp's best kL packed keys, in order, in every lane (kk: this lane's value keys).
+template <int kC, int kL>
+__device__ __forceinline__ void warp_best(const uint32_t (&kk)[kC], uint64_t (&best)[kL]) {
+  constexpr int kN = kC > kL ? kC : kL;  // powers of two
+  const int lane = lane_id();
+  uint64_t v[kN];
+#pragma unroll
+  for (int c = 0; c < kN; ++c) v[c] = c < kC ? rm::pack_key(kk[c], lane + c * kWarpSize) : 0u;
+  sort_desc<kN>(v);
+#pragma unroll
+  for (int j = 0; j < kL; ++j) best[j] = v[j];
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off /= 2) {
+    uint64_t o[kL];
+#pragma unroll
+    for (int j = 0; j < kL; ++j) {
+      const uint32_t lo = shfl_xor_u32(static_cast<uint32_t>(best[j]), off);
+      const uint32_t hi = shfl_xor_u32(static_cast<uint32_t>(best[j] >> 32), off);
+      o[j] = (static_cast<uint64_t>(hi) << 32) | lo;
+    }
+    merge_best<kL>(best, o);
+  }
+}
+
+// Lane r < K records output r of the warp's best list: its id and the id's score (sc_row:
+// the row's scores in shared memory).
+template <int kL>
+__device__ __forceinline__ void record_best(const uint64_t (&best)[kL], int K, const float* sc_row,
+                                            float* ws, int32_t* wi) {
+  const int lane = lane_id();
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kL; ++j) mine = j == lane ? best[j] : mine;
+  if (lane < K) {
+    const int32_t id = rm::key_id(mine);
+    ws[lane] = sc_row[id];
+    wi[lane] = id;
+  }
+}
+
 // The groups: the experts of the groups not kept get key 0 (never selected: topk is at
 // most the kept experts).  ck, gk: this warp's shared arrays of E and G words.
 template <int kC>
@@ -227,18 +315,17 @@ __device__ __forceinline__ void keep_groups_lanes(uint32_t (&kk)[kC], bool bias,
   uint32_t gk[kC];
 #pragma unroll
   for (int c = 0; c < kC; ++c) {
-    gk[c] = 0;
-    if (c < G) {                      // uniform: the warp's collectives below run in every lane
-      const uint32_t k = kk[c] - 1u;  // the value key
-      const uint32_t k1 = warp_max_u32(k);
-      float gs = rm::order_value(k1);
-      if (bias) {
-        const lane_mask_t top = warp_ballot(k == k1);
-        const bool first = k == k1 && (top & lanemask_lt(lane)) == 0;
-        gs = rm::rt_add(gs, rm::order_value(warp_max_u32(first ? 0u : k)));
-      }
-      gk[c] = rm::order_key(gs);
+    // every column, no branch: the kC chains of warp collectives overlap (the columns from G
+    // on hold no group and are not counted below)
+    const uint32_t k = kk[c] - 1u;  // the value key
+    const uint32_t k1 = warp_max_u32(k);
+    float gs = rm::order_value(k1);
+    if (bias) {  // uniform
+      const lane_mask_t top = warp_ballot(k == k1);
+      const bool first = k == k1 && (top & lanemask_lt(lane)) == 0;
+      gs = rm::rt_add(gs, rm::order_value(warp_max_u32(first ? 0u : k)));
     }
+    gk[c] = rm::order_key(gs);
   }
 #pragma unroll
   for (int c = 0; c < kC; ++c) {
@@ -258,7 +345,8 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   ROUTE_MARK(0);
   constexpr int kMaxE = kC * kWarpSize;
   constexpr int kGroupWords = kGrouped ? kMaxE : 1;
-  __shared__ uint32_t ck_all[kRows][kGroupWords];
+  // ck_all: the groups' value keys, then (merge selection) the row's scores
+  __shared__ uint32_t ck_all[kRows][kMaxE];
   __shared__ uint32_t gk_all[kRows][kGroupWords];
   __shared__ float ws_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
   __shared__ int32_t wi_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
@@ -339,36 +427,78 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   }
   ROUTE_MARK(7);
   // ---- selection: round r's winner is output r; (key, id) is route_math::pack_key's order.
-  // Each lane keeps its best column (b1, c1, s1) and its next one (b2, c2, s2): a winning
-  // lane moves to its next at once; the one after that is found while the next round's warp
-  // maximum runs.  The lane holding the largest value key wins; when several hold it (a tie,
-  // warp-uniform), a second maximum picks the lowest id.  The winner records its id and
-  // score for output r.
+  // The lane holding the largest value key wins; when several hold it (a tie, warp-uniform),
+  // a second maximum picks the lowest id.  The winner records its id and score for output r.
   constexpr uint32_t kIdTop = (1u << rm::kIndexBits) - 1u;
-  int c1, c2;
-  uint32_t b1 = lane_best<kC>(kk, -1, &c1), b2;
-  float s1 = at_col<kC>(sc, c1), s2;
-  for (int r = 0; r < K; ++r) {
-    const uint32_t kmax = warp_max_u32(b1);
-    b2 = lane_best<kC>(kk, c1, &c2);  // beside the warp maximum
-    s2 = at_col<kC>(sc, c2);
-    const uint32_t id = static_cast<uint32_t>(lane + c1 * kWarpSize);
-    bool win = b1 == kmax;
-    const lane_mask_t tops = warp_ballot(win);
-    if ((tops & (tops - 1)) != 0) {  // a tie of value keys
-      const uint32_t idb = win ? kIdTop - id : 0u;
-      const uint32_t imax = warp_max_u32(idb);  // every lane
-      win = win && idb == imax;
-    }
-    if (win) {
-      ws[r] = s1;
-      wi[r] = static_cast<int32_t>(id);
-    }
+  bool selected = false;
+  if constexpr (kC <= kMergeMaxCols) {
+    if (a.num_tokens < kMergeMaxRows) {
+      // decode sizes: the merge selection (a row's topk in one pass of log2(warp) merges)
+      float* sc_row = reinterpret_cast<float*>(ck_all[warp_id()]);
+      warp_sync();  // keep_groups' last reads of ck_all
 #pragma unroll
-    for (int c = 0; c < kC; ++c) kk[c] = win && c == c1 ? 0u : kk[c];
-    b1 = win ? b2 : b1;
-    c1 = win ? c2 : c1;
-    s1 = win ? s2 : s1;
+      for (int c = 0; c < kC; ++c) sc_row[lane + c * kWarpSize] = sc[c];
+      warp_sync();
+      if (K <= 8) {
+        uint64_t best[8];
+        warp_best<kC, 8>(kk, best);
+        record_best<8>(best, K, sc_row, ws, wi);
+      } else {
+        uint64_t best[16];
+        warp_best<kC, 16>(kk, best);
+        record_best<16>(best, K, sc_row, ws, wi);
+      }
+      selected = true;
+    }
+  }
+  if (!selected) {
+    int c1;
+    uint32_t b1 = lane_best<kC>(kk, -1, &c1);
+    if (a.num_tokens >= kThroughputRows) {
+      // many rows: the SMs are full, so the fewest instructions: only a winning lane looks for
+      // its next column
+      for (int r = 0; r < K; ++r) {
+        const uint32_t kmax = warp_max_u32(b1);
+        const uint32_t id = static_cast<uint32_t>(lane + c1 * kWarpSize);
+        const uint32_t idb = warp_max_u32(b1 == kmax ? kIdTop - id : 0u);
+        if (kIdTop - idb == id) {
+          ws[r] = at_col<kC>(sc, c1);
+          wi[r] = static_cast<int32_t>(id);
+#pragma unroll
+          for (int c = 0; c < kC; ++c) kk[c] = c == c1 ? 0u : kk[c];
+          b1 = lane_best<kC>(kk, -1, &c1);
+        }
+      }
+    } else {
+      // few rows: the shortest chain per round.  Each lane keeps its best column (b1, c1, s1)
+      // and its next one (b2, c2, s2): a winning lane moves to its next at once; the one after
+      // that is found while the next round's warp maximum runs.  Branch-free.
+      int c2;
+      uint32_t b2;
+      float s1 = at_col<kC>(sc, c1), s2;
+      for (int r = 0; r < K; ++r) {
+        const uint32_t kmax = warp_max_u32(b1);
+        b2 = lane_best<kC>(kk, c1, &c2);  // beside the warp maximum
+        s2 = at_col<kC>(sc, c2);
+        const uint32_t id = static_cast<uint32_t>(lane + c1 * kWarpSize);
+        bool win = b1 == kmax;
+        const lane_mask_t tops = warp_ballot(win);
+        if ((tops & (tops - 1)) != 0) {  // a tie of value keys
+          const uint32_t idb = win ? kIdTop - id : 0u;
+          const uint32_t imax = warp_max_u32(idb);  // every lane
+          win = win && idb == imax;
+        }
+        if (win) {
+          ws[r] = s1;
+          wi[r] = static_cast<int32_t>(id);
+        }
+#pragma unroll
+        for (int c = 0; c < kC; ++c) kk[c] = win && c == c1 ? 0u : kk[c];
+        b1 = win ? b2 : b1;
+        c1 = win ? c2 : c1;
+        s1 = win ? s2 : s1;
+      }
+    }
   }
   ROUTE_MARK(8);
   warp_sync();  // every lane reads every round's weight and id
@@ -399,6 +529,7 @@ inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
 
 template <int kDT>
 inline int launch_route(const AiterAuxRouteArgs& a, void* stream) {
+  if (a.num_experts <= 128) return launch_route_shape<kDT, 128>(a, stream);
   if (a.num_experts <= 256) return launch_route_shape<kDT, 256>(a, stream);
   return launch_route_shape<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>(a, stream);
 }

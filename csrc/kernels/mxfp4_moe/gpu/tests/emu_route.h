@@ -98,12 +98,15 @@ void test_route_dtype() {
       {7, 256, 8, 8, 4, 2, 1, true, 2.5f},   {9, 64, 6, 0, 0, 2, 0, false, 1.0f},
       {6, 96, 5, 32, 4, 1, 1, false, 1.0f},  {7, 33, 2, 3, 1, 0, 1, true, 1.0f},
       {6, 384, 8, 1, 1, 1, 1, true, 2.827f}, {5, 512, 10, 16, 5, 1, 1, true, 1.0f},
+      {6, 200, 12, 0, 0, 0, 1, false, 1.0f}, {5, 128, 16, 0, 0, 1, 1, true, 1.0f},
+      {4, 256, 16, 8, 4, 1, 1, true, 2.5f},  {3, 96, 9, 0, 0, 0, 1, false, 1.0f},
   };
   uint32_t seed = 300;
   for (const RouteCase& c : cases) run_route_case<kDT>(c, seed++);
   // each size class directly (with an E below the class, a last block part full)
   run_route_case<kDT, 256>({23, 200, 8, 8, 4, 1, 1, true, 1.0f}, seed++);
   run_route_case<kDT, 256>({9, 100, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT, 128>({9, 100, 8, 4, 2, 1, 1, true, 1.0f}, seed++);
   run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>({9, 300, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
 }
 
