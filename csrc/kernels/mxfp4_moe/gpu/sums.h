@@ -235,14 +235,17 @@ inline int launch_sum_shape(const AiterAuxSumArgs& a, void* stream, int max_bloc
 
 // Inputs up to this many bytes take the split shape (sum_split_kernel).
 constexpr int64_t kSplitMaxBytes = int64_t(1) << 20;
+// topk 5..8 with inputs in [kMidMinBytes, kMidMaxBytes]: 256 threads with 4 slots in flight.
+constexpr int64_t kMidMinBytes = int64_t(6) << 20, kMidMaxBytes = int64_t(17) << 20;
 
 // The launch shape of (M, topk, model_dim), from tests/sum_sweep.cu on the H200 (bf16, the
 // four (topk, model_dim) of the benchmark's sum rows, M = 1 .. 16384, PDL on): the split
 // shape up to kSplitMaxBytes of input (M <= 8 at (8, 7168), <= 32 at (8, 2048): 5-25 %
 // faster than one thread per unit there, which loads all topk rows of its columns from one
-// SM), above it 16-byte loads, 256 threads with 4 slots in flight for topk <= 4, else 128
-// threads with 8 (within 7 % of the sweep's best shape from M = 16 on; the earlier 8-byte
-// shape up to M = 1024 was 1.3-3.5x slower than these from M = 32 to 1024).
+// SM), above it 16-byte loads, 256 threads with 4 slots in flight for topk <= 4 and for
+// topk <= 8 between kMidMinBytes and kMidMaxBytes of input (M = 64 at (8, 7168), 128-256 at
+// (8, 4096), 256-512 at (8, 2048): 2-7 % faster there), else 128 threads with 8 (within 7 %
+// of the sweep's best shape from M = 16 on).
 template <int kDT>
 inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
   constexpr int kE = elem_bytes<kDT>();
@@ -254,7 +257,9 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
       if (K <= 8) return launch_sum_split<kDT, 8, 128>(a, stream);
       return launch_sum_split<kDT, 16, 256>(a, stream);
     }
-    if (K <= 4) return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);
+    const int64_t bytes = a.num_tokens * K * a.model_dim * kE;
+    if (K <= 4 || (K <= 8 && bytes >= kMidMinBytes && bytes <= kMidMaxBytes))
+      return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);
     return launch_sum_shape<kDT, kV, 128, 8>(a, stream, 65535);
   }
   if (a.model_dim % (8 / kE) == 0) return launch_sum_shape<kDT, 8 / kE, 128, 16>(a, stream, 65535);
