@@ -32,6 +32,7 @@ ours_vllm = importlib.import_module("aiter_aux.compat.vllm.custom_ops")  # after
 BLOCKS = (8, 16, 32, 48, 64, 128)
 EXPERTS = ((8, 2), (13, 3), (64, 6), (128, 8), (257, 9), (512, 10), (992, 8))
 CHECK_M = (1, 4, 7, 33, 256, 1024, 4096)
+OP_GROUPS = ("align", "sums", "gates")
 
 
 def align_buffers(numel: int, e: int, block: int, dev: torch.device):
@@ -165,7 +166,7 @@ def compare_gates(dev: torch.device, peer, gen: torch.Generator) -> list[str]:
     return lines
 
 
-def bench(dev: torch.device, peer, gen: torch.Generator, timer: Timer, l2: int) -> list[dict]:
+def bench(dev, peer, gen: torch.Generator, timer: Timer, l2: int, which: set[str]) -> list[dict]:
     rows = []
 
     def row(op, shape, m, ours_fns, peer_fns, nbytes=0):
@@ -182,7 +183,7 @@ def bench(dev: torch.device, peer, gen: torch.Generator, timer: Timer, l2: int) 
         log(f"{op:28s} {shape:16s} {m:6d} {us[0]:9.3f} {us[1]:9.3f} {us[1] / us[0]:7.3f}")
 
     log(f"{'op':28s} {'shape':16s} {'M':>6s} {'ours us':>9s} {'vllm us':>9s} {'x':>7s}")
-    for e, topk in ((256, 8), (128, 8), (8, 2), (512, 10)):
+    for e, topk in ((256, 8), (128, 8), (8, 2), (512, 10)) if "align" in which else ():
         for block in (8, 16, 48, 64):
             for m in (1, 4, 64, 1024, 16384):
                 ids = torch.randint(0, e, (m, topk), generator=gen, device=dev, dtype=torch.int32)
@@ -191,7 +192,7 @@ def bench(dev: torch.device, peer, gen: torch.Generator, timer: Timer, l2: int) 
                 ours = partial(ours_vllm.moe_align_block_size, ids, e, block, *bo, None)
                 theirs = partial(peer.moe_align_block_size, ids, e, block, *bp, None, None)
                 row("moe_align_block_size", f"e{e} k{topk} b{block}", m, [ours], [theirs])
-    for topk, d in ((8, 7168), (8, 4096), (4, 2880), (8, 2048)):
+    for topk, d in ((8, 7168), (8, 4096), (4, 2880), (8, 2048)) if "sums" in which else ():
         for m in (1, 4, 64, 256, 1024, 4096, 16384):
             sets = n_buffer_sets(timer, 2 * m * topk * d + 2 * m * d, l2)
             xs = [
@@ -203,7 +204,7 @@ def bench(dev: torch.device, peer, gen: torch.Generator, timer: Timer, l2: int) 
                 [partial(ours_vllm.moe_sum, x, o1) for x in xs],
                 [partial(peer.moe_sum, x, o2, None, None) for x in xs])  # fmt: skip
             del xs
-    for m in (1, 4, 64, 1024, 16384):
+    for m in (1, 4, 64, 1024, 16384) if "gates" in which else ():
         w = torch.empty(m, 8, device=dev)
         i = torch.empty(m, 8, device=dev, dtype=torch.int32)
         t = torch.empty_like(i)
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="compare outputs")
     p.add_argument("--bench", action="store_true", help="time both sides")
     p.add_argument("--csv", default=None, help="write the bench rows to this CSV file")
+    p.add_argument("--ops", nargs="+", choices=OP_GROUPS, default=list(OP_GROUPS),
+                   help="which ops --bench times")  # fmt: skip
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         log("bench_vllm_peer: needs a CUDA GPU")
@@ -254,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench:
         timer = Timer(dev, quick=False)
         l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20))
-        rows = bench(dev, peer, gen, timer, l2)
+        rows = bench(dev, peer, gen, timer, l2, set(args.ops))
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))
