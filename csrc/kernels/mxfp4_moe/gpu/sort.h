@@ -155,16 +155,23 @@ inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
 }
 
 // One launch per path; each returns check_launch's status.
+// num_g (>= 1) sort blocks of `kernel` (sort_pairs_kernel, sort_tiny_kernel: the same
+// parameters), `threads` threads each, then its quant and zero blocks.
+template <QuantFormat F, int D, class A, class Kernel>
+inline int launch_grouped(Kernel kernel, int threads, const A& a, const AiterAuxQuantArgs& q,
+                          hipStream_t st, int num_g, const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, threads, 1);
+  AITER_AUX_LAUNCH(kernel, dim3(num_g + x.quant_blocks + x.zero_blocks), dim3(threads), st)(
+      a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
+}
+
 // n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
 // A: the args type, which picks the output format (sort_format.h).
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_pairs(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
                         const char* op) {
-  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
-  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kPairThreads),
-                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  return check_launch(op);
+  return launch_grouped<F, D>(sort_pairs_kernel<E, K, F, D, A>, kPairThreads, a, q, st, num_g, op);
 }
 
 template <int E, int K, QuantFormat F, int D, class A>
@@ -179,11 +186,7 @@ inline int launch_micro(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_tiny(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
                        const char* op) {
-  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kTinyThreads, 1);
-  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kTinyThreads),
-                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  return check_launch(op);
+  return launch_grouped<F, D>(sort_tiny_kernel<E, K, F, D, A>, kTinyThreads, a, q, st, num_g, op);
 }
 
 // n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters); wide:
