@@ -60,11 +60,7 @@ __device__ __forceinline__ void scale_sum(float* acc, float scale) {
 // 16 bytes of e2m1 codes as 4 little-endian words; al16: p is 16-byte aligned.
 __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w[4]) {
   if (al16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+    load_u32x4(p, w);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = load_u8x4(p + 4 * i, false);

@@ -91,11 +91,7 @@ struct SlotVec<8> {
 template <int V>
 __device__ __forceinline__ void load_slot(const uint8_t* p, bool al8, bool al4, uint32_t* w) {
   if constexpr (V == 16) {  // the caller checked 16-byte alignment
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+    load_u32x4(p, w);
   } else if (al8) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
     w[0] = v.x;
