@@ -49,6 +49,7 @@
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
 
+#include "../sort_checks.h"
 #include "common.h"
 #include "quant.h"
 #include "sort_scales.h"
@@ -119,11 +120,8 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
                         E);
   if (a.topk != K)
     return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
-  if (!valid_block_m(a.block_m))
-    return fail_invalid("%s: block_m %d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
-    return fail_invalid("%s: num_tokens %lld out of [0, %d)", op, (long long)a.num_tokens,
-                        AITER_AUX_MAX_NUM_TOKENS);
+  const int rc = check_sort_rows(a.block_m, a.num_tokens, a.max_rows, op, fail_invalid);
+  if (rc != AITER_AUX_OK) return rc;
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
   // Rows and pair indices are int32 on the device (with some headroom for
   // index arithmetic past the end of a range).
