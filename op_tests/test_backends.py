@@ -270,6 +270,19 @@ def _scatter_inputs(shape, m, g):
     return sort, rows, d, k
 
 
+def _same_scatter(op, rows, reverse_sorted, sorted_weights, k, out_shape, device):
+    """``op``'s ``_out`` form on ``device`` (expert rows ``rows``) writes exactly the reference's
+    bytes into a guarded ``out`` and nothing around it; returns the reference's output."""
+    m, d = out_shape
+    out, whole = guarded(m * d, torch.bfloat16, out_shape, device)
+    args = (*rows, reverse_sorted, sorted_weights)
+    getattr(ops, op + "_out")(*(t.to(device) for t in args), k, out)
+    assert guards_intact(whole)
+    want = getattr(ref, op)(*args, k)
+    assert same(out, want)
+    return want
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("m", [0, 1, 30])
 def test_moe_scatter_reduce(shape, m, device):
@@ -277,14 +290,8 @@ def test_moe_scatter_reduce(shape, m, device):
     sort, rows, d, k = _scatter_inputs(shape, m, g)
     expert_out = random_bf16(rows, d, g, "normal")
     expert_out[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
-    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
-    ops.moe_scatter_reduce_out(
-        expert_out.to(device), sort.reverse_sorted.to(device), sort.sorted_weights.to(device),
-        k, out,
-    )  # fmt: skip
-    assert guards_intact(whole)
-    want = ref.moe_scatter_reduce(expert_out, sort.reverse_sorted, sort.sorted_weights, k)
-    assert same(out, want)
+    _same_scatter("moe_scatter_reduce", (expert_out,), sort.reverse_sorted, sort.sorted_weights,
+                  k, (m, d), device)  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -295,14 +302,8 @@ def test_moe_scatter_reduce_q(shape, m, device):
     q = torch.randint(0, 256, (rows, d // 2), generator=g, dtype=torch.uint8)
     s = torch.randint(100, 150, (rows, d // 32), generator=g, dtype=torch.uint8)
     s[0, 0], s[-1, -1] = 255, 0  # NaN scale; 2^-127 (fp32 subnormal)
-    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
-    ops.moe_scatter_reduce_q_out(
-        q.to(device), s.to(device), sort.reverse_sorted.to(device),
-        sort.sorted_weights.to(device), k, out,
-    )  # fmt: skip
-    assert guards_intact(whole)
-    want = ref.moe_scatter_reduce_q(q, s, sort.reverse_sorted, sort.sorted_weights, k)
-    assert same(out, want)
+    _same_scatter("moe_scatter_reduce_q", (q, s), sort.reverse_sorted, sort.sorted_weights, k,
+                  (m, d), device)  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 30])
@@ -324,13 +325,8 @@ def test_moe_scatter_reduce_q_any_weight_and_scale(m, device):
     bits = sign | (expo << 23) | mant
     weights = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
     weights[1::11] = 0.0
-    out, whole = guarded(m * d, torch.bfloat16, (m, d), device)
-    ops.moe_scatter_reduce_q_out(
-        q.to(device), s.to(device), sort.reverse_sorted.to(device), weights.to(device), k, out
-    )
-    assert guards_intact(whole)
-    want = ref.moe_scatter_reduce_q(q, s, sort.reverse_sorted, weights, k)
-    assert same(out, want)
+    want = _same_scatter("moe_scatter_reduce_q", (q, s), sort.reverse_sorted, weights, k,
+                         (m, d), device)  # fmt: skip
     if m > 1:  # not a test of NaN alone (at M=1 one NaN/Inf weight can make the whole row so)
         assert torch.isfinite(want.float()).float().mean() > 0.5
 

@@ -51,6 +51,15 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _sorted_case(shape, m: int, mb: int, tag: str):
+    """The case's generator (seeded by its parameters and ``tag``) and ``moe_sort`` of a
+    random routing drawn from it."""
+    e, _, _, k = shape
+    g = _gen(hash((shape, m, mb, tag)) & 0xFFFF)
+    ids, w = routing(m, e, k, g)
+    return g, O.moe_sort(ids, w, e, mb)
+
+
 def poison(n: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
     """``n`` elements of ``dtype`` holding random bytes."""
     size = torch.empty(0, dtype=dtype).element_size()
@@ -236,9 +245,7 @@ def test_quant(shape, m, mb):
 @pytest.mark.parametrize("shape,m,mb", CASES)
 def test_sort_scales(shape, m, mb):
     e, d, _, k = shape
-    g = _gen(hash((shape, m, mb, "ss")) & 0xFFFF)
-    ids, w = routing(m, e, k, g)
-    srt = O.moe_sort(ids, w, e, mb)
+    g, srt = _sorted_case(shape, m, mb, "ss")
     a_scale = torch.randint(0, 256, (m, d // 32), dtype=torch.uint8, generator=g)
     cols, bm = d // 32, max(32, mb)
     cap = srt.sorted_token_ids.numel()
@@ -264,9 +271,7 @@ def test_sort_scales(shape, m, mb):
 @pytest.mark.parametrize("shape,m,mb", CASES)
 def test_scatter_reduce(shape, m, mb):
     e, d, _, k = shape
-    g = _gen(hash((shape, m, mb, "sr")) & 0xFFFF)
-    ids, w = routing(m, e, k, g)
-    srt = O.moe_sort(ids, w, e, mb)
+    g, srt = _sorted_case(shape, m, mb, "sr")
     rows = srt.sorted_weights.numel()
     flat = torch.randn(rows + 4, d, generator=g).to(torch.bfloat16)  # rows past sw ignored
     out = poison(m * d, torch.bfloat16, g).view(m, d)
@@ -279,9 +284,7 @@ def test_scatter_reduce(shape, m, mb):
 @pytest.mark.parametrize("shape,m,mb", CASES)
 def test_scatter_reduce_q(shape, m, mb):
     e, d, _, k = shape
-    g = _gen(hash((shape, m, mb, "srq")) & 0xFFFF)
-    ids, w = routing(m, e, k, g)
-    srt = O.moe_sort(ids, w, e, mb)
+    g, srt = _sorted_case(shape, m, mb, "srq")
     rows = srt.sorted_weights.numel()
     q = torch.randint(0, 256, (rows, d // 2), dtype=torch.uint8, generator=g)
     s = torch.randint(118, 127, (rows + 3, d // 32), dtype=torch.uint8, generator=g)

@@ -114,8 +114,9 @@ def test_vllm_custom_align(with_map):
     _same_compiled(align, args)
 
 
-@pytest.mark.parametrize("ignore", [False, True])
-def test_sglang_align(ignore):
+def _sglang_align(ignore: bool, ids):
+    """SGLang's align as a function of its buffers (its outputs cloned), and a maker of its
+    arguments: ``ids()`` and buffers of SGLang's size."""
     cap = M * K + (E + 1) * (BS - 1)
 
     def align(ids, sorted_ids, expert_ids, total):
@@ -124,10 +125,15 @@ def test_sglang_align(ignore):
         return sorted_ids.clone(), expert_ids.clone(), total.clone()
 
     def args():
-        return (_ids(), torch.empty(cap, dtype=I32), torch.empty(-(-cap // BS), dtype=I32),
+        return (ids(), torch.empty(cap, dtype=I32), torch.empty(-(-cap // BS), dtype=I32),
                 torch.empty(1, dtype=I32))  # fmt: skip
 
-    _same_compiled(align, args)
+    return align, args
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_sglang_align(ignore):
+    _same_compiled(*_sglang_align(ignore, _ids))
     _same_compiled(lambda ids: SRT.moe_align_block_size(ids, BS, E, ignore), lambda: (_ids(),))
 
 
@@ -147,22 +153,13 @@ def _raises_eager_and_compiled(fn, make_args, message: str):
 def test_sglang_align_out_of_range_ids_raise_compiled_as_eager(ignore, bad):
     """SGLang reads out of bounds for an id outside [-1, E): the drop-in raises, compiled as
     eager (with ignore_invalid_expert a negative id is skipped: only >= E raises)."""
-    cap = M * K + (E + 1) * (BS - 1)
-
-    def align(ids, sorted_ids, expert_ids, total):
-        S.moe_align_block_size(ids, E + 1, BS, sorted_ids, expert_ids, total, None, False,
-                               ignore)  # fmt: skip
-        return sorted_ids.clone(), expert_ids.clone(), total.clone()
 
     def ids():
         t = _ids()
         t[2, 3] = bad
         return t
 
-    def args():
-        return (ids(), torch.empty(cap, dtype=I32), torch.empty(-(-cap // BS), dtype=I32),
-                torch.empty(1, dtype=I32))  # fmt: skip
-
+    align, args = _sglang_align(ignore, ids)
     if ignore and bad < 0:  # skipped, as SGLang skips it: compiled and eager agree
         _same_compiled(align, args)
         return

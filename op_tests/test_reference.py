@@ -67,6 +67,7 @@ def f32_bits(v: float) -> int:
 
 
 SIXTH = f32(1.0 / 6.0)
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # the magnitude of each e2m1 code 0-7
 
 
 def loop_quant(x: torch.Tensor) -> tuple[list[list[int]], list[list[int]]]:
@@ -87,22 +88,8 @@ def loop_quant(x: torch.Tensor) -> tuple[list[list[int]], list[list[int]]]:
             codes = []
             for v in blk:
                 q = abs(math.ldexp(v, 127 - s))  # exact
-                if q <= 0.25:
-                    c = 0
-                elif q < 0.75:
-                    c = 1
-                elif q <= 1.25:
-                    c = 2
-                elif q < 1.75:
-                    c = 3
-                elif q <= 2.5:
-                    c = 4
-                elif q < 3.5:
-                    c = 5
-                elif q <= 5:
-                    c = 6
-                else:
-                    c = 7
+                # the nearest e2m1 magnitude, a tie to the even code
+                c = min(range(8), key=lambda i: (abs(q - E2M1[i]), i & 1))
                 if math.copysign(1.0, v) < 0:
                     c |= 0x8
                 codes.append(c)

@@ -75,12 +75,26 @@ def _aiter_error(e: Exception) -> Exception:
     return e if text == str(e) else type(e)(text)
 
 
+def _run(op: str, *args: Any, **kwargs: Any) -> None:
+    """Our op ``op`` of :mod:`aiter_aux.ops` on ``args``; its TypeError / ValueError
+    re-raised naming AITER's arguments (:func:`_aiter_error`)."""
+    try:
+        getattr(_ops(), op)(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise _aiter_error(e) from None
+
+
 def _contiguous(t: Tensor, name: str) -> Tensor:
     if not t.is_contiguous():
         raise ValueError(
             f"{name} must be contiguous (shape {list(t.shape)}, strides {tuple(t.stride())})"
         )
     return t
+
+
+def _too_small(t: Tensor, name: str, what: str) -> ValueError:
+    """The error of a buffer ``t`` that holds fewer elements than ``what`` says it needs."""
+    return ValueError(f"{name} is too small: {what}, got {t.numel()} (shape {list(t.shape)})")
 
 
 def _flat(t: object, name: str, dtype: Any, need: int, what: str) -> Tensor:
@@ -90,10 +104,7 @@ def _flat(t: object, name: str, dtype: Any, need: int, what: str) -> Tensor:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
     _contiguous(t, name)
     if t.numel() < need:
-        raise ValueError(
-            f"{name} is too small: {what} needs >= {need} elements, got {t.numel()} "
-            f"(shape {list(t.shape)})"
-        )
+        raise _too_small(t, name, f"{what} needs >= {need} elements")
     return t.view(-1)
 
 
@@ -108,10 +119,7 @@ def _bytes2d(t: object, name: str, allowed: tuple[Any, ...], rows: int, cols: in
     _contiguous(t, name)
     need = rows * cols
     if t.numel() < need:
-        raise ValueError(
-            f"{name} is too small: [{rows}, {cols}] needs >= {need} bytes, got {t.numel()} "
-            f"(shape {list(t.shape)})"
-        )
+        raise _too_small(t, name, f"[{rows}, {cols}] needs >= {need} bytes")
     return t.view(torch.uint8).view(-1)[:need].view(rows, cols)
 
 
@@ -137,13 +145,29 @@ def _zero_target(buf: object, m: int, d: int, name: str = "bf16_zero_out") -> Te
     _contiguous(buf, name)
     need = m * d
     if buf.numel() < need:
-        raise ValueError(
-            f"{name} is too small: AITER zeroes M * D_HIDDEN = {m} * {d} = {need} elements, "
-            f"got {buf.numel()} (shape {list(buf.shape)})"
-        )
+        raise _too_small(buf, name, f"AITER zeroes M * D_HIDDEN = {m} * {d} = {need} elements")
     if need == 0:
         return None
     return buf.view(-1)[:need].view(torch.bfloat16)
+
+
+def _a_input(a_input: object, d: int) -> tuple[Tensor, int]:
+    """``a_input`` (``[M, D_HIDDEN]``) and its M."""
+    x = _tensor(a_input, "a_input")
+    if x.dim() != 2 or x.shape[1] != d:
+        raise ValueError(f"a_input must be [M, D_HIDDEN] with D_HIDDEN = {d}, got {list(x.shape)}")
+    return x, x.shape[0]
+
+
+def _quant_targets(a_quant: object, a_scale: object, bf16_zero_out: object,
+                   bf16_out_init: object, m: int, d: int) -> tuple[Any, ...]:  # fmt: skip
+    """The quant's outputs ``(a_quant, a_scale)`` as uint8 ``[M, D_HIDDEN/2]`` and ``[M,
+    D_HIDDEN/32]`` views, then the zero-init's target and source
+    (:func:`_zero_target`, :func:`_init_source`)."""
+    aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
+    asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
+    zero = _zero_target(bf16_zero_out, m, d)
+    return aq, asc, zero, _init_source(bf16_out_init, bf16_zero_out, zero)
 
 
 def _workspace_target(ws: object) -> Tensor | None:
@@ -175,11 +199,9 @@ def _check_sort3stage_ws(ws: object, ne: int, prologue: int) -> None:
         raise TypeError(f"sort3stage_ws must have dtype torch.int32, got {ws.dtype}")
     need = ne * SORT3STAGE_CTAS + ne
     if ws.numel() < need:
-        raise ValueError(
-            f"sort3stage_ws is too small: prologue = 1 (AITER's three-stage sort) needs >= "
-            f"NE*{SORT3STAGE_CTAS} + NE = {need} int32 elements with NE = {ne}, got "
-            f"{ws.numel()} (shape {list(ws.shape)})"
-        )
+        raise _too_small(ws, "sort3stage_ws", f"prologue = 1 (AITER's three-stage sort) "
+                         f"needs >= NE*{SORT3STAGE_CTAS} + NE = {need} int32 elements with "
+                         f"NE = {ne}")  # fmt: skip
 
 
 def _init_source(init: object, zero_out: Tensor, zero: Tensor | None) -> Tensor | None:
@@ -201,10 +223,8 @@ def _init_source(init: object, zero_out: Tensor, zero: Tensor | None) -> Tensor 
     _contiguous(init, "bf16_out_init")
     need = zero.numel()
     if init.numel() < need:
-        raise ValueError(
-            f"bf16_out_init is too small: its first M*D_HIDDEN = {need} elements are copied "
-            f"into bf16_zero_out, got {init.numel()} (shape {list(init.shape)})"
-        )
+        raise _too_small(init, "bf16_out_init", f"its first M*D_HIDDEN = {need} elements "
+                         "are copied into bf16_zero_out")  # fmt: skip
     if init.device != zero.device:
         raise ValueError(
             f"bf16_out_init is on {init.device}, bf16_zero_out on {zero.device}: both must be "

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 # ``__path__``, which imports the ops (torch, the JIT); importing the module object does not.
 from ..ops import moe_mxfp4_aux as _catalog
 from ._aiter_args import (
-    _aiter_error,
+    _a_input,
     _bytes2d,
     _check_sort3stage_ws,
     _contiguous,
@@ -61,11 +61,12 @@ from ._aiter_args import (
     _init_source,
     _int,
     _no_overlap,
-    _ops,
     _params,
     _q_dtypes,
+    _quant_targets,
     _routing,
     _rows,
+    _run,
     _scale_dtypes,
     _scatter_common,
     _sort_buffers,
@@ -150,15 +151,9 @@ def mxfp4_moe_sort_quant(
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
     """
     ne, topk, d, mb = _params(NE, TOPK, D_HIDDEN, MB)
-    x = _tensor(a_input, "a_input")
-    if x.dim() != 2 or x.shape[1] != d:
-        raise ValueError(f"a_input must be [M, D_HIDDEN] with D_HIDDEN = {d}, got {list(x.shape)}")
-    m = x.shape[0]
+    x, m = _a_input(a_input, d)
     ids, w = _routing(topk_ids, topk_weight, topk, m, "M = a_input.shape[0]")
-    aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
-    asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
-    zero = _zero_target(bf16_zero_out, m, d)
-    init = _init_source(bf16_out_init, bf16_zero_out, zero)
+    aq, asc, zero, init = _quant_targets(a_quant, a_scale, bf16_zero_out, bf16_out_init, m, d)
     out, copies, named = _sort_buffers(m, topk, ne, mb, sorted_token_ids,
                                        sorted_weights, m_indices, sorted_expert_ids,
                                        cumsum_tensor, reverse_sorted)  # fmt: skip
@@ -166,11 +161,7 @@ def mxfp4_moe_sort_quant(
         {**named, "a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
         {"a_input": x, "topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    try:
-        _ops().moe_sort_quant_out(ids, w, x, ne, mb, out, aq, asc, zero_buf=zero,
-                                  zero_buf_init=init)  # fmt: skip
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("moe_sort_quant_out", ids, w, x, ne, mb, out, aq, asc, zero_buf=zero, zero_buf_init=init)
     for dst, src in copies:
         dst.copy_(src)
 
@@ -247,10 +238,7 @@ def mxfp4_moe_sort(
         {**named, "bf16_zero_out": zero, "bf16_zero_workspace": ws},
         {"topk_ids": ids, "topk_weight": w, "bf16_out_init": init},
     )
-    try:
-        _ops().moe_sort_out(ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("moe_sort_out", ids, w, ne, mb, out, zero_buf=zero, zero_buf_init=init)
     if ws is not None:
         ws.zero_()
     for dst, src in copies:
@@ -286,22 +274,13 @@ def mxfp4_moe_quant(
         ValueError, TypeError: see the module docstring (checks); nothing is written then.
     """
     ne, topk, d, mb = _params(NE, TOPK, D_HIDDEN, MB)
-    x = _tensor(a_input, "a_input")
-    if x.dim() != 2 or x.shape[1] != d:
-        raise ValueError(f"a_input must be [M, D_HIDDEN] with D_HIDDEN = {d}, got {list(x.shape)}")
-    m = x.shape[0]
-    aq = _bytes2d(a_quant, "a_quant", _q_dtypes(), m, d // 2)
-    asc = _bytes2d(a_scale, "a_scale", _scale_dtypes(), m, d // 32)
-    zero = _zero_target(bf16_zero_out, m, d)
-    init = _init_source(bf16_out_init, bf16_zero_out, zero)
+    x, m = _a_input(a_input, d)
+    aq, asc, zero, init = _quant_targets(a_quant, a_scale, bf16_zero_out, bf16_out_init, m, d)
     _no_overlap(
         {"a_quant": aq, "a_scale": asc, "bf16_zero_out": zero},
         {"a_input": x, "bf16_out_init": init},
     )
-    try:
-        _ops().mxfp4_quant_out(x, aq, asc)
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("mxfp4_quant_out", x, aq, asc)
     if init is not None:  # bit for bit, NaN payloads included
         zero.view(_torch().int16).copy_(init.view(_torch().int16))
     elif zero is not None:
@@ -367,10 +346,7 @@ def mxfp4_moe_sort_scales(
         {"a_scale_sorted_shuffled": out},
         {"a_scale": s, "sorted_token_ids": sti, "cumsum_tensor": nv},
     )
-    try:
-        _ops().moe_sort_scales_out(s, sti, nv, mb, out)
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("moe_sort_scales_out", s, sti, nv, mb, out)
 
 
 def mxfp4_moe_scatter_reduce(
@@ -404,10 +380,7 @@ def mxfp4_moe_scatter_reduce(
     eo = _rows(_tensor(flat_out, "flat_out"), "flat_out", d, (torch.bfloat16,))
     eo = eo[: sw.numel()]
     _no_overlap({"out": o}, {"flat_out": eo, "reverse_sorted": rev, "sorted_weights": sw})
-    try:
-        _ops().moe_scatter_reduce_out(eo, rev, sw, topk, o)
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("moe_scatter_reduce_out", eo, rev, sw, topk, o)
 
 
 def mxfp4_moe_scatter_reduce_q(
@@ -447,7 +420,4 @@ def mxfp4_moe_scatter_reduce_q(
         {"out": o},
         {"flat_out_q": q, "flat_out_scale": s, "reverse_sorted": rev, "sorted_weights": sw},
     )
-    try:
-        _ops().moe_scatter_reduce_q_out(q, s, rev, sw, topk, o)
-    except (TypeError, ValueError) as e:
-        raise _aiter_error(e) from None
+    _run("moe_scatter_reduce_q_out", q, s, rev, sw, topk, o)

@@ -15,6 +15,18 @@ GOALS_FILE = Path(__file__).resolve().parents[1] / "goals.json"
 METRICS = ("us", "pct_copy", "pct_same_copy", "x_parts", "x_eager", "x_compiled", "x_peer",
            "monotonic")  # fmt: skip
 
+#: The words after a goal's bound, per metric (x_parts and x_peer name their parts).
+_UNITS = {
+    "us": " us",
+    "pct_copy": "% of copy BW",
+    "pct_same_copy": "% of a same-bytes copy",
+    "x_eager": "x faster than eager",
+    "x_compiled": "x faster than torch.compile",
+}
+#: The Row field a metric bounds, where it is one.
+_ROW_FIELDS = {"us": "ours_us", "pct_copy": "pct_copy", "pct_same_copy": "pct_of_same_copy",
+               "x_parts": "x_parts", "x_eager": "x_eager", "x_compiled": "x_compiled"}  # fmt: skip
+
 
 @cache
 def load(path: Path = GOALS_FILE) -> dict:
@@ -79,24 +91,17 @@ def title(g: dict, data: dict | None = None) -> str:
         who += f" ({g['what']})"
     cmp, limit = ("<=", g["max"]) if "max" in g else (">=", g["min"])
     m = g["metric"]
-    if m == "us":
-        text = f"{who} {cmp} {_num(limit)} us"
-    elif m == "pct_copy":
-        text = f"{who} {cmp} {_num(limit)}% of copy BW"
-    elif m == "pct_same_copy":
-        text = f"{who} {cmp} {_num(limit)}% of a same-bytes copy"
-    elif m == "x_parts":
-        parts, combine = FUSED_PARTS[g["op"]]
-        name = "max" if combine is max else "sum"
-        text = f"{who} {cmp} {_num(limit)} x {name}({', '.join(parts)})"
-    elif m == "x_eager":
-        text = f"{who} {cmp} {_num(limit)}x faster than eager"
-    elif m == "x_compiled":
-        text = f"{who} {cmp} {_num(limit)}x faster than torch.compile"
-    elif m == "x_peer":
-        text = f"{who} {cmp} {_num(limit)} x the faster peer ({', '.join(peer_names(data))})"
-    else:
+    if m == "monotonic":
         text = f"{who} monotonic in M: time {cmp} {_num(limit)} x the largest at a smaller M"
+    else:
+        if m == "x_parts":
+            parts, combine = FUSED_PARTS[g["op"]]
+            unit = f" x {'max' if combine is max else 'sum'}({', '.join(parts)})"
+        elif m == "x_peer":
+            unit = f" x the faster peer ({', '.join(peer_names(data))})"
+        else:
+            unit = _UNITS[m]
+        text = f"{who} {cmp} {_num(limit)}{unit}"
     where = [_tokens_text(g["tokens"])] if "tokens" in g else []
     if "topk" in g:
         where.append(f"topk={g['topk']}")
@@ -116,14 +121,9 @@ def _largest_before(rows: list[Row], r: Row) -> float | None:
 def _value(g: dict, rows: list[Row], data: dict):
     """The function of a row that goal ``g`` bounds (None: the row is left out)."""
     m = g["metric"]
-    if m == "us":
-        return lambda r: r.ours_us
-    if m == "pct_copy":
-        return lambda r: r.pct_copy
-    if m == "pct_same_copy":
-        return lambda r: r.pct_of_same_copy
-    if m in ("x_parts", "x_eager", "x_compiled"):
-        return lambda r: getattr(r, m)
+    if m in _ROW_FIELDS:
+        field = _ROW_FIELDS[m]
+        return lambda r: getattr(r, field)
 
     if m == "x_peer":
 

@@ -26,6 +26,7 @@
 
 #include "../aiter_aux_limits.h"
 #include "../mxfp4_moe_aux_abi.h"
+#include "../sort_checks.h"
 #include "cpu_common.h"
 #include "mxfp4_codec.h"
 
@@ -59,13 +60,8 @@ inline int check_sort(const AiterAuxSortArgs& a, const char* op) {
                        AITER_AUX_MAX_NUM_EXPERTS);
   if (a.topk < 1 || a.topk > AITER_AUX_MAX_TOPK)
     return invalid_arg("%s: topk=%d not in [1, %d]", op, a.topk, AITER_AUX_MAX_TOPK);
-  if (!valid_block_m(a.block_m))
-    return invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
-    return invalid_arg("%s: num_tokens=%lld out of [0, %d)", op, (long long)a.num_tokens,
-                       AITER_AUX_MAX_NUM_TOKENS);
-  if (a.max_rows < 0 || a.max_rows > AITER_AUX_MAX_ROWS)
-    return invalid_arg("%s: max_rows=%lld out of [0, 2^31)", op, (long long)a.max_rows);
+  const int rc = check_sort_rows(a.block_m, a.num_tokens, a.max_rows, op, invalid_arg);
+  if (rc != AITER_AUX_OK) return rc;
   if (a.zero_numel < 0) return invalid_arg("%s: zero_numel=%lld < 0", op, (long long)a.zero_numel);
   if (a.zero_buf == nullptr && a.zero_numel != 0)
     return invalid_arg("%s: zero_buf is NULL but zero_numel=%lld", op, (long long)a.zero_numel);
@@ -426,12 +422,8 @@ inline int moe_sort_scales(const AiterAuxSortScalesArgs& a) {
   const char* op = "moe_sort_scales";
   if (a.model_dim < 256 || a.model_dim % 256 != 0)
     return detail::invalid_arg("%s: model_dim=%d is no positive multiple of 256", op, a.model_dim);
-  if (!detail::valid_block_m(a.block_m))
-    return detail::invalid_arg("%s: block_m=%d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
-  if (a.num_tokens < 0)
-    return detail::invalid_arg("%s: num_tokens=%lld < 0", op, (long long)a.num_tokens);
-  if (a.max_rows < 0)
-    return detail::invalid_arg("%s: max_rows=%lld < 0", op, (long long)a.max_rows);
+  const int rc = check_sort_rows(a.block_m, a.num_tokens, a.max_rows, op, detail::invalid_arg);
+  if (rc != AITER_AUX_OK) return rc;
   if (a.num_valid_ids == nullptr) return detail::invalid_arg("%s: num_valid_ids is NULL", op);
   if (a.max_rows > 0 && (a.sorted_token_ids == nullptr || a.sorted_scales == nullptr))
     return detail::invalid_arg("%s: NULL input/output pointer", op);

@@ -81,14 +81,19 @@ __host__ __device__ __forceinline__ uint32_t f32_bits_to_bf16_rne(uint32_t u) {
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
+// The 16 bytes at p (16-byte aligned) as 4 little-endian words: one 128-bit load.
+__device__ __forceinline__ void load_u32x4(const void* p, uint32_t w[4]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+}
+
 // 8 consecutive bf16 (16 bytes) as 4 little-endian words.
 __device__ __forceinline__ void load_bf16x8(const uint16_t* p, bool aligned16, uint32_t w[4]) {
   if (aligned16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+    load_u32x4(p, w);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

@@ -33,6 +33,32 @@ constexpr int kQuantUnroll = 4;
 constexpr int kStepTiles = kQuantUnroll / 2;  // consecutive warp tiles per step
 constexpr int kTileBlocks = kWarpSize / 2;    // 32-element blocks per warp tile
 
+// The x of a step's kTiles tiles, this lane's units odd (w[t][0..3]) and odd + 2 (w[t][4..7]);
+// zeros where the lane's block does not exist (kFull false: the first rem blocks do).
+template <int kTiles, bool kFull>
+__device__ __forceinline__ void load_step(const uint16_t* px, int pair, int rem, bool x_al16,
+                                          uint32_t (*w)[8]) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    const bool act = kFull || t * kTileBlocks + pair < rem;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[t][j] = 0u;
+    if (act) {
+      load_bf16x8(px + t * kTileBlocks * 32, x_al16, &w[t][0]);       // unit odd
+      load_bf16x8(px + t * kTileBlocks * 32 + 16, x_al16, &w[t][4]);  // unit odd + 2
+    }
+  }
+}
+
+// Max |x| (bf16 bits) of a block from its lane pair's w (loaded by load_step), in both halves:
+// the block's max over its 16 pairs.  Every lane of the warp must call it (pair_other).
+__device__ __forceinline__ uint32_t block_abs_max2(const uint32_t w[8]) {
+  uint32_t m = w[0] & 0x7FFF7FFFu;
+#pragma unroll
+  for (int j = 1; j < 8; ++j) m = pk_max_u16(m, w[j] & 0x7FFF7FFFu);
+  return pk_max_u16(m, pair_other(m));
+}
+
 // One step of a warp: kTiles consecutive tiles.  px, pq, ps: this lane's
 // x / a_q / a_scale positions in the first tile (its block, unit `odd`);
 // pair = lane / 2.  kFull: every block of the step exists; else only the
@@ -44,16 +70,7 @@ __device__ __forceinline__ void quant_step(const uint16_t* px, uint8_t* pq, uint
   x_al16 = kAligned || x_al16;
   q_al4 = kAligned || q_al4;
   uint32_t w[kTiles][8];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t) {
-    const bool act = kFull || t * kTileBlocks + pair < rem;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[t][j] = 0u;
-    if (act) {
-      load_bf16x8(px + t * kTileBlocks * 32, x_al16, &w[t][0]);       // unit odd
-      load_bf16x8(px + t * kTileBlocks * 32 + 16, x_al16, &w[t][4]);  // unit odd + 2
-    }
-  }
+  load_step<kTiles, kFull>(px, pair, rem, x_al16, w);
   uint32_t amax[kTiles];
 #if AITER_AUX_QUANT_PK
   bool slow = false;
@@ -63,10 +80,7 @@ __device__ __forceinline__ void quant_step(const uint16_t* px, uint8_t* pq, uint
     amax[t] = 0u;
     if (!kFull && t * kTileBlocks >= rem) break;             // warp-uniform
     const bool act = kFull || t * kTileBlocks + pair < rem;  // whole pairs in or out
-    uint32_t m = w[t][0] & 0x7FFF7FFFu;
-#pragma unroll
-    for (int j = 1; j < 8; ++j) m = pk_max_u16(m, w[t][j] & 0x7FFF7FFFu);
-    m = pk_max_u16(m, pair_other(m));  // both halves: the block's max over its 16 pairs
+    const uint32_t m = block_abs_max2(w[t]);
     // max |x| as fp32 bits: amax16 << 16
     amax[t] = (m << 16) > (m & 0xFFFF0000u) ? (m << 16) : (m & 0xFFFF0000u);
 #if AITER_AUX_QUANT_PK
@@ -141,25 +155,6 @@ __device__ __forceinline__ void quant_steps_of(const AiterAuxQuantArgs& a, int64
   if (bw < nblocks) step(std::false_type{}, px, pq, ps, odd, pair, static_cast<int>(nblocks - bw));
 }
 
-template <int D, int kTiles, bool kAligned>
-__device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                            int64_t nwarps, bool x_al16, bool q_al4) {
-  quant_steps_of<16, D, kTiles>(a, gwarp, nwarps, [=](auto full, auto... at) {
-    quant_step<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
-  });
-}
-
-template <int D, int kTiles>
-__device__ __forceinline__ void quant_tensor_tiles(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                                   int64_t nwarps, bool x_al16, bool q_al4) {
-  static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
-  if (x_al16 && q_al4) {
-    quant_steps<D, kTiles, true>(a, gwarp, nwarps, true, true);
-  } else {
-    quant_steps<D, 1, false>(a, gwarp, nwarps, x_al16, q_al4);
-  }
-}
-
 constexpr int kQuantThreads = 256;
 
 // CUDA: at least kQuantMinOccupancy = 6 blocks of 256 per SM (launch_traits.h).
@@ -201,11 +196,26 @@ inline QuantGrid quant_grid(int64_t units) {
 }  // namespace gpu
 }  // namespace aiter_aux
 
-#include "quant_fp8.h"  // the MXFP8 steps (quant_fp8_tiles)
+#include "quant_fp8.h"  // the MXFP8 steps (quant_step_fp8)
 
 namespace aiter_aux {
 namespace gpu {
 namespace quant_detail {
+
+// quant_steps_of in format F: 16 bytes of a_q per block (MXFP4, quant_step) or 32 (MXFP8,
+// quant_step_fp8).
+template <QuantFormat F, int D, int kTiles, bool kAligned>
+__device__ __forceinline__ void quant_steps(const AiterAuxQuantArgs& a, int64_t gwarp,
+                                            int64_t nwarps, bool x_al16, bool q_al4) {
+  constexpr bool kFp8 = F == QuantFormat::Mxfp8;
+  quant_steps_of<kFp8 ? 32 : 16, D, kTiles>(a, gwarp, nwarps, [=](auto full, auto... at) {
+    if constexpr (kFp8) {
+      quant_step_fp8<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
+    } else {
+      quant_step<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
+    }
+  });
+}
 
 // The quant work of warps gwarp of nwarps in format F (the standalone kernels' and the quant
 // blocks of moe_sort_quant[_fp8]); kTiles tiles per step.  One tile per step keeps the sort
@@ -215,10 +225,14 @@ template <QuantFormat F, int D, int kTiles = 1>
 __device__ __forceinline__ void quant_tensor(const AiterAuxQuantArgs& a, int64_t gwarp,
                                              int64_t nwarps, bool x_al16, bool q_al4) {
   static_assert(F != QuantFormat::None, "quant_tensor needs a format");
-  if constexpr (F == QuantFormat::Mxfp8) {
-    quant_fp8_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
+  static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
+  // the aligned path stores 4 bytes per lane for MXFP4, 16 for MXFP8 (a_q 16-byte aligned)
+  const bool q_al =
+      F == QuantFormat::Mxfp8 ? q_al4 && (reinterpret_cast<uintptr_t>(a.a_q) & 15u) == 0 : q_al4;
+  if (x_al16 && q_al) {
+    quant_steps<F, D, kTiles, true>(a, gwarp, nwarps, true, true);
   } else {
-    quant_tensor_tiles<D, kTiles>(a, gwarp, nwarps, x_al16, q_al4);
+    quant_steps<F, D, 1, false>(a, gwarp, nwarps, x_al16, q_al4);
   }
 }
 

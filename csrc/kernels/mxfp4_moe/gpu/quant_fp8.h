@@ -77,24 +77,12 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
   x_al16 = kAligned || x_al16;
   q_al4 = kAligned || q_al4;
   uint32_t w[kTiles][8];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t) {
-    const bool act = kFull || t * kTileBlocks + pair < rem;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[t][j] = 0u;
-    if (act) {
-      load_bf16x8(px + t * kTileBlocks * 32, x_al16, &w[t][0]);       // unit odd
-      load_bf16x8(px + t * kTileBlocks * 32 + 16, x_al16, &w[t][4]);  // unit odd + 2
-    }
-  }
+  load_step<kTiles, kFull>(px, pair, rem, x_al16, w);
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) {
     if (!kFull && t * kTileBlocks >= rem) break;  // warp-uniform
     const bool act = kFull || t * kTileBlocks + pair < rem;
-    uint32_t m = w[t][0] & 0x7FFF7FFFu;
-#pragma unroll
-    for (int j = 1; j < 8; ++j) m = pk_max_u16(m, w[t][j] & 0x7FFF7FFFu);
-    m = pk_max_u16(m, pair_other(m));
+    const uint32_t m = block_abs_max2(w[t]);
     const uint32_t amax16 = (m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16);
     const bool bad = amax16 >= 0x7F80u;                      // a NaN or an Inf in the block
     const uint32_t s = bad ? 255u : fp8_scale_byte(amax16);  // (folds to the encoder's scale)
@@ -125,28 +113,6 @@ __device__ __forceinline__ void quant_step_fp8(const uint16_t* px, uint8_t* pq, 
       store_u8x4(p + 20, q_al4, q1[1]);
       if (!odd) ps[t * kTileBlocks] = static_cast<uint8_t>(s);
     }
-  }
-}
-
-// quant_steps (quant.h) for MXFP8: 32 bytes of a_q per block.
-template <int D, int kTiles, bool kAligned>
-__device__ __forceinline__ void quant_steps_fp8(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                                int64_t nwarps, bool x_al16, bool q_al4) {
-  quant_steps_of<32, D, kTiles>(a, gwarp, nwarps, [=](auto full, auto... at) {
-    quant_step_fp8<kTiles, kAligned, decltype(full)::value>(at..., x_al16, q_al4);
-  });
-}
-
-template <int D, int kTiles>
-__device__ __forceinline__ void quant_fp8_tiles(const AiterAuxQuantArgs& a, int64_t gwarp,
-                                                int64_t nwarps, bool x_al16, bool q_al4) {
-  static_assert(D > 0 && D % 32 == 0, "model_dim must be a positive multiple of 32");
-  // the aligned path stores 16 bytes per lane: a_q must be 16-byte aligned
-  const bool q_al16 = q_al4 && (reinterpret_cast<uintptr_t>(a.a_q) & 15u) == 0;
-  if (x_al16 && q_al16) {
-    quant_steps_fp8<D, kTiles, true>(a, gwarp, nwarps, true, true);
-  } else {
-    quant_steps_fp8<D, 1, false>(a, gwarp, nwarps, x_al16, q_al4);
   }
 }
 

@@ -64,12 +64,7 @@ __global__ __launch_bounds__(kThreads) void scatter_reduce_kernel(AiterAuxScatte
     for (int k0 = 0; k0 < K; k0 += kKB) {
       int ps[kKB];
       bool ok[kKB];
-#pragma unroll
-      for (int i = 0; i < kKB; ++i) {
-        const int p = k0 + i < K ? rev[k0 + i] : -1;
-        ok[i] = p >= 0 && p < rows;
-        ps[i] = ok[i] ? p : 0;
-      }
+      pair_rows<K, kKB>(rev, k0, rows, ps, ok);
       if (rows == 0) continue;  // nothing is kept
       float wt[kKB];
       uint32_t raw[kKB][kRaw];
@@ -185,35 +180,9 @@ __global__ __launch_bounds__(kThreadsQ, (q_min_blocks<K, Idx>())) void scatter_r
         if (!ok[i]) continue;
         uint32_t wb;
         if (q_fast_weight(as_u32(wt[i]), sc[i], &wb)) {
-          const float big_w = as_f32(wb);
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            uint32_t h[4];
-            e2m1x8_as_f16x2(raw[i][w], h);
-            float* ac = acc + 8 * w;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              ac[j] = f32_add_rn(ac[j], f32_mul_rn(f16_half_to_f32<false>(h[j]), big_w));
-              ac[j + 4] = f32_add_rn(ac[j + 4], f32_mul_rn(f16_half_to_f32<true>(h[j]), big_w));
-            }
-          }
+          q_fast_accumulate<4>(acc, raw[i], as_f32(wb));
         } else {
-          // rare: the 16 products P[nib] = fp32(decode(nib, s) * w) by the general
-          // decode into this thread's column of a shared-memory table, then one
-          // table read per element (keeps the register footprint of the fast path)
-#pragma unroll 1
-          for (int m = 0; m < 8; ++m) {
-            const float pr =
-                f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), sc[i])), wt[i]);
-            tab[m][tid] = pr;
-            tab[m + 8][tid] =
-                as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
-          }
-#pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            const uint32_t nib = (raw[i][j / 8] >> (4 * (j % 8))) & 0xFu;
-            acc[j] = f32_add_rn(acc[j], tab[nib][tid]);
-          }
+          q_table_accumulate<32>(acc, raw[i], sc[i], wt[i], tab, tid);
         }
       }
     }

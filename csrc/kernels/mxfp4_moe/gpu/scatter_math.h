@@ -60,11 +60,7 @@ __device__ __forceinline__ void scale_sum(float* acc, float scale) {
 // 16 bytes of e2m1 codes as 4 little-endian words; al16: p is 16-byte aligned.
 __device__ __forceinline__ void load_q16(const uint8_t* p, bool al16, uint32_t w[4]) {
   if (al16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+    load_u32x4(p, w);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = load_u8x4(p + 4 * i, false);
@@ -110,6 +106,56 @@ __host__ __device__ __forceinline__ void e2m1x8_as_f16x2(uint32_t x, uint32_t h[
   h[1] = (z_odd << 5) & kF16;
   h[2] = (z_even << 1) & kF16;
   h[3] = ((x >> 3) & 0x0E000E00u) | (x & 0x80008000u);
+}
+
+// The rows of the pairs k0 .. k0 + kKB - 1 of a token (rev: its K entries of reverse_sorted):
+// ok[i] where 0 <= p < rows; a skipped pair (past K too) loads row 0 and is not accumulated.
+template <int K, int kKB>
+__device__ __forceinline__ void pair_rows(const int32_t* rev, int k0, int64_t rows, int* ps,
+                                          bool* ok) {
+#pragma unroll
+  for (int i = 0; i < kKB; ++i) {
+    const int p = k0 + i < K ? rev[k0 + i] : -1;
+    ok[i] = p >= 0 && p < rows;
+    ps[i] = ok[i] ? p : 0;
+  }
+}
+
+// acc[j] += the fast product of element j of raw's kWords words of e2m1 codes (8 a word),
+// big_w = W from q_fast_weight.
+template <int kWords>
+__device__ __forceinline__ void q_fast_accumulate(float* acc, const uint32_t* raw, float big_w) {
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    uint32_t h[4];
+    e2m1x8_as_f16x2(raw[w], h);
+    float* ac = acc + 8 * w;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      ac[j] = f32_add_rn(ac[j], f32_mul_rn(f16_half_to_f32<false>(h[j]), big_w));
+      ac[j + 4] = f32_add_rn(ac[j + 4], f32_mul_rn(f16_half_to_f32<true>(h[j]), big_w));
+    }
+  }
+}
+
+// acc[j] += fp32(decode(nib_j, s) * w) for the kN codes of raw, where q_fast_weight is false
+// (rare): the 16 products P[nib] by the general decode into this thread's column tid of the
+// shared-memory table tab, then one table read per element (keeps the register footprint of
+// the fast path and the unrolled pair loop small).
+template <int kN, int kCols>
+__device__ __forceinline__ void q_table_accumulate(float* acc, const uint32_t* raw, uint32_t s,
+                                                   float w, float (*tab)[kCols], int tid) {
+#pragma unroll 1
+  for (int m = 0; m < 8; ++m) {
+    const float pr = f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(m), s)), w);
+    tab[m][tid] = pr;
+    tab[m + 8][tid] = as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const uint32_t nib = (raw[j / 8] >> (4 * (j % 8))) & 0xFu;
+    acc[j] = f32_add_rn(acc[j], tab[nib][tid]);
+  }
 }
 
 // bf16 (RNE, NaN -> 0x7FC0) of 8 accumulators as 4 packed words.  On CUDA the

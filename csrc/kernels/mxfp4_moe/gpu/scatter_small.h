@@ -155,12 +155,7 @@ __global__ __launch_bounds__(kT) void scatter_reduce_small_kernel(AiterAuxScatte
       for (int k0 = 0; k0 < K; k0 += kKB) {
         int ps[kKB];
         bool ok[kKB];
-#pragma unroll
-        for (int i = 0; i < kKB; ++i) {
-          const int p = k0 + i < K ? rev[k0 + i] : -1;
-          ok[i] = p >= 0 && p < rows;
-          ps[i] = ok[i] ? p : 0;  // a skipped pair loads row 0 and is not accumulated
-        }
+        pair_rows<K, kKB>(rev, k0, rows, ps, ok);
         float wt[kKB];
         uint32_t raw[kKB][kWords];
         uint32_t sc[kKB];
@@ -182,35 +177,9 @@ __global__ __launch_bounds__(kT) void scatter_reduce_small_kernel(AiterAuxScatte
           if constexpr (kQ) {
             uint32_t wb;
             if (q_fast_weight(as_u32(wt[i]), sc[i], &wb)) {
-              const float big_w = as_f32(wb);
-#pragma unroll
-              for (int w = 0; w < kWords; ++w) {
-                uint32_t h[4];
-                e2m1x8_as_f16x2(raw[i][w], h);
-                float* ac = acc + 8 * w;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                  ac[j] = f32_add_rn(ac[j], f32_mul_rn(f16_half_to_f32<false>(h[j]), big_w));
-                  ac[j + 4] = f32_add_rn(ac[j + 4], f32_mul_rn(f16_half_to_f32<true>(h[j]), big_w));
-                }
-              }
-            } else if constexpr (V > 8) {
-              // rare: the 16 products P[nib] = fp32(decode(nib, s) * w) into this thread's
-              // column of a shared-memory table, then one table read per element (as the
-              // large-M kernel: keeps the unrolled pair loop small)
-#pragma unroll 1
-              for (int n = 0; n < 8; ++n) {
-                const float pr =
-                    f32_mul_rn(as_f32(mx_decode_bits(static_cast<uint32_t>(n), sc[i])), wt[i]);
-                tab[n][tid] = pr;
-                tab[n + 8][tid] =
-                    as_f32(as_u32(pr) ^ 0x80000000u);  // exact; a NaN's sign is dropped later
-              }
-#pragma unroll
-              for (int j = 0; j < V; ++j) {
-                const uint32_t nib = (raw[i][j / 8] >> (4 * (j % 8))) & 0xFu;
-                acc[j] = f32_add_rn(acc[j], tab[nib][tid]);
-              }
+              q_fast_accumulate<kWords>(acc, raw[i], as_f32(wb));
+            } else if constexpr (V > 8) {  // rare: the shared-memory table
+              q_table_accumulate<V>(acc, raw[i], sc[i], wt[i], tab, tid);
             } else {
 #pragma unroll
               for (int j = 0; j < V; ++j) {

@@ -49,6 +49,7 @@
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
 
+#include "../sort_checks.h"
 #include "common.h"
 #include "quant.h"
 #include "sort_scales.h"
@@ -119,11 +120,8 @@ inline int check_sort_args(const AiterAuxSortArgs& a, const char* op) {
                         E);
   if (a.topk != K)
     return fail_invalid("%s: topk %d does not match the instance (%d)", op, a.topk, K);
-  if (!valid_block_m(a.block_m))
-    return fail_invalid("%s: block_m %d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
-    return fail_invalid("%s: num_tokens %lld out of [0, %d)", op, (long long)a.num_tokens,
-                        AITER_AUX_MAX_NUM_TOKENS);
+  const int rc = check_sort_rows(a.block_m, a.num_tokens, a.max_rows, op, fail_invalid);
+  if (rc != AITER_AUX_OK) return rc;
   const int64_t cap = sort_capacity(a.num_tokens, K, E, a.block_m);
   // Rows and pair indices are int32 on the device (with some headroom for
   // index arithmetic past the end of a range).
@@ -155,16 +153,23 @@ inline SortProblem sort_problem(const AiterAuxSortArgs& a, bool fused_scales) {
 }
 
 // One launch per path; each returns check_launch's status.
+// num_g (>= 1) sort blocks of `kernel` (sort_pairs_kernel, sort_tiny_kernel: the same
+// parameters), `threads` threads each, then its quant and zero blocks.
+template <QuantFormat F, int D, class A, class Kernel>
+inline int launch_grouped(Kernel kernel, int threads, const A& a, const AiterAuxQuantArgs& q,
+                          hipStream_t st, int num_g, const char* op) {
+  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, threads, 1);
+  AITER_AUX_LAUNCH(kernel, dim3(num_g + x.quant_blocks + x.zero_blocks), dim3(threads), st)(
+      a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
+  return check_launch(op);
+}
+
 // n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
 // A: the args type, which picks the output format (sort_format.h).
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_pairs(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
                         const char* op) {
-  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kPairThreads, 1);
-  AITER_AUX_LAUNCH((sort_pairs_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kPairThreads),
-                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  return check_launch(op);
+  return launch_grouped<F, D>(sort_pairs_kernel<E, K, F, D, A>, kPairThreads, a, q, st, num_g, op);
 }
 
 template <int E, int K, QuantFormat F, int D, class A>
@@ -179,11 +184,7 @@ inline int launch_micro(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_tiny(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
                        const char* op) {
-  const AuxGrid x = aux_grid<F, D>(host_sort_policy(), a, q, kTinyThreads, 1);
-  AITER_AUX_LAUNCH((sort_tiny_kernel<E, K, F, D, A>), dim3(num_g + x.quant_blocks + x.zero_blocks),
-                   dim3(kTinyThreads),
-                   st)(a, q, num_g, x.quant_blocks, x.zero_blocks, x.x_al16, x.q_al4);
-  return check_launch(op);
+  return launch_grouped<F, D>(sort_tiny_kernel<E, K, F, D, A>, kTinyThreads, a, q, st, num_g, op);
 }
 
 // n pairs in num_chunks (>= 1) chunks of at most 65535 pairs each (uint16 counters); wide:

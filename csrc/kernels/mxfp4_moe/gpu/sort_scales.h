@@ -35,6 +35,7 @@
 // else V = 8 (8-, 4-byte or byte loads by the alignment of a_scale).
 #pragma once
 
+#include "../sort_checks.h"
 #include "common.h"
 
 namespace aiter_aux {
@@ -91,11 +92,7 @@ struct SlotVec<8> {
 template <int V>
 __device__ __forceinline__ void load_slot(const uint8_t* p, bool al8, bool al4, uint32_t* w) {
   if constexpr (V == 16) {  // the caller checked 16-byte alignment
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
+    load_u32x4(p, w);
   } else if (al8) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
     w[0] = v.x;
@@ -261,13 +258,8 @@ int moe_sort_scales(const AiterAuxSortScalesArgs& a, void* stream) {
   if (a.model_dim != ModelDim)
     return fail_invalid("%s: model_dim %d does not match the instance (%d)", op, a.model_dim,
                         ModelDim);
-  if (!valid_block_m(a.block_m))
-    return fail_invalid("%s: block_m %d not in " AITER_AUX_BLOCK_M_SET, op, a.block_m);
-  if (a.num_tokens < 0 || a.num_tokens >= AITER_AUX_MAX_NUM_TOKENS)
-    return fail_invalid("%s: num_tokens %lld out of [0, %d)", op, (long long)a.num_tokens,
-                        AITER_AUX_MAX_NUM_TOKENS);
-  if (a.max_rows < 0 || a.max_rows > AITER_AUX_MAX_ROWS)
-    return fail_invalid("%s: max_rows %lld out of [0, 2^31)", op, (long long)a.max_rows);
+  const int rc = check_sort_rows(a.block_m, a.num_tokens, a.max_rows, op, fail_invalid);
+  if (rc != AITER_AUX_OK) return rc;
   const int64_t bm = a.block_m > 32 ? a.block_m : 32;
   const int64_t out_rows = ceil_div_i64(a.max_rows, bm) * bm;
   if (out_rows == 0) return AITER_AUX_OK;

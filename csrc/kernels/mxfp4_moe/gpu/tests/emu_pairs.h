@@ -40,18 +40,22 @@ EpRouting ep_routing(int m, int k, int e, std::mt19937& rng, int map_mode) {
   return r;
 }
 
+// A case's routing: map_mode 0, make_ids of `mode` (the ids are the local ids, no map); else
+// ep_routing of map_mode.
+inline EpRouting case_routing(int m, int k, int e, std::mt19937& rng, int mode, int map_mode) {
+  if (map_mode != 0) return ep_routing(m, k, e, rng, map_mode);
+  EpRouting ep;
+  ep.ids = make_ids(m, k, e, rng, mode);
+  ep.local = ep.ids;
+  return ep;
+}
+
 // Forced pair launch with num_g blocks (the chooser's, and two more than needed), against
 // ref_sort; map_mode 0: plain ids of make_ids' mode; zero_mode 1: zero_buf, 2: zero_buf_init.
 template <int E, int K>
 void run_pairs_case(int m, int bm, int mode, uint32_t seed, int map_mode, int zero_mode) {
   std::mt19937 rng(seed);
-  EpRouting ep;
-  if (map_mode == 0) {
-    ep.ids = make_ids(m, K, E, rng, mode);
-    ep.local = ep.ids;
-  } else {
-    ep = ep_routing(m, K, E, rng, map_mode);
-  }
+  const EpRouting ep = case_routing(m, K, E, rng, mode, map_mode);
   const auto w = make_weights(ep.ids.size(), rng);
   const int64_t max_rows = sort_capacity(m, K, E, bm) + (seed % 2 ? bm : 0);
   SortBufs want = prefilled(max_rows, bm, ep.ids.size());
@@ -99,13 +103,7 @@ template <int E, int K, int D, bool kFp8>
 void run_pairs_fused_case(int m, int bm, int mode, uint32_t seed, int map_mode, bool scales,
                           bool init_zero) {
   std::mt19937 rng(seed);
-  EpRouting ep;
-  if (map_mode == 0) {
-    ep.ids = make_ids(m, K, E, rng, mode);
-    ep.local = ep.ids;
-  } else {
-    ep = ep_routing(m, K, E, rng, map_mode);
-  }
+  const EpRouting ep = case_routing(m, K, E, rng, mode, map_mode);
   const auto w = make_weights(ep.ids.size(), rng);
   const auto xs = make_x(m, D, rng);
   const int64_t max_rows = sort_capacity(m, K, E, bm) + (seed % 3 == 0 ? bm : 0);
