@@ -61,6 +61,36 @@ def test_vllm_topk_softmax(dtype, renorm):
     assert vllm.topk_softmax is custom_ops.topk_softmax
 
 
+@pytest.mark.parametrize("renorm", (True, False))
+def test_vllm_topk_softmax_bias_and_padding(renorm):
+    # vLLM 0.33's topk_softmax: choice = softmax + e_score_correction_bias (weights the
+    # uncorrected scores), ids of padding rows -1; the rest as without them
+    m, e, k = 9, 64, 4
+    x = logits(m, e, seed=3)
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(4))
+    pad = torch.tensor([False, True, False, False, True, False, False, False, True])
+    w, ids = bufs(m, k)
+    tei = torch.full((m, k), POISON, dtype=I32)
+    assert custom_ops.topk_softmax(w, ids, tei, x, renorm, bias, pad) is None
+    rw, rids = R.moe_route(x, k, renormalize=renorm, correction_bias=bias)
+    rids[pad] = -1
+    assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+    assert torch.equal(tei, torch.arange(m * k, dtype=I32).view(k, m).t())
+    w2, ids2 = bufs(m, k)
+    custom_ops.topk_softmax(w2, ids2, tei, x, renorm, bias.bfloat16(), None)  # widened exactly
+    rw2, rids2 = R.moe_route(x, k, renormalize=renorm, correction_bias=bias.bfloat16().float())
+    assert torch.equal(bits(w2), bits(rw2)) and torch.equal(ids2, rids2)
+    for bad, exc, match in (
+        (pad.int(), TypeError, "is_padding must be a torch.bool tensor"),
+        (pad[:4], ValueError, r"is_padding must be \[M\] = \[9\]"),
+        ("x", TypeError, "is_padding must be a torch.bool tensor"),
+    ):
+        w3, ids3 = bufs(m, k)
+        with pytest.raises(exc, match=match):
+            custom_ops.topk_softmax(w3, ids3, tei, x, renorm, None, bad)
+        assert (bits(w3) == POISON).all() and (ids3 == POISON).all()
+
+
 @pytest.mark.parametrize("scoring_func", (0, 1))
 def test_vllm_grouped_topk(scoring_func):
     m, e = 11, 256
@@ -167,7 +197,8 @@ def test_signatures_match_the_peers():
         return list(inspect.signature(f).parameters)
 
     assert names(vllm.topk_softmax) == ["topk_weights", "topk_ids", "token_expert_indices",
-                                        "gating_output", "renormalize"]  # fmt: skip
+                                        "gating_output", "renormalize",
+                                        "e_score_correction_bias", "is_padding"]  # fmt: skip
     assert names(vllm.grouped_topk) == ["scores", "num_expert_group", "topk_group", "topk",
                                         "renormalize", "routed_scaling_factor", "bias",
                                         "scoring_func"]  # fmt: skip

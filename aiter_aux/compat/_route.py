@@ -64,17 +64,37 @@ def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
 
 
 # ------------------------------------------------------------------------------ vLLM
+_SOURCE_ROWS: dict[Any, Tensor] = {}  # per device: arange(M) for the largest M seen
+
+
+def _source_rows(token_expert_indices: Tensor, m: int, k: int) -> None:
+    """``token_expert_indices[t, j] = j * M + t`` (vLLM's source rows) in one kernel: an add
+    of two cached aranges (rows t, columns j scaled by M)."""
+    import torch
+
+    dev = token_expert_indices.device
+    ar = _SOURCE_ROWS.get(dev)
+    if ar is None or ar.numel() < max(m, k):
+        ar = torch.arange(max(m, k, 1024), dtype=torch.int32, device=dev)
+        _SOURCE_ROWS[dev] = ar
+    torch.add(ar[:m, None], ar[None, :k], alpha=m, out=token_expert_indices)
+
+
 def vllm_topk_softmax(
     topk_weights: Tensor,
     topk_ids: Tensor,
     token_expert_indices: Tensor,
     gating_output: Tensor,
     renormalize: bool = False,
+    e_score_correction_bias: Tensor | None = None,
+    is_padding: Tensor | None = None,
 ) -> None:
     """vLLM's ``_custom_ops.topk_softmax``: softmax over each row of ``gating_output``
-    [M, E], its ``topk`` largest (topk = ``topk_weights.shape[1]``) into ``topk_weights``
-    (float32) and ``topk_ids`` (int32 or int64), divided by their sum when ``renormalize``;
-    ``token_expert_indices[t, k] = k * M + t`` (int32).  Returns None."""
+    [M, E], its ``topk`` largest choices (topk = ``topk_weights.shape[1]``; choice = score +
+    ``e_score_correction_bias`` float32 [E] when given) into ``topk_ids`` (int32 or int64)
+    and their scores into ``topk_weights`` (float32), divided by their sum when
+    ``renormalize``; ``token_expert_indices[t, k] = k * M + t`` (int32); the ids of the rows
+    where ``is_padding`` (bool [M]) is True are -1.  Returns None."""
     import torch
 
     _check_pair(topk_weights, topk_ids, "topk_ids")
@@ -89,10 +109,21 @@ def vllm_topk_softmax(
         raise TypeError(
             f"token_expert_indices must have dtype torch.int32, got {token_expert_indices.dtype}"
         )
-    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
     m, k = topk_weights.shape
-    rows = torch.arange(m * k, dtype=torch.int32, device=token_expert_indices.device)
-    token_expert_indices.copy_(rows.view(k, m).t())
+    if is_padding is not None:
+        if not isinstance(is_padding, torch.Tensor) or is_padding.dtype != torch.bool:
+            got = is_padding.dtype if isinstance(is_padding, torch.Tensor) else type(is_padding)
+            raise TypeError(f"is_padding must be a torch.bool tensor, got {got}")
+        if is_padding.shape != (m,) or is_padding.device != topk_ids.device:
+            raise ValueError(
+                f"is_padding must be [M] = [{m}] on {topk_ids.device}, got "
+                f"{list(is_padding.shape)} on {is_padding.device}"
+            )
+    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
+                correction_bias=_bias(e_score_correction_bias))  # fmt: skip
+    _source_rows(token_expert_indices, m, k)
+    if is_padding is not None:
+        topk_ids.masked_fill_(is_padding[:, None], -1)
 
 
 _VLLM_SCORING = {0: "none", 1: "sigmoid"}
