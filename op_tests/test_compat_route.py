@@ -224,3 +224,43 @@ def test_import_loads_nothing():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_errors_name_the_callers_arguments():
+    # the drop-ins' errors name the peer's parameters, not moe_route's
+    g = logits(6, 64)
+    w, ids = bufs(6, 2)
+    tei = torch.full((6, 2), POISON, dtype=I32)
+    cases = [
+        (lambda: custom_ops.topk_softmax(w, ids, tei, g[0]), "gating_output must be a 2-D"),
+        (lambda: custom_ops.topk_softmax(w, ids, tei, g, False, torch.zeros(63)),
+         "e_score_correction_bias must have shape"),
+        (lambda: vllm.grouped_topk(g, 8, 2, 4, True, 1.0, torch.zeros(63), 1),
+         "bias must have shape"),
+        (lambda: vllm.grouped_topk(g, 8, 2, 4, True, 1.0, torch.zeros(64), 1.0),
+         "scoring_func must be 0"),
+        (lambda: sglang.topk_softmax(w, ids, g[0]), "gating_output must be a 2-D"),
+        (lambda: sglang.moe_fused_gate(g[0], None, 8, 2, 4), "input_tensor must be a 2-D"),
+        (lambda: aiter.biased_grouped_topk(g, torch.zeros(64), w, ids, 8, 2, None),
+         "need_renorm must be a bool"),
+        (lambda: custom_ops.topk_softmax(w, ids.short(), tei, g),
+         "topk_ids must have dtype torch.int32 or torch.int64"),
+    ]  # fmt: skip
+    for call, match in cases:
+        with pytest.raises((TypeError, ValueError), match=match) as info:
+            call()
+        assert "router_logits" not in str(info.value) and "\n" not in str(info.value)
+    assert (bits(w) == POISON).all() and (ids == POISON).all() and (tei == POISON).all()
+
+
+def test_vllm_topk_softmax_rows_are_gating_outputs():
+    # vLLM's num_rows is gating_output's: longer buffers keep their extra rows, and
+    # token_expert_indices counts k * num_rows + t
+    g = logits(4, 8)
+    w, ids = bufs(6, 2)
+    tei = torch.full((6, 2), POISON, dtype=I32)
+    custom_ops.topk_softmax(w, ids, tei, g, True)
+    rw, rids = R.moe_route(g, 2, renormalize=True)
+    assert torch.equal(bits(w[:4]), bits(rw)) and torch.equal(ids[:4], rids)
+    assert torch.equal(tei[:4], torch.arange(8, dtype=I32).view(2, 4).t())
+    assert (bits(w[4:]) == POISON).all() and (ids[4:] == POISON).all() and (tei[4:] == POISON).all()

@@ -35,6 +35,16 @@ def _bias(bias: Any) -> Any:
     return bias
 
 
+def _renamed(e: Exception, names: dict[str, str]) -> Exception:
+    """``e`` with moe_route's argument names in its message replaced by the caller's."""
+    import re
+
+    if e.args and isinstance(e.args[0], str):
+        pattern = r"\b(" + "|".join(names) + r")\b"
+        e.args = (re.sub(pattern, lambda m: names[m.group(1)], e.args[0]), *e.args[1:])
+    return e
+
+
 def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
     """``moe_route_out`` into the peer's buffers (topk = their columns); int64 ids are
     written through an int32 buffer."""
@@ -61,9 +71,15 @@ def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
             f"topk_weights and {ids_name} must both be [M, topk], got "
             f"{list(topk_weights.shape)} and {list(topk_ids.shape)}"
         )
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(
+            f"{ids_name} must have dtype torch.int32 or torch.int64, got {topk_ids.dtype}"
+        )
 
 
 # ------------------------------------------------------------------------------ vLLM
+_VLLM_SOFTMAX_NAMES = {"router_logits": "gating_output",
+                       "correction_bias": "e_score_correction_bias"}  # fmt: skip
 _SOURCE_ROWS: dict[Any, Tensor] = {}  # per device: arange(M) for the largest M seen
 
 
@@ -94,7 +110,8 @@ def vllm_topk_softmax(
     ``e_score_correction_bias`` float32 [E] when given) into ``topk_ids`` (int32 or int64)
     and their scores into ``topk_weights`` (float32), divided by their sum when
     ``renormalize``; ``token_expert_indices[t, k] = k * M + t`` (int32); the ids of the rows
-    where ``is_padding`` (bool [M]) is True are -1.  Returns None."""
+    where ``is_padding`` (bool [M]) is True are -1.  M is ``gating_output``'s rows (the
+    buffers may have more; those rows are left as they are).  Returns None."""
     import torch
 
     _check_pair(topk_weights, topk_ids, "topk_ids")
@@ -110,6 +127,8 @@ def vllm_topk_softmax(
             f"token_expert_indices must have dtype torch.int32, got {token_expert_indices.dtype}"
         )
     m, k = topk_weights.shape
+    if isinstance(gating_output, torch.Tensor) and gating_output.dim() == 2:
+        m = min(m, gating_output.shape[0])  # vLLM's num_rows (more rows: the op refuses)
     if is_padding is not None:
         if not isinstance(is_padding, torch.Tensor) or is_padding.dtype != torch.bool:
             got = is_padding.dtype if isinstance(is_padding, torch.Tensor) else type(is_padding)
@@ -119,11 +138,14 @@ def vllm_topk_softmax(
                 f"is_padding must be [M] = [{m}] on {topk_ids.device}, got "
                 f"{list(is_padding.shape)} on {is_padding.device}"
             )
-    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
-                correction_bias=_bias(e_score_correction_bias))  # fmt: skip
-    _source_rows(token_expert_indices, m, k)
+    try:
+        _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
+                    correction_bias=_bias(e_score_correction_bias))  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, _VLLM_SOFTMAX_NAMES) from None
+    _source_rows(token_expert_indices[:m], m, k)
     if is_padding is not None:
-        topk_ids.masked_fill_(is_padding[:, None], -1)
+        topk_ids[:m].masked_fill_(is_padding[:, None], -1)
 
 
 _VLLM_SCORING = {0: "none", 1: "sigmoid"}
@@ -144,13 +166,16 @@ def vllm_grouped_topk(
     choices, ``topk_group`` kept, the ``topk`` largest choices chosen; weights = scores,
     renormalised when ``renormalize``, times ``routed_scaling_factor``.  Returns
     ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
-    if scoring_func not in _VLLM_SCORING or isinstance(scoring_func, bool):
+    if type(scoring_func) is not int or scoring_func not in _VLLM_SCORING:
         raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
-    return _ops().moe_route(
-        scores, topk, scoring=_VLLM_SCORING[scoring_func], renormalize=renormalize,
-        num_expert_group=num_expert_group, topk_group=topk_group,
-        correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
-    )  # fmt: skip
+    try:
+        return _ops().moe_route(
+            scores, topk, scoring=_VLLM_SCORING[scoring_func], renormalize=renormalize,
+            num_expert_group=num_expert_group, topk_group=topk_group,
+            correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
+        )  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, {"router_logits": "scores", "correction_bias": "bias"}) from None
 
 
 # ---------------------------------------------------------------------------- SGLang
@@ -159,7 +184,10 @@ def sglang_topk_softmax(
 ) -> None:
     """sgl-kernel's ``topk_softmax``: as vLLM's without ``token_expert_indices``."""
     _check_pair(topk_weights, topk_ids, "topk_ids")
-    _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
+    try:
+        _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, {"router_logits": "gating_output"}) from None
 
 
 def sglang_moe_fused_gate(
@@ -191,11 +219,14 @@ def sglang_moe_fused_gate(
     if bias is None and isinstance(input_tensor, torch.Tensor) and input_tensor.dim() == 2:
         bias = torch.zeros(input_tensor.shape[1], dtype=torch.float32, device=input_tensor.device)
     scale = routed_scaling_factor if apply_routed_scaling_factor_on_output else 1.0
-    return _ops().moe_route(
-        input_tensor, topk, scoring=scoring_func.lower(), renormalize=renormalize,
-        num_expert_group=num_expert_group, topk_group=topk_group,
-        correction_bias=_bias(bias), routed_scaling_factor=scale,
-    )  # fmt: skip
+    try:
+        return _ops().moe_route(
+            input_tensor, topk, scoring=scoring_func.lower(), renormalize=renormalize,
+            num_expert_group=num_expert_group, topk_group=topk_group,
+            correction_bias=_bias(bias), routed_scaling_factor=scale,
+        )  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, {"router_logits": "input_tensor", "correction_bias": "bias"}) from None
 
 
 # ----------------------------------------------------------------------------- AITER
@@ -214,9 +245,14 @@ def aiter_biased_grouped_topk(
     ``topk_weights.shape[1]`` chosen into ``topk_weights`` / ``topk_ids``, renormalised when
     ``need_renorm``, times ``routed_scaling_factor``.  Returns None."""
     _check_pair(topk_weights, topk_ids, "topk_ids")
-    _route_into(
-        gating_output, topk_weights, topk_ids, scoring="sigmoid",
-        renormalize=need_renorm, num_expert_group=num_expert_group, topk_group=topk_group,
-        correction_bias=_bias(correction_bias),
-        routed_scaling_factor=routed_scaling_factor,
-    )  # fmt: skip
+    try:
+        _route_into(
+            gating_output, topk_weights, topk_ids, scoring="sigmoid",
+            renormalize=need_renorm, num_expert_group=num_expert_group, topk_group=topk_group,
+            correction_bias=_bias(correction_bias),
+            routed_scaling_factor=routed_scaling_factor,
+        )  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise _renamed(
+            e, {"router_logits": "gating_output", "renormalize": "need_renorm"}
+        ) from None
