@@ -38,10 +38,20 @@ _NEGATIVE_LIST = re.compile(r"-\d[\d,;\s-]*")
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (and exit 2), pointing at --help."""
+    """Usage errors as one line (and exit 2), pointing at --help; -v before or after the
+    subcommand (its action is shared with the subcommands, so it has no default of its own:
+    a default would be reset by the subcommand's parse)."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    top = False  # the program's parser (not a subcommand's)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        if self.top and not hasattr(ns, "verbose"):
+            ns.verbose = False
+        return ns, rest
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -292,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "else cpu")  # fmt: skip
     parser = _Parser(prog="aiter-aux", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=_Formatter, parents=[common])  # fmt: skip
-    parser.set_defaults(verbose=False)
+    parser.top = True
     parser.add_argument("--version", action="version", version=f"aiter-aux {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -305,8 +305,21 @@ def run_pipeline(shape, tokens, block_m: int = 32, seed: int | None = None, devi
     if not 1 <= options.ep_ranks <= 64:
         raise ValueError(f"--ep-ranks {options.ep_ranks}: must be in [1, 64]")
     for flag, path in (("--csv", csv_path), ("--json", json_path)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
             raise ValueError(f"{flag} {path}: its directory does not exist")
+        if os.path.isdir(path):
+            raise ValueError(f"{flag} {path}: is a directory (a file name is needed)")
+        existed = os.path.exists(path)
+        try:  # the run writes it at the end: find out now
+            with open(path, "a"):
+                pass
+        except OSError as e:
+            raise ValueError(f"{flag} {path}: not writable ({e.strerror})") from None
+        if not existed:
+            os.unlink(path)
     status = mxfp4_moe_shape_status(expert, model_dim, inter, topk)
     if not status.servable:
         raise ValueError(f"shape {tuple(shape)} cannot be served: {status.reason}")

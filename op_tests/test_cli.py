@@ -98,6 +98,8 @@ def test_every_subcommand_and_option_has_help():
                   marks=pytest.mark.skipif(HAS_GPU, reason="a GPU is visible")),
      (["--repeat", "0"], "--repeat 0: must be at least 1"),
      (["--csv", "/nonexistent/run.csv"], "its directory does not exist"),
+     (["--csv", "/tmp"], "--csv /tmp: is a directory"),
+     (["--json", "/proc/x.json"], "--json /proc/x.json: not writable"),
      (["--shape", "8,300,256,2"], "cannot be served: model_dim must be a positive multiple"),
      (["--seed", str(2**70)], f"argument --seed: {2**70} is outside [0, {2**64 - 1}]"),
      (["--routed-scaling", "nan"], "argument --routed-scaling: 'nan' is not a finite number"),
@@ -137,6 +139,12 @@ def test_a_bad_variable_is_refused_before_any_command_acts(command, small_tree, 
     assert {p: p.read_text() for p in small_tree.rglob("*.py")} == before
 
 
+def test_verbose_before_or_after_the_command():
+    parse = cli.build_parser().parse_args
+    assert parse(["-v", "list"]).verbose and parse(["list", "-v"]).verbose
+    assert not parse(["list"]).verbose and not parse(["doctor"]).verbose
+
+
 def test_cache_safety_error_is_one_line_and_verbose_shows_the_traceback(small_tree, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -145,6 +153,8 @@ def test_cache_safety_error_is_one_line_and_verbose_shows_the_traceback(small_tr
     assert "CacheSafetyError" in line and "-v for a traceback" in line
     for extra, env in ((["-v"], {}), ([], {"AITER_AUX_VERBOSE": "1"})):
         p = aiter_aux_cli("build", *extra, tree=small_tree, cache=cache, **env)
+        assert p.returncode != 0 and "Traceback" in p.stderr and "CacheSafetyError" in p.stderr
+        p = aiter_aux_cli(*extra, "build", tree=small_tree, cache=cache, **env)
         assert p.returncode != 0 and "Traceback" in p.stderr and "CacheSafetyError" in p.stderr
 
 
