@@ -7,6 +7,7 @@ device is present."""
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 
@@ -295,10 +296,11 @@ def test_drop_in_write_invalidates_saved_tensors(call):
         y.backward()
 
 
-@pytest.mark.parametrize("scale", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), float("-inf"), 1e39, -4e38])
 def test_non_finite_routed_scaling_factor_is_refused_before_any_kernel(cpu_module, scale):
-    """The rule of ``aiter-aux run --routed-scaling``: a NaN or infinite scale is a
-    ValueError naming routed_scaling_factor, before any kernel, on every entry point."""
+    """The rule of ``aiter-aux run --routed-scaling``: a NaN or infinite scale, or one
+    beyond float32's range (the kernels' type), is a ValueError naming
+    routed_scaling_factor, before any kernel, on every entry point."""
     x = torch.ones(2, 3, 8, dtype=torch.bfloat16)
     out, whole = guarded((2, 8), torch.bfloat16, "cpu")
     calls = {
@@ -316,8 +318,9 @@ def test_non_finite_routed_scaling_factor_is_refused_before_any_kernel(cpu_modul
     for name, call in calls.items():
         # torch.ops.aiter_aux.* is the binding itself: its RuntimeError says "ValueError: ..."
         exc = RuntimeError if name.startswith("torch.ops") else ValueError
-        with pytest.raises(exc, match="routed_scaling_factor must be a finite number, "
-                           f"got {scale}") as e:  # fmt: skip
+        want = (r"routed_scaling_factor must be a finite float32 number "
+                rf"\(\|x\| <= 3\.4028235e\+38\), got {re.escape(f'{scale:g}')}")  # fmt: skip
+        with pytest.raises(exc, match=want) as e:
             call()
         assert "\n" not in str(e.value), (name, str(e.value))
     assert cpu_module.kernel_calls() == before, "a kernel ran"

@@ -8,7 +8,6 @@ conventions of :mod:`aiter_aux.validation`.
 
 from __future__ import annotations
 
-import math
 import operator
 
 
@@ -25,11 +24,14 @@ def validate_int(value: object, name: str) -> int:
 _int = validate_int
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+
+
 def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
     """Return ``value`` as a float: a Python int or float (or a numpy scalar of one); a
     bool, a tensor (0-dim included) or anything else raises TypeError, an int too large for
-    a float, a NaN or an infinity ValueError (the binding's ``check_finite`` is the C++
-    twin)."""
+    a float, a NaN, or a value beyond float32's range (the kernels' type) ValueError (the
+    binding's ``check_finite`` is the C++ twin)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = getattr(getattr(value, "dtype", None), "kind", "")
         if type(value).__module__ != "numpy" or kind not in ("i", "u", "f") or getattr(
@@ -42,8 +44,10 @@ def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
         raise ValueError(
             f"{name} does not fit a float: got an int of {value.bit_length()} bits"
         ) from None
-    if not math.isfinite(f):
-        raise ValueError(f"{name} must be a finite number, got {f}")
+    if not abs(f) <= FLOAT32_MAX:  # NaN too; the kernels compute in float32
+        raise ValueError(
+            f"{name} must be a finite float32 number (|x| <= 3.4028235e+38), got {f:g}"
+        )
     return f
 
 

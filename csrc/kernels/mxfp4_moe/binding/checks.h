@@ -15,6 +15,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -46,6 +47,12 @@ void append(std::string& s, I v) {
   s += std::to_string(v);
 }
 
+inline void append(std::string& s, double v) {  // as Python's f"{v:g}"
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  s += b;
+}
+
 template <class... A>
 std::string cat(const A&... a) {
   std::string s;
@@ -57,11 +64,11 @@ std::string cat(const A&... a) {
   throw std::runtime_error(std::string(type) + ": " + msg);
 }
 
-// A float argument must be finite: the twin of aiter_aux.validation.validate_scale.
+// A float argument must be a finite float32 (the kernels' type): the twin of
+// aiter_aux.validation.validate_scale.
 inline void check_finite(double v, const char* name) {
-  if (std::isfinite(v)) return;
-  fail("ValueError", cat(name, " must be a finite number, got ",
-                         std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf")));
+  if (std::fabs(v) <= 3.4028234663852886e38) return;  // NaN fails too
+  fail("ValueError", cat(name, " must be a finite float32 number (|x| <= 3.4028235e+38), got ", v));
 }
 
 inline void shim(AOTITorchError err, const char* what) {
