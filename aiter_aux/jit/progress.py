@@ -268,7 +268,8 @@ def first_build_note(
             seconds += cost["autograd"]
         busy = f" at load {load:.1f}" if slower > 1 else ""
         what += f", about {_duration(seconds * slower)} on {cores} core{'s' * (cores > 1)}{busy}"
-        each = f" (about {_duration(cost['instance'] * slower)} each)"
+        per = cost["instance"] * slower
+        each = " (under a second each)" if per < 1 else f" (about {_duration(per)} each)"
     return (
         f"the first {backend} op call of this process compiles the binding"
         f"{' and the kernels' if backend == 'cpu' else ''} ({what}) into "
@@ -277,5 +278,5 @@ def first_build_note(
         + (f", then the ops' autograd kernel into {autograd_after}" if autograd_after else "")
         + f", then each instance as it is first called{each}; to skip these waits, "
         "run `aiter-aux build` ahead of time or install the prebuilt wheel "
-        "(AITER_AUX_PREBUILD=1)"
+        "(built with AITER_AUX_PREBUILD=1)"
     )
