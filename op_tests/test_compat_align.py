@@ -412,3 +412,19 @@ def test_srt_id_errors_name_num_experts_as_passed(cpu_module, ignore):
                                                           False, ignore), ValueError,
                rf"^topk_ids values must be {rule}, got 9 \(8 = num_experts - 1, the routed "
                r"experts\)$")  # fmt: skip
+
+
+def test_overlap_errors_name_the_out_forms_experts_ids():
+    # the out forms' parameter is experts_ids (vLLM's custom op, sgl-kernel's): the error
+    # names it so, not the native op's expert_ids (ids < 12: SGLang's 13 is routed + 1)
+    ids = torch.randint(0, 12, (5, 3), dtype=torch.int32)
+    s = torch.full((200,), -7, dtype=torch.int32)
+    ntp = torch.full((1,), -7, dtype=torch.int32)
+    cum = torch.full((15,), -7, dtype=torch.int32)
+    for call in (
+        lambda: CO.moe_align_block_size(ids, 13, 8, s[:106], s[100:114], ntp, None),
+        lambda: S.moe_align_block_size(ids, 13, 8, s[:106], s[100:114], ntp, cum),
+    ):
+        with pytest.raises(ValueError, match=r"^experts_ids overlaps sorted_token_ids"):
+            call()
+    assert (s == -7).all() and (ntp == -7).all()

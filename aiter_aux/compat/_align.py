@@ -45,6 +45,7 @@ from ._align_checks import (
     _vllm_checks,
     most_buckets,
 )
+from ._rename import renamed
 
 if TYPE_CHECKING:
     import torch
@@ -99,17 +100,20 @@ def _plain(*tensors_dims) -> bool:
     return all(isinstance(t, torch.Tensor) and t.dim() == d for t, d in tensors_dims)
 
 
-def _error(error: Exception, check, hint: str) -> Exception:
+_EXPERTS_IDS = {"expert_ids": "experts_ids"}  # the out forms' parameter name
+
+
+def _error(error: Exception, check, hint: str, names: dict[str, str] | None = None) -> Exception:
     """The exception of a failed call: ``check`` (the reference's checks) names a bad
-    argument; else the op's error as the wrappers translate it, a missing instance with
-    ``hint``."""
+    argument; else the op's error as the wrappers translate it (its argument names as
+    ``names`` maps them to the caller's), a missing instance with ``hint``."""
     from ..ops import UnsupportedShapeError
     from ..ops._library import translate
 
     err = translate(error, check)
     if isinstance(err, UnsupportedShapeError):
         return UnsupportedShapeError(f"{err} ({hint})")
-    return err
+    return renamed(err, names) if names else err
 
 
 def _ids2d(topk_ids, torch, i32):
@@ -236,7 +240,7 @@ def sglang_moe_align_block_size(
         if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
                              (num_tokens_post_pad, 1)):  # fmt: skip
             raise _error(err, lambda: _sglang_checks(*args),
-                         f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}") from None  # fmt: skip
+                         f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}", _EXPERTS_IDS) from None  # fmt: skip
     _sglang_align(*args, False)
 
 
@@ -277,7 +281,8 @@ def _sglang_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_i
                                            num_tokens_post_pad, scatter_idx)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         hint = _ANY_SHAPE if srt else f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
-        raise _error(err, lambda: _sglang_checks(*args), hint) from None
+        names = None if srt else _EXPERTS_IDS
+        raise _error(err, lambda: _sglang_checks(*args), hint, names) from None
 
 
 def sglang_srt_moe_align_block_size(
@@ -360,7 +365,7 @@ def vllm_custom_moe_align_block_size(
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
                              (num_tokens_post_pad, 1)):  # fmt: skip
-            raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE) from None
+            raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE, _EXPERTS_IDS) from None
     bs, e = block_size, num_experts
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
@@ -388,4 +393,4 @@ def vllm_custom_moe_align_block_size(
             op(ids, e, bs, sorted_token_ids, experts_ids, num_tokens_post_pad, sc,
                expert_map=maybe_expert_map)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE) from None
+        raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE, _EXPERTS_IDS) from None

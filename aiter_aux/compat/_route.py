@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._rename import renamed
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -33,16 +35,6 @@ def _bias(bias: Any) -> Any:
     if bias.dtype in (torch.float16, torch.bfloat16):
         return bias.float()
     return bias
-
-
-def _renamed(e: Exception, names: dict[str, str]) -> Exception:
-    """``e`` with moe_route's argument names in its message replaced by the caller's."""
-    import re
-
-    if e.args and isinstance(e.args[0], str):
-        pattern = r"\b(" + "|".join(names) + r")\b"
-        e.args = (re.sub(pattern, lambda m: names[m.group(1)], e.args[0]), *e.args[1:])
-    return e
 
 
 def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
@@ -142,7 +134,7 @@ def vllm_topk_softmax(
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
                     correction_bias=_bias(e_score_correction_bias))  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise _renamed(e, _VLLM_SOFTMAX_NAMES) from None
+        raise renamed(e, _VLLM_SOFTMAX_NAMES) from None
     _source_rows(token_expert_indices[:m], m, k)
     if is_padding is not None:
         topk_ids[:m].masked_fill_(is_padding[:, None], -1)
@@ -175,7 +167,7 @@ def vllm_grouped_topk(
             correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise _renamed(e, {"router_logits": "scores", "correction_bias": "bias"}) from None
+        raise renamed(e, {"router_logits": "scores", "correction_bias": "bias"}) from None
 
 
 # ---------------------------------------------------------------------------- SGLang
@@ -187,7 +179,7 @@ def sglang_topk_softmax(
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
     except (TypeError, ValueError) as e:
-        raise _renamed(e, {"router_logits": "gating_output"}) from None
+        raise renamed(e, {"router_logits": "gating_output"}) from None
 
 
 def sglang_moe_fused_gate(
@@ -226,7 +218,7 @@ def sglang_moe_fused_gate(
             correction_bias=_bias(bias), routed_scaling_factor=scale,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise _renamed(e, {"router_logits": "input_tensor", "correction_bias": "bias"}) from None
+        raise renamed(e, {"router_logits": "input_tensor", "correction_bias": "bias"}) from None
 
 
 # ----------------------------------------------------------------------------- AITER
@@ -253,6 +245,4 @@ def aiter_biased_grouped_topk(
             routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise _renamed(
-            e, {"router_logits": "gating_output", "renormalize": "need_renorm"}
-        ) from None
+        raise renamed(e, {"router_logits": "gating_output", "renormalize": "need_renorm"}) from None
