@@ -380,7 +380,8 @@ def _edit(action: str, given, note: str | None, catalog_file, ops_file, then,
                                                             result.comment)  # fmt: skip
         else:
             if not any(present.values()):
-                raise CatalogEditError(f"{shape} is not in the catalog; nothing to remove")
+                what = str(shape) if given == shape else f"{given} (inter rounded: {shape})"
+                raise CatalogEditError(f"{what} is not in the catalog; nothing to remove")
             if [e.shape for e in _parse(old[catalog], catalog, CATALOG_LIST)[1]] == [shape]:
                 raise CatalogEditError(
                     f"{shape} is the only catalog shape; the catalog cannot be empty"

@@ -91,6 +91,11 @@ def test_duplicate_is_refused_with_clear_message(tree):
         ce.add_shape(existing, **files(tree))
     with pytest.raises(ce.CatalogEditError, match=r"not in the catalog"):
         ce.remove_shape(NEW, **files(tree))
+    # the shape as typed, then as rounded (inter 3 -> 256)
+    with pytest.raises(
+        ce.CatalogEditError, match=r"^\(1, 2, 3, 4\) \(inter rounded: \(1, 2, 256, 4\)\) is not in"
+    ):
+        ce.remove_shape((1, 2, 3, 4), **files(tree))
     assert snapshot(tree) == before
 
 
