@@ -132,6 +132,10 @@ def cmd_list(args) -> int:
         from .jit.ondemand import cached
         from .jit.paths import cache_root
 
+        root = cache_root()
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(f"the build cache {root} is not a directory "
+                                     "(AITER_AUX_CACHE_DIR)")  # fmt: skip
         found = cached()
         for build, key, path in found:
             print(f"{build}  {key}  ({path.stat().st_size // 1024} KiB)")

@@ -301,3 +301,10 @@ def test_run_with_a_model_router(small_tree, tmp_path):
                                         "DeepSeek-V4-Flash", tree=small_tree,
                                         cache=tmp_path / "cache"), "run")  # fmt: skip
     assert "sqrt(softplus(logit))" in line, line
+
+
+def test_list_cached_refuses_a_cache_that_is_a_file(tmp_path):
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("")
+    line = one_line_error(aiter_aux_cli("list", "--cached", cache=not_a_dir), "list")
+    assert "is not a directory (AITER_AUX_CACHE_DIR)" in line, line
