@@ -7,6 +7,7 @@ import math
 import re
 import sys
 import time
+import traceback
 
 from . import __version__, env
 from .limits import BLOCK_M_VALUES, MAX_NUM_TOKENS
@@ -483,13 +484,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as e:
         build_error = getattr(sys.modules.get("aiter_aux.jit.build"), "BuildError", ())
-        if verbose or not (_is_user_error(e) or isinstance(e, build_error)):
+        if not (_is_user_error(e) or isinstance(e, build_error)):
             raise
+        if verbose:  # the traceback, then the same last line and exit code as without -v
+            traceback.print_exc()
         if isinstance(e, build_error):  # the compiler's own output: keep its lines
             print(f"aiter-aux {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
-        print(f"aiter-aux {args.command}: error: {_one_line(e)} (-v for a traceback)",
-              file=sys.stderr)  # fmt: skip
+        hint = "" if verbose else " (-v for a traceback)"
+        print(f"aiter-aux {args.command}: error: {_one_line(e)}{hint}", file=sys.stderr)
         return 2
     finally:
         if _env_flag("AITER_AUX_TIMING"):

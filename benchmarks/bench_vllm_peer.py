@@ -1,7 +1,7 @@
 """Our vLLM drop-ins and native ops against vLLM's own kernels, built from a vLLM source
-release in a scratch folder (auxbench/vllm_peer.py; nothing of vLLM enters the repository)::
+release in a scratch folder (auxbench/vllm_peer.py; nothing of vLLM enters the repository):
 
-    tar xzf vllm-0.33.0.tar.gz -C /scratch            # the sdist from the package index
+    tar xzf vllm-0.33.0.tar.gz -C /scratch   # the source release's file on the package index
     python3 benchmarks/bench_vllm_peer.py --vllm-src /scratch/vllm-0.33.0 --check --bench
 
 ``--check`` compares outputs on random cases: ``moe_align_block_size`` (block sizes 8-128,
@@ -228,15 +228,26 @@ def bench(dev, peer, gen: torch.Generator, timer: Timer, l2: int, which: set[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm-src", required=True, type=Path, help="an unpacked vLLM sdist")
-    p.add_argument("--build-dir", type=Path, default=Path("/tmp/peer_vllm_build"))
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--vllm-src", required=True, type=Path,
+                   help="an unpacked vLLM source release (vllm-X.Y.Z/, with csrc/)")  # fmt: skip
+    p.add_argument("--build-dir", type=Path, default=Path("/tmp/peer_vllm_build"),
+                   help="the peer's scratch build folder (default: %(default)s)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="compare outputs")
     p.add_argument("--bench", action="store_true", help="time both sides")
     p.add_argument("--csv", default=None, help="write the bench rows to this CSV file")
     p.add_argument("--ops", nargs="+", choices=OP_GROUPS, default=list(OP_GROUPS),
                    help="which ops --bench times")  # fmt: skip
     args = p.parse_args(argv)
+    if not (args.check or args.bench):
+        p.error("nothing to do: give --check, --bench or both")
+    missing = [f for f in vllm_peer.SOURCES if not (args.vllm_src / f).is_file()]
+    if missing:
+        p.error(
+            f"--vllm-src {args.vllm_src}: not an unpacked vLLM source release (no {missing[0]})"
+        )
     if not torch.cuda.is_available():
         log("bench_vllm_peer: needs a CUDA GPU")
         return 2

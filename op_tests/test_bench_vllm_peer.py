@@ -43,7 +43,21 @@ def test_load_refuses_a_folder_without_vllms_sources(tmp_path):
     assert not (tmp_path / "build").exists()
 
 
+def test_user_errors_are_one_line_before_any_build(tmp_path, capsys):
+    for argv, want in ((["--vllm-src", str(tmp_path)], "nothing to do: give --check"),
+                       (["--vllm-src", str(tmp_path), "--check"],
+                        "not an unpacked vLLM source release (no csrc/moe/")):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            B.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert want in err[-1], err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
 def test_without_a_gpu_it_says_so(tmp_path, capsys):
+    for f in vllm_peer.SOURCES:  # a folder that looks like a release
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
     assert B.main(["--vllm-src", str(tmp_path), "--check"]) == 2
     assert capsys.readouterr().out.strip() == "bench_vllm_peer: needs a CUDA GPU"
