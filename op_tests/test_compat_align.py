@@ -378,6 +378,10 @@ def test_pairs_past_the_kernels_limit_are_a_value_error_in_the_callers_terms(cpu
                lambda: O.moe_align_block_size_vllm(ids, e, 32),
                lambda: S.moe_align_block_size(ids, e + 1, 32, sti, eid, nt)):  # fmt: skip
         _no_kernel(cpu_module, fn, ValueError, f"M={m}, topk={k}")
+    # 1-D ids (vLLM reads them flat): M is their elements, named as topk_ids'
+    flat = ids.view(-1)
+    want = r"^M \(the rows of topk_ids, its elements when 1-D\) must be in \[0, 2\*\*24\)"
+    _no_kernel(cpu_module, lambda: V.moe_align_block_size(flat, 32, e), ValueError, want)
 
 
 @pytest.mark.parametrize("passed", [1025, 1100, 8192, 8193, 10_000])

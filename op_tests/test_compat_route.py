@@ -245,6 +245,8 @@ def test_errors_name_the_callers_arguments():
          "need_renorm must be a bool"),
         (lambda: custom_ops.topk_softmax(w, ids.short(), tei, g),
          "topk_ids must have dtype torch.int32 or torch.int64"),
+        (lambda: vllm.grouped_topk(torch.empty(1 << 24, 8), 1, 1, 1, True, 1.0, torch.zeros(8), 1),
+         r"^M \(the rows of scores\) must be in \[0, 2\*\*24\)"),
     ]  # fmt: skip
     for call, match in cases:
         with pytest.raises((TypeError, ValueError), match=match) as info:

@@ -100,7 +100,9 @@ def _plain(*tensors_dims) -> bool:
     return all(isinstance(t, torch.Tensor) and t.dim() == d for t, d in tensors_dims)
 
 
-_EXPERTS_IDS = {"expert_ids": "experts_ids"}  # the out forms' parameter name
+# the op's term for a call's tokens: topk_ids' rows, or its elements when 1-D (read flat)
+_TOKENS = {"num_tokens (M)": "M (the rows of topk_ids, its elements when 1-D)"}
+_EXPERTS_IDS = {"expert_ids": "experts_ids", **_TOKENS}  # and the out forms' parameter name
 
 
 def _error(error: Exception, check, hint: str, names: dict[str, str] | None = None) -> Exception:
@@ -158,7 +160,7 @@ def vllm_moe_align_block_size(
             return (*out[:3], out[3].view(-1, 1)) if return_scatter_idx else out[:3]
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2)):
-            raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE) from None
+            raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE, _TOKENS) from None
     bs, e, pad, ignore, scatter = (block_size, num_experts, pad_sorted_ids,
                                    ignore_invalid_experts, return_scatter_idx)  # fmt: skip
     try:
@@ -188,7 +190,7 @@ def vllm_moe_align_block_size(
                 op(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx,
                    block_expert_map=expert_map)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE) from None
+        raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE, _TOKENS) from None
     if scatter:
         return sorted_ids, expert_ids, total, scatter_idx.view(-1, 1)
     return sorted_ids, expert_ids, total
@@ -281,7 +283,7 @@ def _sglang_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_i
                                            num_tokens_post_pad, scatter_idx)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         hint = _ANY_SHAPE if srt else f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
-        names = None if srt else _EXPERTS_IDS
+        names = _TOKENS if srt else _EXPERTS_IDS
         raise _error(err, lambda: _sglang_checks(*args), hint, names) from None
 
 

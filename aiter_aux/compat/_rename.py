@@ -6,9 +6,9 @@ import re
 
 
 def renamed(e: Exception, names: dict[str, str]) -> Exception:
-    """``e`` with each word of ``names`` in its message replaced by its value (the peer's
-    parameter name); returns ``e``."""
+    """``e`` with each name of ``names`` (a word, or a term such as ``num_tokens (M)``) in its
+    message replaced by its value (the peer's words); returns ``e``."""
     if e.args and isinstance(e.args[0], str):
-        pattern = r"\b(" + "|".join(map(re.escape, names)) + r")\b"
+        pattern = r"(?<!\w)(" + "|".join(map(re.escape, names)) + r")(?!\w)"
         e.args = (re.sub(pattern, lambda m: names[m.group(1)], e.args[0]), *e.args[1:])
     return e
