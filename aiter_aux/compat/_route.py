@@ -71,8 +71,14 @@ def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
 
 # ------------------------------------------------------------------------------ vLLM
 _M = "num_tokens (M)"  # the op's term for a call's tokens: the rows of the caller's logits
-_VLLM_SOFTMAX_NAMES = {"router_logits": "gating_output", _M: "M (the rows of gating_output)",
-                       "correction_bias": "e_score_correction_bias"}  # fmt: skip
+
+
+def _caller_names(logits: str, **others: str) -> dict[str, str]:
+    """moe_route's words -> the peer's: its logits argument (and their rows, M), ``others``."""
+    return {"router_logits": logits, _M: f"M (the rows of {logits})", **others}
+
+
+_VLLM_SOFTMAX_NAMES = _caller_names("gating_output", correction_bias="e_score_correction_bias")
 _SOURCE_ROWS: dict[Any, Tensor] = {}  # per device: arange(M) for the largest M seen
 
 
@@ -168,9 +174,7 @@ def vllm_grouped_topk(
             correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise renamed(
-            e, {"router_logits": "scores", "correction_bias": "bias", _M: "M (the rows of scores)"}
-        ) from None
+        raise renamed(e, _caller_names("scores", correction_bias="bias")) from None
 
 
 # ---------------------------------------------------------------------------- SGLang
@@ -182,9 +186,7 @@ def sglang_topk_softmax(
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
     except (TypeError, ValueError) as e:
-        raise renamed(
-            e, {"router_logits": "gating_output", _M: "M (the rows of gating_output)"}
-        ) from None
+        raise renamed(e, _caller_names("gating_output")) from None
 
 
 def sglang_moe_fused_gate(
@@ -223,14 +225,7 @@ def sglang_moe_fused_gate(
             correction_bias=_bias(bias), routed_scaling_factor=scale,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise renamed(
-            e,
-            {
-                "router_logits": "input_tensor",
-                "correction_bias": "bias",
-                _M: "M (the rows of input_tensor)",
-            },
-        ) from None
+        raise renamed(e, _caller_names("input_tensor", correction_bias="bias")) from None
 
 
 # ----------------------------------------------------------------------------- AITER
@@ -257,11 +252,4 @@ def aiter_biased_grouped_topk(
             routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
-        raise renamed(
-            e,
-            {
-                "router_logits": "gating_output",
-                "renormalize": "need_renorm",
-                _M: "M (the rows of gating_output)",
-            },
-        ) from None
+        raise renamed(e, _caller_names("gating_output", renormalize="need_renorm")) from None
