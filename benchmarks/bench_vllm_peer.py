@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (args.check or args.bench):
         p.error("nothing to do: give --check, --bench or both")
-    missing = [f for f in vllm_peer.SOURCES if not (args.vllm_src / f).is_file()]
+    missing = vllm_peer.missing_sources(args.vllm_src)
     if missing:
         p.error(
             f"--vllm-src {args.vllm_src}: not an unpacked vLLM source release (no {missing[0]})"

@@ -71,12 +71,17 @@ def version(src: Path) -> str:
     return Path(src).resolve().name
 
 
+def missing_sources(src: Path) -> list[str]:
+    """The sources of ``SOURCES`` that ``src`` lacks (none: an unpacked vLLM release)."""
+    return [s for s in SOURCES if not (Path(src) / s).is_file()]
+
+
 def load(src: Path, build_dir: Path, verbose: bool = False):
     """Build (or reuse) and load the peer; returns ``torch.ops.peer_vllm``."""
     from torch.utils.cpp_extension import load as load_ext
 
     src = Path(src).resolve()
-    missing = [s for s in SOURCES if not (src / s).is_file()]
+    missing = missing_sources(src)
     if missing:
         raise FileNotFoundError(f"{src} is not an unpacked vLLM source release: no {missing[0]}")
     build_dir = Path(build_dir)

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -67,7 +68,7 @@ std::string cat(const A&... a) {
 // A float argument must be a finite float32 (the kernels' type): the twin of
 // aiter_aux.validation.validate_scale.
 inline void check_finite(double v, const char* name) {
-  if (std::fabs(v) <= 3.4028234663852886e38) return;  // NaN fails too
+  if (std::fabs(v) <= std::numeric_limits<float>::max()) return;  // NaN fails too
   fail("ValueError", cat(name, " must be a finite float32 number (|x| <= 3.4028235e+38), got ", v));
 }
 

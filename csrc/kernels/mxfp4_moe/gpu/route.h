@@ -345,8 +345,10 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   ROUTE_MARK(0);
   constexpr int kMaxE = kC * kWarpSize;
   constexpr int kGroupWords = kGrouped ? kMaxE : 1;
-  // ck_all: the groups' value keys, then (merge selection) the row's scores
-  __shared__ uint32_t ck_all[kRows][kMaxE];
+  // ck_all: the groups' value keys, then (merge selection) the row's scores; a word when
+  // neither is used (no shared memory taken from the other kernels' occupancy)
+  constexpr int kRowWords = kGrouped || kC <= kMergeMaxCols ? kMaxE : 1;
+  __shared__ uint32_t ck_all[kRows][kRowWords];
   __shared__ uint32_t gk_all[kRows][kGroupWords];
   __shared__ float ws_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
   __shared__ int32_t wi_all[kRows][AITER_AUX_MAX_ROUTE_TOPK];
