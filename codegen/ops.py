@@ -157,6 +157,9 @@ groups of E / G consecutive ids are chosen (a group's score: the sum of its two 
 when ``renormalize``, then multiplied by ``routed_scaling_factor``.  Bytes as
 :func:`aiter_aux.reference.moe_route_out` (docs/ops.md); the outputs need ``topk`` columns
 and >= M rows; the first M are written."""
+ROUTER_LOGITS = Tensor(
+    "router_logits", "float", ("M", "E"), doc="the router's logits: float32, float16 or bfloat16"
+)
 ROUTE_OPTIONS = (
     Code("scoring", "softmax or sigmoid of the logits, or none (they are the scores)",
          kind="choice", default="softmax", choices=("softmax", "sigmoid", "none")),
@@ -213,6 +216,36 @@ def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         alloc_summary="Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, "
         "a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, "
         "not returned).",
+    )  # fmt: skip
+
+
+_ROUTE_SORT_QUANT_DOC = """The routing preamble from router logits in one call:
+:func:`moe_route_out` of ``router_logits`` into ``topk_weights`` and ``topk_ids``, then
+:func:`moe_sort_quant_out` of them with ``x`` (``quant_dtype`` "mxfp4" or "mxfp8"); every
+output byte for byte those of the two calls, every argument of both checked before anything
+is written (on a GPU: two launches, the second with PDL).  ``num_experts`` is the sort's
+(the local experts with an ``expert_map``); the route's E is ``router_logits.shape[1]``."""
+
+
+def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
+    route_checks = tuple(c for c in ROUTE_CHECKS if c != Limit("M", "num_tokens"))
+    return OpSpec(
+        name, op_id, ("num_experts", "topk", "model_dim"), ("e", "k", "d"),
+        "AiterAuxRouteSortQuantArgs", (ROUTE_FILL, (SORT_FILL, QUANT_FILL, "sorted_scales")),
+        inputs=(ROUTER_LOGITS, X, Int("topk", "experts per token")) + SORT_INTS,
+        options=ROUTE_OPTIONS + SORT_OPTIONS + (SORTED_SCALES,),
+        outputs=ROUTE_OUTPUTS + SORT_OUTPUTS + quant_outputs(fp8),
+        checks=(MODEL_DIM_32,) + SORT_CHECKS + route_checks + (SORTED_SCALES_256,),
+        groups=(SORT_GROUP,),
+        partial_outputs=True,
+        python_name="moe_route_sort_quant",
+        python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
+        kernels=("route_sort_quant_cpu.h", "route_sort_quant.h"),
+        reference="route_sort_quant",
+        summary=_ROUTE_SORT_QUANT_DOC,
+        alloc_summary="Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, "
+        "topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the "
+        "caller's buffers (written, not returned).",
     )  # fmt: skip
 
 
@@ -428,13 +461,13 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec(
             "moe_route", 13, (), (), "AiterAuxRouteArgs", ROUTE_FILL,
-            inputs=(Tensor("router_logits", "float", ("M", "E"),
-                           doc="the router's logits: float32, float16 or bfloat16"),
-                    Int("topk", "experts per token")),
+            inputs=(ROUTER_LOGITS, Int("topk", "experts per token")),
             options=ROUTE_OPTIONS, outputs=ROUTE_OUTPUTS, checks=ROUTE_CHECKS,
             summary=_ROUTE_DOC, alloc_summary="Allocating :func:`moe_route_out`: returns "
             "``(topk_weights, topk_ids)``.",
             kernels=("route_cpu.h", "route.h"), reference="route",
         ),
+        _route_sort_quant("moe_route_sort_quant", 14, fp8=False),
+        _route_sort_quant("moe_route_sort_quant_fp8", 15, fp8=True),
     )
 }  # fmt: skip

@@ -15,8 +15,10 @@ POISON, GUARD = 0x5A, 16
 SPECIAL_IDS = (-1, -2, 2**31 - 1, -(2**31), 1 << 24, 1025)
 SORTS = ("moe_sort", "moe_sort_quant", "moe_sort_quant_fp8")  # the ops that sort
 FUSED = ("moe_sort_quant", "moe_sort_quant_fp8")
-QUANTS = ("mxfp4_quant", "mxfp8_quant") + FUSED  # the ops that quantise x
-FP8 = ("mxfp8_quant", "moe_sort_quant_fp8")  # a_q [M, model_dim] (E4M3 bytes)
+ROUTED = ("moe_route_sort_quant", "moe_route_sort_quant_fp8")  # the gate, then FUSED's work
+QUANTS = ("mxfp4_quant", "mxfp8_quant") + FUSED + ROUTED  # the ops that quantise x
+FP8 = ("mxfp8_quant", "moe_sort_quant_fp8", "moe_route_sort_quant_fp8")  # a_q [M, model_dim]
+GATES = ("moe_route",) + ROUTED  # the ops that take router_logits (any float dtype)
 SUM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # moe_sum's input and output
 ALIGNS = ("moe_align_block_size_vllm", "moe_align_block_size_sglang")  # the peers' formats
 
@@ -56,6 +58,26 @@ def routing(g, m, e, k, nonlocal_p):
     return torch.where(torch.rand(m, k, generator=g) < nonlocal_p, pick, ids)
 
 
+def route_case(a: dict, outs: dict, d: st.DataObject, g, m: int, e: int, k: int, kind) -> int:
+    """moe_route's inputs, options and outputs into ``a`` and ``outs``; returns its topk."""
+    a["router_logits"] = values(g, (m, e), d.draw(st.sampled_from(SUM_DTYPES), "dtype"), kind)
+    k = a["topk"] = min(k, 16, e)
+    a["scoring"] = d.draw(st.sampled_from(["softmax", "sigmoid", "none"]), "scoring")
+    a["renormalize"] = d.draw(st.booleans(), "renormalize")
+    groups = [n for n in (1, 2, 4, 8, 16, e) if e % n == 0]
+    if d.draw(st.booleans(), "grouped"):
+        n = d.draw(st.sampled_from(groups), "num_expert_group")
+        a["num_expert_group"] = n
+        a["topk_group"] = d.draw(st.integers(-(-k // (e // n)), n), "topk_group")
+    if d.draw(st.booleans(), "bias"):
+        a["correction_bias"] = values(g, (e,), torch.float32, kind)
+    if d.draw(st.booleans(), "scale"):
+        a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
+    outs["topk_weights"] = ((m, k), torch.float32)
+    outs["topk_ids"] = ((m, k), torch.int32)
+    return k
+
+
 def make_case(op, d: st.DataObject, m_min=0, shape=None):
     """Valid inputs of ``op`` for a random catalog shape (or ``shape``): (inputs, out
     shapes and dtypes)."""
@@ -66,10 +88,13 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
     bm = d.draw(st.sampled_from([16, 32, 64, 128]), "block_m")
     a: dict = {}
     outs: dict = {}
+    if op in GATES:  # any dtype; groups, bias, options drawn independently
+        k = route_case(a, outs, d, g, m, e, k, kind)
     if op in SORTS:
         p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
         a["topk_ids"] = routing(g, m, e, k, p)
         a["topk_weights"] = values(g, (m, k), torch.float32, kind)
+    if op in SORTS + ROUTED:
         rows = ref.moe_sort_capacity(m, k, e, bm)
         outs["out"] = [
             ((rows,), torch.int32),
@@ -83,11 +108,11 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         a["x"] = values(g, (m, dim), torch.bfloat16, kind)
         outs["a_q"] = ((m, dim if op in FP8 else dim // 2), torch.uint8)
         outs["a_scale"] = ((m, dim // 32), torch.uint8)
-    if op in SORTS:
+    if op in SORTS + ROUTED:
         a["num_experts"], a["block_m"] = e, bm
         if d.draw(st.booleans(), "zero_buf"):
             a["zero_buf"] = values(g, (d.draw(st.integers(0, 300)),), torch.bfloat16, "bits")
-    if op in FUSED and dim % 256 == 0 and d.draw(st.booleans(), "sorted_scales"):
+    if op in FUSED + ROUTED and dim % 256 == 0 and d.draw(st.booleans(), "sorted_scales"):
         # the decode step in one call: a mutated buffer, fuzzed as an output
         b = max(32, bm)
         out_rows = -(-ref.moe_sort_capacity(m, k, e, bm) // b) * b
@@ -129,22 +154,6 @@ def make_case(op, d: st.DataObject, m_min=0, shape=None):
         if d.draw(st.booleans(), "scale"):
             a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
         outs["output"] = ((m, hidden), dt)
-    if op == "moe_route":  # any dtype; groups, bias, options drawn independently
-        a["router_logits"] = values(g, (m, e), d.draw(st.sampled_from(SUM_DTYPES), "dtype"), kind)
-        k = a["topk"] = min(k, 16, e)
-        a["scoring"] = d.draw(st.sampled_from(["softmax", "sigmoid", "none"]), "scoring")
-        a["renormalize"] = d.draw(st.booleans(), "renormalize")
-        groups = [n for n in (1, 2, 4, 8, 16, e) if e % n == 0]
-        if d.draw(st.booleans(), "grouped"):
-            n = d.draw(st.sampled_from(groups), "num_expert_group")
-            a["num_expert_group"] = n
-            a["topk_group"] = d.draw(st.integers(-(-k // (e // n)), n), "topk_group")
-        if d.draw(st.booleans(), "bias"):
-            a["correction_bias"] = values(g, (e,), torch.float32, kind)
-        if d.draw(st.booleans(), "scale"):
-            a["routed_scaling_factor"] = d.draw(st.sampled_from([2.5, -0.75, 0.0, 1e-30]), "f")
-        outs["topk_weights"] = ((m, k), torch.float32)
-        outs["topk_ids"] = ((m, k), torch.int32)
     if op in ALIGNS:
         p = d.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]), "nonlocal")
         a["topk_ids"] = routing(g, m, e, k, p)
@@ -193,13 +202,15 @@ def guards_ok(whole: torch.Tensor) -> bool:
 
 def defined(op, result, bm):
     """The bytes an allocating op defines (sort rows past num_valid_ids[0] are not)."""
-    result = result if isinstance(result, tuple) else (result,)
-    if op in SORTS:
-        s = result[0] if op in FUSED else result
+    alone = not isinstance(result, tuple) or isinstance(result, ref.MoeSortOutput)
+    result = (result,) if alone else result  # moe_sort's MoeSortOutput is one result
+    if op in SORTS + ROUTED:
+        at = 2 if op in ROUTED else 0  # the MoeSortOutput's place in the result
+        s = result[at]
         n = int(s.num_valid_ids[0])
         parts = [s.sorted_token_ids[:n], s.sorted_weights[:n], s.m_indices[:n],
                  s.sorted_expert_ids[: n // bm], s.num_valid_ids, s.reverse_sorted]  # fmt: skip
-        result = parts + (list(result[1:]) if op in FUSED else [])
+        result = list(result[:at]) + parts + list(result[at + 1 :])
     return [raw(p) for p in result]
 
 
@@ -240,7 +251,7 @@ def corruptions(op, a: dict, outs: dict) -> list:
     cases = []
     for name, t, put in slots({**a, **outs}):
         is_out = name not in a
-        any_float = op in ("moe_sum", "moe_route") and t.is_floating_point()  # f16 is valid
+        any_float = op in ("moe_sum",) + GATES and t.is_floating_point()  # f16 is valid
         wrong = torch.float64 if any_float else WRONG_DTYPE[t.dtype]
         if name == "topk_ids":  # the wrappers take int64 ids (narrowed), not int16
             wrong = torch.int16
@@ -261,7 +272,7 @@ def corruptions(op, a: dict, outs: dict) -> list:
                               {name}))  # fmt: skip
     for name, bad in BAD_INTS.items():
         cases += [(f"{name}={v!r}", {name: v}, exc, {name}) for v, exc in bad if name in a]
-    if "topk" in a and "expert_out" in a or "expert_out_q" in a or op in ("moe_sum", "moe_route"):
+    if "topk" in a and "expert_out" in a or "expert_out_q" in a or op in ("moe_sum",) + GATES:
         for v in BAD_SCALES:
             cases.append((f"routed_scaling_factor={v!r}", {"routed_scaling_factor": v},
                           TypeError, {"routed_scaling_factor"}))  # fmt: skip
@@ -273,7 +284,7 @@ def corruptions(op, a: dict, outs: dict) -> list:
     if "x" in a:
         bad_d = a["x"][:, :-16].contiguous()  # model_dim not a multiple of 32
         cases.append(("x:model_dim", {"x": bad_d}, ValueError, {"x", "model_dim"}))
-        if "topk_ids" in a:
+        if "topk_ids" in a or "router_logits" in a:
             cases.append(("x:rows", {"x": a["x"][:-1]}, ValueError, {"x"}))
     if op == "moe_sort_scales":
         cases += [("a_scale:cols", {"a_scale": a["a_scale"][:, :-1].contiguous()}, ValueError,
@@ -313,7 +324,7 @@ def corruptions(op, a: dict, outs: dict) -> list:
                           {"topk_ids"}))  # fmt: skip
             cases.append(("topk_ids:rows", {"topk_ids": torch.cat([ids, ids[:1]])}, ValueError,
                           {"topk_ids"}))  # fmt: skip
-    if op == "moe_route":
+    if op in GATES:
         e, k = a["router_logits"].shape[1], a["topk"]
         cases += [
             ("bias:len", {"correction_bias": torch.zeros(e + 1)}, ValueError, {"correction_bias"}),

@@ -266,16 +266,16 @@ def test_not_differentiable(op, d):
         utils = tuple(u for u in utils if not u.startswith("test_aot_dispatch"))
     torch.library.opcheck(getattr(torch.ops.aiter_aux, op).default, (),
                           _schema_kwargs(call, op), test_utils=utils)  # fmt: skip
-    kw, wholes = alloc_outs(outs, 0)
-    for _name, t, put in slots(kw):
-        if t.dtype in floats:
-            bad = {**kw, **put(t.detach().requires_grad_())}  # a leaf over the guarded bytes
-            with pytest.raises(RuntimeError, match="requires grad"):
-                fn(ops, op + "_out")(**a, **bad)
-            assert untouched(wholes)
-            with torch.no_grad():  # torch's rule: allowed without grad mode
-                fn(ops, op + "_out")(**a, **bad)
-            t.requires_grad_(False)
+    names = [n for n, t, _put in slots(alloc_outs(outs, 0)[0]) if t.dtype in floats]
+    for name in names:
+        kw, wholes = alloc_outs(outs, 0)  # fresh poisoned buffers for each float buffer's try
+        t, put = next((t, put) for n, t, put in slots(kw) if n == name)
+        bad = {**kw, **put(t.detach().requires_grad_())}  # a leaf over the guarded bytes
+        with pytest.raises(RuntimeError, match="requires grad"):
+            fn(ops, op + "_out")(**a, **bad)
+        assert untouched(wholes)
+        with torch.no_grad():  # torch's rule: allowed without grad mode
+            fn(ops, op + "_out")(**a, **bad)
 
 
 def _written(a: dict, kw: dict) -> list:
@@ -300,14 +300,14 @@ def test_writes_are_seen_by_autograd(op, d):
         before = [t._version for t in written]
         call(**a, **kw)
         assert all(t._version > v for t, v in zip(written, before, strict=True)), op
-    kw, wholes = alloc_outs(outs, 0)
     floats = (torch.float32, torch.float16, torch.bfloat16)
-    for _name, t, put in slots(kw):
-        if t.dtype in floats:
-            bad = {**kw, **put(t.detach().requires_grad_())}
-            with pytest.raises(RuntimeError, match="requires grad"):
-                torch_op(**_schema_kwargs({**a, **bad}, op))
-            assert untouched(wholes)
-            with torch.no_grad():  # allowed without grad mode, as torch's out= ops
-                torch_op(**_schema_kwargs({**a, **bad}, op))
-            t.requires_grad_(False)
+    names = [n for n, t, _put in slots(alloc_outs(outs, 0)[0]) if t.dtype in floats]
+    for name in names:
+        kw, wholes = alloc_outs(outs, 0)  # fresh poisoned buffers for each float buffer's try
+        t, put = next((t, put) for n, t, put in slots(kw) if n == name)
+        bad = {**kw, **put(t.detach().requires_grad_())}
+        with pytest.raises(RuntimeError, match="requires grad"):
+            torch_op(**_schema_kwargs({**a, **bad}, op))
+        assert untouched(wholes)
+        with torch.no_grad():  # allowed without grad mode, as torch's out= ops
+            torch_op(**_schema_kwargs({**a, **bad}, op))

@@ -35,20 +35,16 @@ The wrappers are generated from the op table into :mod:`._ops` (docs/api.md list
 from __future__ import annotations
 
 from ..jit.paths import JitDisabledError
-from ..route_sort_quant import composite as _composite
 from ..types import MoeSortOutput
 from ..validation import moe_sort_capacity
 from . import _ops
 from ._library import UnsupportedShapeError
 from ._ops import *  # noqa: F403 (the generated wrappers, _ops.__all__)
 
-moe_route_sort_quant = _composite(_ops)  # moe_route then moe_sort_quant (two launches)
-
 __all__ = [
     "JitDisabledError",
     "MoeSortOutput",
     "UnsupportedShapeError",
     "moe_sort_capacity",
-    "moe_route_sort_quant",
     *_ops.__all__,
 ]

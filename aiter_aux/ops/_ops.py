@@ -48,6 +48,8 @@ __all__ = [
     "moe_align_block_size_sglang_out",
     "moe_route",
     "moe_route_out",
+    "moe_route_sort_quant",
+    "moe_route_sort_quant_out",
 ]
 
 
@@ -749,6 +751,346 @@ def _fake_moe_route_out(
         )
 
 
+def _fake_moe_route_sort_quant(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+):
+    if _static(
+        router_logits, x, correction_bias, zero_buf, expert_map, zero_buf_init, sorted_scales
+    ):
+        M, E, model_dim, max_rows = C.moe_route_sort_quant(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+    else:
+        M, E, model_dim, max_rows = C.moe_route_sort_quant_sizes(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+    return (
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.float32,
+        ),
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.int32,
+        ),
+        router_logits.new_empty((max_rows,), dtype=torch.int32),
+        router_logits.new_empty((max_rows,), dtype=torch.float32),
+        router_logits.new_empty((max_rows,), dtype=torch.int32),
+        router_logits.new_empty((max_rows // block_m,), dtype=torch.int32),
+        router_logits.new_empty((2,), dtype=torch.int32),
+        router_logits.new_empty((M * topk,), dtype=torch.int32),
+        router_logits.new_empty(
+            (
+                M,
+                model_dim // 2,
+            ),
+            dtype=torch.uint8,
+        ),
+        router_logits.new_empty(
+            (
+                M,
+                model_dim // 32,
+            ),
+            dtype=torch.uint8,
+        ),
+    )
+
+
+def _fake_moe_route_sort_quant_out(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    topk_weights,
+    topk_ids,
+    sorted_token_ids,
+    sorted_weights,
+    m_indices,
+    sorted_expert_ids,
+    num_valid_ids,
+    reverse_sorted,
+    a_q,
+    a_scale,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+):
+    if _static(
+        router_logits,
+        x,
+        correction_bias,
+        zero_buf,
+        expert_map,
+        zero_buf_init,
+        sorted_scales,
+        topk_weights,
+        topk_ids,
+        sorted_token_ids,
+        sorted_weights,
+        m_indices,
+        sorted_expert_ids,
+        num_valid_ids,
+        reverse_sorted,
+        a_q,
+        a_scale,
+    ):
+        C.moe_route_sort_quant_out(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            topk_weights,
+            topk_ids,
+            MoeSortOutput(
+                sorted_token_ids,
+                sorted_weights,
+                m_indices,
+                sorted_expert_ids,
+                num_valid_ids,
+                reverse_sorted,
+            ),
+            a_q,
+            a_scale,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+
+
+def _fake_moe_route_sort_quant_fp8(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+):
+    if _static(
+        router_logits, x, correction_bias, zero_buf, expert_map, zero_buf_init, sorted_scales
+    ):
+        M, E, model_dim, max_rows = C.moe_route_sort_quant_fp8(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+    else:
+        M, E, model_dim, max_rows = C.moe_route_sort_quant_fp8_sizes(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+    return (
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.float32,
+        ),
+        router_logits.new_empty(
+            (
+                M,
+                topk,
+            ),
+            dtype=torch.int32,
+        ),
+        router_logits.new_empty((max_rows,), dtype=torch.int32),
+        router_logits.new_empty((max_rows,), dtype=torch.float32),
+        router_logits.new_empty((max_rows,), dtype=torch.int32),
+        router_logits.new_empty((max_rows // block_m,), dtype=torch.int32),
+        router_logits.new_empty((2,), dtype=torch.int32),
+        router_logits.new_empty((M * topk,), dtype=torch.int32),
+        router_logits.new_empty(
+            (
+                M,
+                model_dim,
+            ),
+            dtype=torch.uint8,
+        ),
+        router_logits.new_empty(
+            (
+                M,
+                model_dim // 32,
+            ),
+            dtype=torch.uint8,
+        ),
+    )
+
+
+def _fake_moe_route_sort_quant_fp8_out(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    topk_weights,
+    topk_ids,
+    sorted_token_ids,
+    sorted_weights,
+    m_indices,
+    sorted_expert_ids,
+    num_valid_ids,
+    reverse_sorted,
+    a_q,
+    a_scale,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+):
+    if _static(
+        router_logits,
+        x,
+        correction_bias,
+        zero_buf,
+        expert_map,
+        zero_buf_init,
+        sorted_scales,
+        topk_weights,
+        topk_ids,
+        sorted_token_ids,
+        sorted_weights,
+        m_indices,
+        sorted_expert_ids,
+        num_valid_ids,
+        reverse_sorted,
+        a_q,
+        a_scale,
+    ):
+        C.moe_route_sort_quant_fp8_out(
+            router_logits,
+            x,
+            topk,
+            num_experts,
+            block_m,
+            topk_weights,
+            topk_ids,
+            MoeSortOutput(
+                sorted_token_ids,
+                sorted_weights,
+                m_indices,
+                sorted_expert_ids,
+                num_valid_ids,
+                reverse_sorted,
+            ),
+            a_q,
+            a_scale,
+            scoring=scoring,
+            renormalize=renormalize,
+            num_expert_group=num_expert_group,
+            topk_group=topk_group,
+            correction_bias=correction_bias,
+            routed_scaling_factor=routed_scaling_factor,
+            zero_buf=zero_buf,
+            expert_map=expert_map,
+            zero_buf_init=zero_buf_init,
+            sorted_scales=sorted_scales,
+        )
+
+
 # the torch schemas of the op table (codegen/ops.py schemas())
 SCHEMAS = {
     "moe_sort": "moe_sort(Tensor topk_ids, Tensor topk_weights, int num_experts, int block_m, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -775,6 +1117,10 @@ SCHEMAS = {
     "moe_align_block_size_sglang_out": "moe_align_block_size_sglang_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx) -> ()",
     "moe_route": "moe_route(Tensor router_logits, int topk, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> (Tensor, Tensor)",
     "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> ()",
+    "moe_route_sort_quant": "moe_route_sort_quant(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "moe_route_sort_quant_out": "moe_route_sort_quant_out(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) sorted_token_ids, Tensor(d!) sorted_weights, Tensor(e!) m_indices, Tensor(f!) sorted_expert_ids, Tensor(g!) num_valid_ids, Tensor(h!) reverse_sorted, Tensor(i!) a_q, Tensor(j!) a_scale, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
+    "moe_route_sort_quant_fp8": "moe_route_sort_quant_fp8(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "moe_route_sort_quant_fp8_out": "moe_route_sort_quant_fp8_out(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) sorted_token_ids, Tensor(d!) sorted_weights, Tensor(e!) m_indices, Tensor(f!) sorted_expert_ids, Tensor(g!) num_valid_ids, Tensor(h!) reverse_sorted, Tensor(i!) a_q, Tensor(j!) a_scale, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
 }
 FAKES = {
     "moe_sort": _fake_moe_sort,
@@ -801,6 +1147,10 @@ FAKES = {
     "moe_align_block_size_sglang_out": _fake_moe_align_block_size_sglang_out,
     "moe_route": _fake_moe_route,
     "moe_route_out": _fake_moe_route_out,
+    "moe_route_sort_quant": _fake_moe_route_sort_quant,
+    "moe_route_sort_quant_out": _fake_moe_route_sort_quant_out,
+    "moe_route_sort_quant_fp8": _fake_moe_route_sort_quant_fp8,
+    "moe_route_sort_quant_fp8_out": _fake_moe_route_sort_quant_fp8_out,
 }
 _library.define(SCHEMAS, FAKES)
 _ops = torch.ops.aiter_aux
@@ -852,6 +1202,14 @@ _moe_route = _ops.moe_route.default
 _moe_route_raw = _moe_route._op
 _moe_route_out = _ops.moe_route_out.default
 _moe_route_out_raw = _moe_route_out._op
+_moe_route_sort_quant = _ops.moe_route_sort_quant.default
+_moe_route_sort_quant_raw = _moe_route_sort_quant._op
+_moe_route_sort_quant_out = _ops.moe_route_sort_quant_out.default
+_moe_route_sort_quant_out_raw = _moe_route_sort_quant_out._op
+_moe_route_sort_quant_fp8 = _ops.moe_route_sort_quant_fp8.default
+_moe_route_sort_quant_fp8_raw = _moe_route_sort_quant_fp8._op
+_moe_route_sort_quant_fp8_out = _ops.moe_route_sort_quant_fp8_out.default
+_moe_route_sort_quant_fp8_out_raw = _moe_route_sort_quant_fp8_out._op
 _moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
 _moe_sort_quant_RAW = {
     "moe_sort_quant": _moe_sort_quant_raw,
@@ -864,6 +1222,22 @@ _moe_sort_quant_out_OPS = {
 _moe_sort_quant_out_RAW = {
     "moe_sort_quant": _moe_sort_quant_out_raw,
     "moe_sort_quant_fp8": _moe_sort_quant_fp8_out_raw,
+}
+_moe_route_sort_quant_OPS = {
+    "moe_route_sort_quant": _moe_route_sort_quant,
+    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8,
+}
+_moe_route_sort_quant_RAW = {
+    "moe_route_sort_quant": _moe_route_sort_quant_raw,
+    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_raw,
+}
+_moe_route_sort_quant_out_OPS = {
+    "moe_route_sort_quant": _moe_route_sort_quant_out,
+    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_out,
+}
+_moe_route_sort_quant_out_RAW = {
+    "moe_route_sort_quant": _moe_route_sort_quant_out_raw,
+    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_out_raw,
 }
 
 
@@ -1835,3 +2209,228 @@ def moe_route(
             ),
         ) from None
     return (r[0], r[1])
+
+
+def moe_route_sort_quant_out(
+    router_logits: Tensor,
+    x: Tensor,
+    topk: int,
+    num_experts: int,
+    block_m: int,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    out: Sequence[Tensor],
+    a_q: Tensor,
+    a_scale: Tensor,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+    correction_bias: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+    zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
+    sorted_scales: Tensor | None = None,
+    quant_dtype: str = "mxfp4",
+) -> tuple[Tensor, Tensor, MoeSortOutput, Tensor, Tensor]:
+    """The routing preamble from router logits in one call:
+    :func:`moe_route_out` of ``router_logits`` into ``topk_weights`` and ``topk_ids``, then
+    :func:`moe_sort_quant_out` of them with ``x`` (``quant_dtype`` "mxfp4" or "mxfp8"); every
+    output byte for byte those of the two calls, every argument of both checked before anything
+    is written (on a GPU: two launches, the second with PDL).  ``num_experts`` is the sort's
+    (the local experts with an ``expert_map``); the route's E is ``router_logits.shape[1]``."""
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
+    which = C.select_moe_route_sort_quant(quant_dtype)
+    op = (_moe_route_sort_quant_out_OPS if _compiling() else _moe_route_sort_quant_out_RAW)[which]
+    try:
+        if type(topk) is not int:
+            topk = _int(topk, "topk")
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_m) is not int:
+            block_m = _int(block_m, "block_m")
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if (
+            scoring == 0
+            and renormalize == 1
+            and num_expert_group == 0
+            and topk_group == 0
+            and correction_bias is None
+            and routed_scaling_factor == 1.0
+            and zero_buf is None
+            and expert_map is None
+            and zero_buf_init is None
+            and sorted_scales is None
+        ):
+            op(
+                router_logits,
+                x,
+                topk,
+                num_experts,
+                block_m,
+                topk_weights,
+                topk_ids,
+                *out,
+                a_q,
+                a_scale,
+            )  # each argument costs
+        else:
+            op(
+                router_logits,
+                x,
+                topk,
+                num_experts,
+                block_m,
+                topk_weights,
+                topk_ids,
+                *out,
+                a_q,
+                a_scale,
+                scoring,
+                renormalize,
+                num_expert_group,
+                topk_group,
+                correction_bias,
+                routed_scaling_factor,
+                zero_buf,
+                expert_map,
+                zero_buf_init,
+                sorted_scales,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: getattr(C, which + "_out")(
+                router_logits,
+                x,
+                topk,
+                num_experts,
+                block_m,
+                topk_weights,
+                topk_ids,
+                out,
+                a_q,
+                a_scale,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+                sorted_scales=sorted_scales,
+            ),
+        ) from None
+    return (topk_weights, topk_ids, out, a_q, a_scale)
+
+
+def moe_route_sort_quant(
+    router_logits: Tensor,
+    x: Tensor,
+    topk: int,
+    num_experts: int,
+    block_m: int,
+    *,
+    scoring: str = "softmax",
+    renormalize: bool = True,
+    num_expert_group: int | None = None,
+    topk_group: int | None = None,
+    correction_bias: Tensor | None = None,
+    routed_scaling_factor: float = 1.0,
+    zero_buf: Tensor | None = None,
+    expert_map: Tensor | None = None,
+    zero_buf_init: Tensor | None = None,
+    sorted_scales: Tensor | None = None,
+    quant_dtype: str = "mxfp4",
+) -> tuple[Tensor, Tensor, MoeSortOutput, Tensor, Tensor]:
+    """Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, not returned)."""
+    if (
+        (type(scoring) is str and scoring == "softmax")
+        and renormalize is True
+        and num_expert_group is None
+        and topk_group is None
+    ):
+        scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
+    else:
+        scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
+            scoring, renormalize, num_expert_group, topk_group
+        )
+    which = C.select_moe_route_sort_quant(quant_dtype)
+    op = (_moe_route_sort_quant_OPS if _compiling() else _moe_route_sort_quant_RAW)[which]
+    try:
+        if type(topk) is not int:
+            topk = _int(topk, "topk")
+        if type(num_experts) is not int:
+            num_experts = _int(num_experts, "num_experts")
+        if type(block_m) is not int:
+            block_m = _int(block_m, "block_m")
+        if type(routed_scaling_factor) is not float:
+            routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+        if (
+            scoring == 0
+            and renormalize == 1
+            and num_expert_group == 0
+            and topk_group == 0
+            and correction_bias is None
+            and routed_scaling_factor == 1.0
+            and zero_buf is None
+            and expert_map is None
+            and zero_buf_init is None
+            and sorted_scales is None
+        ):
+            r = op(router_logits, x, topk, num_experts, block_m)  # each argument costs
+        else:
+            r = op(
+                router_logits,
+                x,
+                topk,
+                num_experts,
+                block_m,
+                scoring,
+                renormalize,
+                num_expert_group,
+                topk_group,
+                correction_bias,
+                routed_scaling_factor,
+                zero_buf,
+                expert_map,
+                zero_buf_init,
+                sorted_scales,
+            )
+    except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
+        raise translate(
+            e,
+            lambda: getattr(C, which + "")(
+                router_logits,
+                x,
+                topk,
+                num_experts,
+                block_m,
+                scoring=scoring,
+                renormalize=renormalize,
+                num_expert_group=num_expert_group,
+                topk_group=topk_group,
+                correction_bias=correction_bias,
+                routed_scaling_factor=routed_scaling_factor,
+                zero_buf=zero_buf,
+                expert_map=expert_map,
+                zero_buf_init=zero_buf_init,
+                sorted_scales=sorted_scales,
+            ),
+        ) from None
+    return (r[0], r[1], MoeSortOutput(*r[2:8]), r[8], r[9])

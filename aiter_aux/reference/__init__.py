@@ -32,8 +32,9 @@ One op family per module (each op's table entry in codegen/ops.py names its modu
 * :mod:`.sort_scales`: ``moe_sort_scales[_out]`` (scales in the a4w4 GEMM layout).
 * :mod:`.scatter`: ``moe_scatter_reduce[_out]`` and ``moe_scatter_reduce_q[_out]``.
 * :mod:`.sums`: ``moe_sum[_out]`` (each token's topk rows summed; float32/float16/bfloat16).
-* :mod:`.route`: ``moe_route[_out]`` (the top-k gate from router logits); with the sort and
-  the quant, ``moe_route_sort_quant`` (:mod:`aiter_aux.route_sort_quant`).
+* :mod:`.route`: ``moe_route[_out]`` (the top-k gate from router logits).
+* :mod:`.route_sort_quant`: ``moe_route_sort_quant[_out]`` (the gate, then the sort and the
+  quant of its outputs).
 * :mod:`.align`: ``moe_align_block_size_vllm[_out]``, ``moe_align_block_size_sglang[_out]``
   (the sort in the peers' formats, on the formats of :mod:`.compat`).
 * :mod:`.chunks`: the row-chunk size of the loops (``chunks.CHUNK_ELEMS``, read at call time).
@@ -44,9 +45,6 @@ One op family per module (each op's table entry in codegen/ops.py names its modu
 
 from __future__ import annotations
 
-import sys
-
-from aiter_aux.route_sort_quant import composite as _composite
 from aiter_aux.types import MoeSortOutput
 from aiter_aux.validation import moe_sort_capacity
 
@@ -57,8 +55,4 @@ from ._table import *  # noqa: F403 (every op's module, both forms: from the op 
 from .mxfp4 import E2M1_VALUES
 from .mxfp4 import _e2m1_lut as _e2m1_lut  # not public; read by op_tests/test_reference.py
 
-# moe_route then moe_sort_quant: the spec of the routing preamble in one call
-moe_route_sort_quant = _composite(sys.modules[__name__])
-
-__all__ = ["MoeSortOutput", "moe_sort_capacity", "E2M1_VALUES", "moe_route_sort_quant",
-           *_table.__all__]  # fmt: skip
+__all__ = ["MoeSortOutput", "moe_sort_capacity", "E2M1_VALUES", *_table.__all__]

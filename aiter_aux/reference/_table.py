@@ -2,10 +2,11 @@
 """The reference modules of the op table's ops (each entry's ``reference``), in table
 order; the package exports their ``__all__`` (each op, both forms)."""
 
-from . import align, quant, route, scatter, sort, sort_scales, sums
+from . import align, quant, route, route_sort_quant, scatter, sort, sort_scales, sums
 from .align import *  # noqa: F403
 from .quant import *  # noqa: F403
 from .route import *  # noqa: F403
+from .route_sort_quant import *  # noqa: F403
 from .scatter import *  # noqa: F403
 from .sort import *  # noqa: F403
 from .sort_scales import *  # noqa: F403
@@ -19,4 +20,5 @@ __all__ = [
     *sums.__all__,  # moe_sum
     *align.__all__,  # moe_align_block_size_vllm, moe_align_block_size_sglang
     *route.__all__,  # moe_route
+    *route_sort_quant.__all__,  # moe_route_sort_quant, moe_route_sort_quant_fp8
 ]

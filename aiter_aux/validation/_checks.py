@@ -1805,9 +1805,808 @@ def moe_route_codes(
     )
 
 
+class MoeRouteSortQuantSizes(NamedTuple):
+    """The sizes of a ``moe_route_sort_quant`` call."""
+
+    M: int
+    E: int
+    model_dim: int
+    max_rows: int
+
+
+def moe_route_sort_quant(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+    read_data=False,
+) -> MoeRouteSortQuantSizes:
+    """Every check of ``moe_route_sort_quant``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    _same_device(x, "x", router_logits, "router_logits")
+    model_dim = x.shape[1]
+    _check_shape(
+        x,
+        "x",
+        (
+            M,
+            model_dim,
+        ),
+        "[M, model_dim]",
+    )
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    if zero_buf is not None:
+        _tensor(zero_buf, "zero_buf", _bf16, None, None)
+        _same_device(zero_buf, "zero_buf", router_logits, "router_logits")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", router_logits, "router_logits")
+    if zero_buf_init is not None:
+        _tensor(zero_buf_init, "zero_buf_init", _bf16, None, None)
+        _same_device(zero_buf_init, "zero_buf_init", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    num_experts = _int(num_experts, "num_experts")
+    block_m = _int(block_m, "block_m")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
+        )
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if sorted_scales is not None:
+        _buffer(
+            sorted_scales,
+            "sorted_scales",
+            _u8,
+            (sort_scales_rows(max_rows, block_m)) * (model_dim // 32),
+            router_logits,
+            "router_logits",
+            2,
+            cols=model_dim // 32,
+        )
+    if not (sorted_scales is None or model_dim % 256 == 0):
+        raise ValueError(
+            f"sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), got model_dim = {model_dim}"
+        )
+    _no_overlap(
+        {"zero_buf": zero_buf, "sorted_scales": sorted_scales},
+        {
+            "router_logits": router_logits,
+            "x": x,
+            "correction_bias": correction_bias,
+            "expert_map": expert_map,
+            "zero_buf_init": zero_buf_init,
+        },
+    )
+    return MoeRouteSortQuantSizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_out(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    topk_weights,
+    topk_ids,
+    out,
+    a_q,
+    a_scale,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+    read_data=False,
+) -> MoeRouteSortQuantSizes:
+    """Every check of ``moe_route_sort_quant_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    _same_device(x, "x", router_logits, "router_logits")
+    model_dim = x.shape[1]
+    _check_shape(
+        x,
+        "x",
+        (
+            M,
+            model_dim,
+        ),
+        "[M, model_dim]",
+    )
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    if zero_buf is not None:
+        _tensor(zero_buf, "zero_buf", _bf16, None, None)
+        _same_device(zero_buf, "zero_buf", router_logits, "router_logits")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", router_logits, "router_logits")
+    if zero_buf_init is not None:
+        _tensor(zero_buf_init, "zero_buf_init", _bf16, None, None)
+        _same_device(zero_buf_init, "zero_buf_init", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    num_experts = _int(num_experts, "num_experts")
+    block_m = _int(block_m, "block_m")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
+        )
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    _buffer(
+        topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
+    )
+    _buffer(topk_ids, "topk_ids", _i32, M * topk, router_logits, "router_logits", 2, cols=topk)
+    (
+        sorted_token_ids,
+        sorted_weights,
+        m_indices,
+        sorted_expert_ids,
+        num_valid_ids,
+        reverse_sorted,
+    ) = _group(
+        out,
+        "out",
+        "MoeSortOutput",
+        (
+            "sorted_token_ids",
+            "sorted_weights",
+            "m_indices",
+            "sorted_expert_ids",
+            "num_valid_ids",
+            "reverse_sorted",
+        ),
+    )
+    _buffer(sorted_token_ids, "sorted_token_ids", _i32, max_rows, router_logits, "router_logits", 1)
+    _buffer(sorted_weights, "sorted_weights", _f32, max_rows, router_logits, "router_logits", 1)
+    _buffer(m_indices, "m_indices", _i32, max_rows, router_logits, "router_logits", 1)
+    _buffer(
+        sorted_expert_ids,
+        "sorted_expert_ids",
+        _i32,
+        (max_rows // block_m),
+        router_logits,
+        "router_logits",
+        1,
+    )
+    _buffer(num_valid_ids, "num_valid_ids", _i32, 2, router_logits, "router_logits", 1)
+    _buffer(reverse_sorted, "reverse_sorted", _i32, (M * topk), router_logits, "router_logits", 1)
+    _buffer(
+        a_q,
+        "a_q",
+        _u8,
+        M * (model_dim // 2),
+        router_logits,
+        "router_logits",
+        2,
+        cols=model_dim // 2,
+    )
+    _buffer(
+        a_scale,
+        "a_scale",
+        _u8,
+        M * (model_dim // 32),
+        router_logits,
+        "router_logits",
+        2,
+        cols=model_dim // 32,
+    )
+    if sorted_scales is not None:
+        _buffer(
+            sorted_scales,
+            "sorted_scales",
+            _u8,
+            (sort_scales_rows(max_rows, block_m)) * (model_dim // 32),
+            router_logits,
+            "router_logits",
+            2,
+            cols=model_dim // 32,
+        )
+    if not (sorted_scales is None or model_dim % 256 == 0):
+        raise ValueError(
+            f"sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), got model_dim = {model_dim}"
+        )
+    _no_overlap(
+        {
+            "topk_weights": topk_weights,
+            "topk_ids": topk_ids,
+            "sorted_token_ids": sorted_token_ids,
+            "sorted_weights": sorted_weights,
+            "m_indices": m_indices,
+            "sorted_expert_ids": sorted_expert_ids,
+            "num_valid_ids": num_valid_ids,
+            "reverse_sorted": reverse_sorted,
+            "a_q": a_q,
+            "a_scale": a_scale,
+            "zero_buf": zero_buf,
+            "sorted_scales": sorted_scales,
+        },
+        {
+            "router_logits": router_logits,
+            "x": x,
+            "correction_bias": correction_bias,
+            "expert_map": expert_map,
+            "zero_buf_init": zero_buf_init,
+        },
+    )
+    return MoeRouteSortQuantSizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_sizes(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+) -> MoeRouteSortQuantSizes:
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    model_dim = x.shape[1]
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    return MoeRouteSortQuantSizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_codes(
+    scoring="softmax", renormalize=True, num_expert_group=None, topk_group=None
+) -> tuple[int, ...]:
+    """The int codes of ``moe_route_sort_quant``'s options (scoring, renormalize, num_expert_group, topk_group), in that order."""
+    return (
+        _choice(scoring, "scoring", ("softmax", "sigmoid", "none")),
+        _flag(renormalize, "renormalize"),
+        _count(num_expert_group, "num_expert_group"),
+        _count(topk_group, "topk_group"),
+    )
+
+
+class MoeRouteSortQuantFp8Sizes(NamedTuple):
+    """The sizes of a ``moe_route_sort_quant_fp8`` call."""
+
+    M: int
+    E: int
+    model_dim: int
+    max_rows: int
+
+
+def moe_route_sort_quant_fp8(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+    read_data=False,
+) -> MoeRouteSortQuantFp8Sizes:
+    """Every check of ``moe_route_sort_quant_fp8``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    _same_device(x, "x", router_logits, "router_logits")
+    model_dim = x.shape[1]
+    _check_shape(
+        x,
+        "x",
+        (
+            M,
+            model_dim,
+        ),
+        "[M, model_dim]",
+    )
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    if zero_buf is not None:
+        _tensor(zero_buf, "zero_buf", _bf16, None, None)
+        _same_device(zero_buf, "zero_buf", router_logits, "router_logits")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", router_logits, "router_logits")
+    if zero_buf_init is not None:
+        _tensor(zero_buf_init, "zero_buf_init", _bf16, None, None)
+        _same_device(zero_buf_init, "zero_buf_init", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    num_experts = _int(num_experts, "num_experts")
+    block_m = _int(block_m, "block_m")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
+        )
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if sorted_scales is not None:
+        _buffer(
+            sorted_scales,
+            "sorted_scales",
+            _u8,
+            (sort_scales_rows(max_rows, block_m)) * (model_dim // 32),
+            router_logits,
+            "router_logits",
+            2,
+            cols=model_dim // 32,
+        )
+    if not (sorted_scales is None or model_dim % 256 == 0):
+        raise ValueError(
+            f"sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), got model_dim = {model_dim}"
+        )
+    _no_overlap(
+        {"zero_buf": zero_buf, "sorted_scales": sorted_scales},
+        {
+            "router_logits": router_logits,
+            "x": x,
+            "correction_bias": correction_bias,
+            "expert_map": expert_map,
+            "zero_buf_init": zero_buf_init,
+        },
+    )
+    return MoeRouteSortQuantFp8Sizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_fp8_out(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    topk_weights,
+    topk_ids,
+    out,
+    a_q,
+    a_scale,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+    read_data=False,
+) -> MoeRouteSortQuantFp8Sizes:
+    """Every check of ``moe_route_sort_quant_fp8_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    _same_device(x, "x", router_logits, "router_logits")
+    model_dim = x.shape[1]
+    _check_shape(
+        x,
+        "x",
+        (
+            M,
+            model_dim,
+        ),
+        "[M, model_dim]",
+    )
+    if correction_bias is not None:
+        _tensor(correction_bias, "correction_bias", _f32, 1, "[E]")
+        _same_device(correction_bias, "correction_bias", router_logits, "router_logits")
+    if zero_buf is not None:
+        _tensor(zero_buf, "zero_buf", _bf16, None, None)
+        _same_device(zero_buf, "zero_buf", router_logits, "router_logits")
+    if expert_map is not None:
+        _tensor(expert_map, "expert_map", _i32, 1, "[num_global_experts]")
+        _same_device(expert_map, "expert_map", router_logits, "router_logits")
+    if zero_buf_init is not None:
+        _tensor(zero_buf_init, "zero_buf_init", _bf16, None, None)
+        _same_device(zero_buf_init, "zero_buf_init", router_logits, "router_logits")
+    topk = _int(topk, "topk")
+    num_experts = _int(num_experts, "num_experts")
+    block_m = _int(block_m, "block_m")
+    scoring = _int(scoring, "scoring")
+    renormalize = _int(renormalize, "renormalize")
+    num_expert_group = _int(num_expert_group, "num_expert_group")
+    topk_group = _int(topk_group, "topk_group")
+    routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor")
+    if not (scoring >= 0 and scoring < 3):
+        raise ValueError(
+            f"scoring must be a code in [0, 2] (softmax, sigmoid, none), got {scoring}"
+        )
+    if not (renormalize == 0 or renormalize == 1):
+        raise ValueError(f"renormalize must be 0 or 1, got {renormalize}")
+    if not (num_expert_group >= 0):
+        raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
+    if not (topk_group >= 0):
+        raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (M >= 0 and M < 16777216):
+        raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
+        )
+    if not (E >= 1 and E <= 1024):
+        raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
+    if not (topk >= 1 and topk <= 16):
+        raise ValueError(f"topk must be in [1, 16], got {topk}")
+    if not (topk <= E):
+        raise ValueError(f"topk must be <= E = {E} (the experts of router_logits), got {topk}")
+    if not (correction_bias is None or correction_bias.numel() == E):
+        raise ValueError(
+            f"correction_bias must have shape [E] = [{E}], got {_shape_str(correction_bias.shape)}"
+        )
+    if not ((num_expert_group == 0) == (topk_group == 0)):
+        raise ValueError("num_expert_group and topk_group must both be given or both be None")
+    if not (num_expert_group == 0 or E % num_expert_group == 0):
+        raise ValueError(
+            f"num_expert_group = {num_expert_group} must divide E = {E} (the experts of router_logits)"
+        )
+    if not (topk_group <= num_expert_group):
+        raise ValueError(
+            f"topk_group must be <= num_expert_group = {num_expert_group}, got {topk_group}"
+        )
+    if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
+        raise ValueError(
+            f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    _buffer(
+        topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
+    )
+    _buffer(topk_ids, "topk_ids", _i32, M * topk, router_logits, "router_logits", 2, cols=topk)
+    (
+        sorted_token_ids,
+        sorted_weights,
+        m_indices,
+        sorted_expert_ids,
+        num_valid_ids,
+        reverse_sorted,
+    ) = _group(
+        out,
+        "out",
+        "MoeSortOutput",
+        (
+            "sorted_token_ids",
+            "sorted_weights",
+            "m_indices",
+            "sorted_expert_ids",
+            "num_valid_ids",
+            "reverse_sorted",
+        ),
+    )
+    _buffer(sorted_token_ids, "sorted_token_ids", _i32, max_rows, router_logits, "router_logits", 1)
+    _buffer(sorted_weights, "sorted_weights", _f32, max_rows, router_logits, "router_logits", 1)
+    _buffer(m_indices, "m_indices", _i32, max_rows, router_logits, "router_logits", 1)
+    _buffer(
+        sorted_expert_ids,
+        "sorted_expert_ids",
+        _i32,
+        (max_rows // block_m),
+        router_logits,
+        "router_logits",
+        1,
+    )
+    _buffer(num_valid_ids, "num_valid_ids", _i32, 2, router_logits, "router_logits", 1)
+    _buffer(reverse_sorted, "reverse_sorted", _i32, (M * topk), router_logits, "router_logits", 1)
+    _buffer(a_q, "a_q", _u8, M * model_dim, router_logits, "router_logits", 2, cols=model_dim)
+    _buffer(
+        a_scale,
+        "a_scale",
+        _u8,
+        M * (model_dim // 32),
+        router_logits,
+        "router_logits",
+        2,
+        cols=model_dim // 32,
+    )
+    if sorted_scales is not None:
+        _buffer(
+            sorted_scales,
+            "sorted_scales",
+            _u8,
+            (sort_scales_rows(max_rows, block_m)) * (model_dim // 32),
+            router_logits,
+            "router_logits",
+            2,
+            cols=model_dim // 32,
+        )
+    if not (sorted_scales is None or model_dim % 256 == 0):
+        raise ValueError(
+            f"sorted_scales needs model_dim a multiple of 256 (the layout of moe_sort_scales), got model_dim = {model_dim}"
+        )
+    _no_overlap(
+        {
+            "topk_weights": topk_weights,
+            "topk_ids": topk_ids,
+            "sorted_token_ids": sorted_token_ids,
+            "sorted_weights": sorted_weights,
+            "m_indices": m_indices,
+            "sorted_expert_ids": sorted_expert_ids,
+            "num_valid_ids": num_valid_ids,
+            "reverse_sorted": reverse_sorted,
+            "a_q": a_q,
+            "a_scale": a_scale,
+            "zero_buf": zero_buf,
+            "sorted_scales": sorted_scales,
+        },
+        {
+            "router_logits": router_logits,
+            "x": x,
+            "correction_bias": correction_bias,
+            "expert_map": expert_map,
+            "zero_buf_init": zero_buf_init,
+        },
+    )
+    return MoeRouteSortQuantFp8Sizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_fp8_sizes(
+    router_logits,
+    x,
+    topk,
+    num_experts,
+    block_m,
+    *,
+    scoring=0,
+    renormalize=1,
+    num_expert_group=0,
+    topk_group=0,
+    correction_bias=None,
+    routed_scaling_factor=1.0,
+    zero_buf=None,
+    expert_map=None,
+    zero_buf_init=None,
+    sorted_scales=None,
+) -> MoeRouteSortQuantFp8Sizes:
+    _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
+    M = router_logits.shape[0]
+    E = router_logits.shape[1]
+    _tensor(x, "x", _bf16, 2, "[M, model_dim]")
+    model_dim = x.shape[1]
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    return MoeRouteSortQuantFp8Sizes(M, E, model_dim, max_rows)
+
+
+def moe_route_sort_quant_fp8_codes(
+    scoring="softmax", renormalize=True, num_expert_group=None, topk_group=None
+) -> tuple[int, ...]:
+    """The int codes of ``moe_route_sort_quant_fp8``'s options (scoring, renormalize, num_expert_group, topk_group), in that order."""
+    return (
+        _choice(scoring, "scoring", ("softmax", "sigmoid", "none")),
+        _flag(renormalize, "renormalize"),
+        _count(num_expert_group, "num_expert_group"),
+        _count(topk_group, "topk_group"),
+    )
+
+
 def select_moe_sort_quant(quant_dtype: object) -> str:
     """The op that ``moe_sort_quant(..., quant_dtype=...)`` runs (ValueError for another value)."""
     ops = {"mxfp4": "moe_sort_quant", "mxfp8": "moe_sort_quant_fp8"}
+    if not isinstance(quant_dtype, str) or quant_dtype not in ops:
+        raise ValueError(f"quant_dtype must be 'mxfp4' or 'mxfp8', got {quant_dtype!r}")
+    return ops[quant_dtype]
+
+
+def select_moe_route_sort_quant(quant_dtype: object) -> str:
+    """The op that ``moe_route_sort_quant(..., quant_dtype=...)`` runs (ValueError for another value)."""
+    ops = {"mxfp4": "moe_route_sort_quant", "mxfp8": "moe_route_sort_quant_fp8"}
     if not isinstance(quant_dtype, str) or quant_dtype not in ops:
         raise ValueError(f"quant_dtype must be 'mxfp4' or 'mxfp8', got {quant_dtype!r}")
     return ops[quant_dtype]

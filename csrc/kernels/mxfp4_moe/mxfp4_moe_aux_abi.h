@@ -204,6 +204,14 @@ typedef struct AiterAuxRouteArgs {
   int32_t* topk_ids;             // [num_tokens, topk]
 } AiterAuxRouteArgs;
 
+// moe_route_sort_quant / moe_route_sort_quant_fp8: moe_route, then moe_sort_quant[_fp8] of its
+// outputs (sort_quant.sort's topk_ids and topk_weights are route's).  Compile-time: those of
+// moe_sort_quant.
+typedef struct AiterAuxRouteSortQuantArgs {
+  AiterAuxRouteArgs route;
+  AiterAuxSortQuantArgs sort_quant;
+} AiterAuxRouteSortQuantArgs;
+
 // The capacity of the sorted buffers, max_rows = round_up(M*topk + E*(block_m - 1), block_m)
 // (docs/ops.md): the one C/C++ definition (the GPU kernels and the binding use it; Python's
 // is aiter_aux.validation.ints.sort_capacity).
