@@ -4,8 +4,9 @@ A serving engine pays the CPU time of each call (argument parsing, dispatch, val
 launch) on top of the kernel.  This benchmark times a host-bound loop of back-to-back calls
 (no synchronisation inside the loop) at M = 1 (``--tokens``), for every op in both forms
 (allocating and ``_out``) and both entry points (``torch.ops.aiter_aux.<op>`` and
-``aiter_aux.ops.<op>``), ``moe_route_out`` with DeepSeek-V3's router options as an engine
-calls it (the options by position through ``torch.ops``), and the drop-ins of
+``aiter_aux.ops.<op>``), ``moe_route_out`` and ``moe_route_sort_quant[_out]`` with
+DeepSeek-V3's router options as an engine calls them (the options by position through
+``torch.ops``), and the drop-ins of
 :mod:`aiter_aux.compat` (api ``compat``), on the CPU (where the time includes the kernel:
 M = 0 leaves only the call) and, when present, on the GPU.
 Each row is the median of ``--repeats`` loops of ``--calls`` calls (spread: min to max of
@@ -116,8 +117,9 @@ def _drop_ins(shape, device, m: int) -> dict:
 
 
 def _with_options(shape, device, m: int) -> dict:
-    """moe_route_out with a model's router options (DeepSeek-V3: sigmoid, 4 of 8 groups, a
-    correction bias, scaling 2.5), as a serving engine calls it: row name -> (api, call)."""
+    """moe_route_out and moe_route_sort_quant[_out] with a model's router options (DeepSeek-V3:
+    sigmoid, 4 of 8 groups, a correction bias, scaling 2.5), as a serving engine calls them:
+    row name -> (api, call)."""
     e = 256  # DeepSeek-V3's routed experts
     logits = torch.randn(m, e, device=device).to(torch.bfloat16)
     w = torch.empty(m, 8, device=device)
@@ -126,12 +128,25 @@ def _with_options(shape, device, m: int) -> dict:
     py = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias,
               routed_scaling_factor=2.5)  # fmt: skip
     op = torch.ops.aiter_aux.moe_route_out.default
+    # the preamble in one call: the gate, then moe_sort_quant (block_m 32, model_dim 7168)
+    x = torch.randn(m, 7168, device=device).to(torch.bfloat16)
+    rsq = aux_ops.moe_route_sort_quant(logits, x, 8, e, 32, **py)
+    bufs = (*rsq[:2], *rsq[2], *rsq[3:])
+    rsq_op = torch.ops.aiter_aux.moe_route_sort_quant_out.default
     return {
         "moe_route_out DeepSeek-V3": (
             ("torch.ops", lambda: op(logits, 8, w, ids, 1, 1, 8, 4, bias, 2.5)),
             ("aiter_aux.ops", lambda: aux_ops.moe_route_out(logits, 8, w, ids, **py)),
         ),
-    }
+        "moe_route_sort_quant_out DeepSeek-V3": (
+            ("torch.ops", lambda: rsq_op(logits, x, 8, e, 32, *bufs, 1, 1, 8, 4, bias, 2.5)),
+            ("aiter_aux.ops", lambda: aux_ops.moe_route_sort_quant_out(
+                logits, x, 8, e, 32, *rsq[:2], rsq[2], *rsq[3:], **py)),
+        ),
+        "moe_route_sort_quant DeepSeek-V3": (
+            ("aiter_aux.ops", lambda: aux_ops.moe_route_sort_quant(logits, x, 8, e, 32, **py)),
+        ),
+    }  # fmt: skip
 
 
 def _python_call(op: str, alloc_args, out_args, out_form: bool):

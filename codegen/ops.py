@@ -242,6 +242,7 @@ def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
         kernels=("route_sort_quant_cpu.h", "route_sort_quant.h"),
         reference="route_sort_quant",
+        composes=("moe_route", name.replace("route_", "")),
         summary=_ROUTE_SORT_QUANT_DOC,
         alloc_summary="Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, "
         "topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the "

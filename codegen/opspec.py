@@ -175,6 +175,9 @@ class OpSpec:
     # header, so an edit of one op's kernels recompiles only that op's instances.
     kernels: tuple[str, str] = ("", "")
     reference: str = ""  # the module of aiter_aux/reference defining <name>[_out] (py_name)
+    # The ops whose kernels this op's kernels run, in order (its kernel headers only chain
+    # them): scripts/compile_check.py compiles one instance of it, the parts all of theirs.
+    composes: tuple[str, ...] = ()
 
     @property
     def py_name(self) -> str:

@@ -49,6 +49,9 @@ def validate(ops: dict[str, OpSpec]) -> None:
                 f"{where}: key_parts {spec.key_parts} needs one letter per compile-time "
                 f"parameter {spec.params}"
             )
+        unknown = [c for c in spec.composes if c not in ops or c == name]
+        if unknown:
+            raise OpTableError(f"{where}: composes {unknown}, which are no other ops of the table")
         _validate_args(spec, where)
         plan, bound = CallPlan(spec, True), set()
         tensors = {t.name for t in spec.tensors()} | {o.name for o in spec.outputs}

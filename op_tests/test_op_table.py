@@ -145,6 +145,31 @@ def test_a_dtype_set_or_copy_must_name_a_known_tensor():
             validate.validate(bad)
 
 
+def test_composes_names_other_ops_and_picks_one_compile_check():
+    """``composes`` must name other ops of the table; compile_check compiles one instance of
+    such an op (its kernels are its parts', which compile in their own checks)."""
+    ops, validate = codegen_module("ops"), codegen_module("validate")
+    spec = ops.OPS["moe_route_sort_quant"]
+    assert spec.composes == ("moe_route", "moe_sort_quant")
+    for bad_parts in (("moe_route", "moe_nothing"), ("moe_route_sort_quant",)):
+        bad = dict(ops.OPS, moe_route_sort_quant=dataclasses.replace(spec, composes=bad_parts))
+        with pytest.raises(validate.OpTableError, match="composes"):
+            validate.validate(bad)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import compile_check
+    finally:
+        sys.path.pop(0)
+    inst = codegen_module("instances")
+    catalog = inst.enumerate_instances(codegen_module("catalog").SHAPES)
+    chosen = compile_check.representative(catalog)
+    for name in ("moe_route_sort_quant", "moe_route_sort_quant_fp8"):
+        assert [i.key for i in chosen if i.op == name] == [
+            min(i.key for i in catalog if i.op == name)
+        ]
+    assert len([i for i in chosen if i.op == "moe_sort_quant"]) > 1
+
+
 def test_each_op_is_registered_where_its_entry_says():
     """The aggregators include each op's kernel header and the reference package exports its
     functions from the module its entry names (both generated from the table)."""

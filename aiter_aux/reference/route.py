@@ -262,8 +262,8 @@ def route_outputs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every check of :func:`moe_route` (its arguments as it takes them), then its outputs
     allocated and uninitialised: ``(topk_weights, topk_ids)``, float32 and int32 ``[M,
-    topk]`` on ``router_logits``' device.  The one place of the route's output sizes
-    (:func:`moe_route`, ``moe_route_sort_quant``)."""
+    topk]`` on ``router_logits``' device.  The one place of the route's output sizes in the
+    reference (:func:`moe_route`; the ops take theirs from the op table)."""
     codes = C.moe_route_codes(scoring, renormalize, num_expert_group, topk_group)
     s = C.moe_route(
         router_logits, topk, correction_bias=correction_bias, scoring=codes[0],
