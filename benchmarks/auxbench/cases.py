@@ -421,8 +421,8 @@ def _variant_spec(op: str, base: dict, s: Sizes, dev, zero_buf: bool) -> OpSpec:
 
 
 def _pipeline_spec(op: str, base: dict, s: Sizes, dev) -> OpSpec:
-    """route_pipeline(_grouped): the gate of router logits, then moe_sort_quant_out with
-    sorted_scales on its topk_ids / topk_weights (``moe_route_sort_quant``'s work)."""
+    """route_pipeline(_grouped): ``moe_route_sort_quant_out`` with sorted_scales: the gate of
+    router logits, then the decode pipeline on its topk_ids / topk_weights."""
     k, kw = route_topk(s), route_options(op, s, dev)
 
     def new_out() -> dict:
@@ -434,9 +434,10 @@ def _pipeline_spec(op: str, base: dict, s: Sizes, dev) -> OpSpec:
                 "scales": torch.empty(s.out_rows, s.d // 32, **u8)}  # fmt: skip
 
     def run(ns, i, o):
-        ns.moe_route_out(i["logits"], k, o["w"], o["ids"], **kw)
-        ns.moe_sort_quant_out(o["ids"], o["w"], i["x"], s.e, s.bm, o["sort"], o["q"], o["s"],
-                              sorted_scales=o["scales"])  # fmt: skip
+        ns.moe_route_sort_quant_out(
+            i["logits"], i["x"], k, s.e, s.bm, o["w"], o["ids"], o["sort"], o["q"], o["s"],
+            sorted_scales=o["scales"], **kw,
+        )  # fmt: skip
 
     def same(g, w) -> bool:
         ok = _same(g["w"].view(torch.int32), w["w"].view(torch.int32))

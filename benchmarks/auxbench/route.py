@@ -6,8 +6,8 @@ topk of the case's shape, topk at most 16) to ``topk_weights`` / ``topk_ids``.
   dividing E) of which half are kept, renormalised, a routed scaling factor of 2.5
   (DeepSeek-V3 / Kimi-K2's gate, vLLM's ``grouped_topk``, SGLang's ``moe_fused_gate``);
 * ``route_pipeline`` / ``route_pipeline_grouped``: the preamble from router logits to
-  GEMM-ready a4w4 inputs, ``moe_route_sort_quant``'s work: that gate, then the decode
-  pipeline (``moe_sort_quant_out`` with ``sorted_scales``) on its outputs.
+  GEMM-ready a4w4 inputs, ``moe_route_sort_quant_out`` with ``sorted_scales``: that gate,
+  then the decode pipeline on its outputs.
 """
 
 from __future__ import annotations
