@@ -70,7 +70,7 @@ def _inputs(shape, device, m: int):
     sti, nv = sort.sorted_token_ids, sort.num_valid_ids
     align = {f: tuple(torch.empty_like(t) for t in aux_ops.__dict__[f"moe_align_block_size_{f}"](
         ids, e, bm)) for f in ("vllm", "sglang")}  # fmt: skip
-    return {
+    cases = {
         # op: (positional args of the allocating form, extra args of the _out form)
         "moe_sort": ((ids, w, e, bm), tuple(sort_buf)),
         "mxfp4_quant": ((x,), (q_buf, sc_buf)),
@@ -82,7 +82,9 @@ def _inputs(shape, device, m: int):
         "moe_align_block_size_vllm": ((ids, e, bm), align["vllm"]),
         "moe_align_block_size_sglang": ((ids, e, bm), align["sglang"]),
         "moe_route": ((logits, kr), (route_w, route_ids)),
-    }, (w, w)
+    }
+    assert tuple(cases) == OPS_TIMED, tuple(cases)  # the --ops names
+    return cases, (w, w)
 
 
 def _drop_ins(shape, device, m: int) -> dict:
@@ -199,7 +201,7 @@ def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1,
                 times = _per_call_us(fn, calls, repeats, sync)
                 rows.append(dict(op=name, form="out" if out_form else "alloc", api=api,
                                  times=times))  # fmt: skip
-    if not ops or "moe_route" in ops:
+    if not ops or {"moe_route", "moe_route_sort_quant"} & set(ops):
         for name, variants in _with_options(shape, device, m).items():
             for api, fn in variants:
                 times = _per_call_us(fn, calls, repeats, sync)
@@ -216,6 +218,14 @@ def run(device: torch.device, shape, calls: int, repeats: int, m: int = 1,
     return rows
 
 
+#: What ``--ops`` selects: each op of :func:`_inputs` (its two forms), ``moe_route`` also and
+#: ``moe_route_sort_quant`` alone the rows with DeepSeek-V3's options, ``compat`` the drop-ins.
+OPS_TIMED = ("moe_sort", "mxfp4_quant", "moe_sort_quant", "moe_sort_scales", "moe_scatter_reduce",
+             "moe_scatter_reduce_q", "moe_sum", "moe_align_block_size_vllm",
+             "moe_align_block_size_sglang", "moe_route")  # fmt: skip
+SELECTORS = OPS_TIMED + ("moe_route_sort_quant", "compat")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default=None, help="comma list (default: cpu, and cuda if any)")
@@ -225,9 +235,13 @@ def main(argv=None) -> int:
                    "of the call without the kernel's work)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=7, help="timed loops per row")
     p.add_argument("--ops", default="", help="comma list of the ops to time (their two forms; "
-                   "`compat`: the drop-ins); default: all")  # fmt: skip
+                   "`moe_route_sort_quant`: the rows with DeepSeek-V3's options; `compat`: the "
+                   "drop-ins); default: all")  # fmt: skip
     p.add_argument("--csv", type=Path, help="write the rows to this CSV file")
     args = p.parse_args(argv)
+    unknown = [o for o in args.ops.split(",") if o and o not in SELECTORS]
+    if unknown:
+        p.error(f"--ops: unknown {', '.join(unknown)} (known: {', '.join(SELECTORS)})")
     shape = tuple(int(v) for v in args.shape.split(","))
     devices = args.device.split(",") if args.device else ["cpu"] + (
         ["cuda"] if torch.cuda.is_available() else [])  # fmt: skip

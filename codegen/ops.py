@@ -223,19 +223,20 @@ _ROUTE_SORT_QUANT_DOC = """The routing preamble from router logits in one call:
 :func:`moe_route_out` of ``router_logits`` into ``topk_weights`` and ``topk_ids``, then
 :func:`moe_sort_quant_out` of them with ``x`` (``quant_dtype`` "mxfp4" or "mxfp8"); every
 output byte for byte those of the two calls, every argument of both checked before anything
-is written (on a GPU: two launches, the second with PDL).  ``num_experts`` is the sort's
-(the local experts with an ``expert_map``); the route's E is ``router_logits.shape[1]``."""
+is written (the tensors first, then the route's rules, then the sort's).  ``num_experts`` is
+the sort's (the local experts with an ``expert_map``); the route's E is
+``router_logits.shape[1]``."""
 
 
 def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
-    route_checks = tuple(c for c in ROUTE_CHECKS if c != Limit("M", "num_tokens"))
+    sort_checks = tuple(c for c in SORT_CHECKS if c != Limit("M", "num_tokens"))
     return OpSpec(
         name, op_id, ("num_experts", "topk", "model_dim"), ("e", "k", "d"),
         "AiterAuxRouteSortQuantArgs", (ROUTE_FILL, (SORT_FILL, QUANT_FILL, "sorted_scales")),
         inputs=(ROUTER_LOGITS, X, Int("topk", "experts per token")) + SORT_INTS,
         options=ROUTE_OPTIONS + SORT_OPTIONS + (SORTED_SCALES,),
         outputs=ROUTE_OUTPUTS + SORT_OUTPUTS + quant_outputs(fp8),
-        checks=(MODEL_DIM_32,) + SORT_CHECKS + route_checks + (SORTED_SCALES_256,),
+        checks=ROUTE_CHECKS + (MODEL_DIM_32,) + sort_checks + (SORTED_SCALES_256,),
         groups=(SORT_GROUP,),
         partial_outputs=True,
         python_name="moe_route_sort_quant",

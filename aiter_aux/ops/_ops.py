@@ -2239,8 +2239,9 @@ def moe_route_sort_quant_out(
     :func:`moe_route_out` of ``router_logits`` into ``topk_weights`` and ``topk_ids``, then
     :func:`moe_sort_quant_out` of them with ``x`` (``quant_dtype`` "mxfp4" or "mxfp8"); every
     output byte for byte those of the two calls, every argument of both checked before anything
-    is written (on a GPU: two launches, the second with PDL).  ``num_experts`` is the sort's
-    (the local experts with an ``expert_map``); the route's E is ``router_logits.shape[1]``."""
+    is written (the tensors first, then the route's rules, then the sort's).  ``num_experts`` is
+    the sort's (the local experts with an ``expert_map``); the route's E is
+    ``router_logits.shape[1]``."""
     if (
         (type(scoring) is str and scoring == "softmax")
         and renormalize is True

@@ -1879,27 +1879,8 @@ def moe_route_sort_quant(
         raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
     if not (topk_group >= 0):
         raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
-    if not (model_dim > 0 and model_dim % 32 == 0):
-        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
-    if not (zero_buf_init is None or zero_buf is not None):
-        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
-    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
-        raise ValueError(
-            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
-        )
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
-    if not (num_experts >= 1 and num_experts <= 1024):
-        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
-        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
-    max_rows = sort_capacity(M, topk, num_experts, block_m)
-    if not (max_rows <= 2147483647):
-        raise ValueError(
-            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
-        )
     if not (E >= 1 and E <= 1024):
         raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
     if not (topk >= 1 and topk <= 16):
@@ -1923,6 +1904,25 @@ def moe_route_sort_quant(
     if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
         raise ValueError(
             f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
         )
     if sorted_scales is not None:
         _buffer(
@@ -2022,27 +2022,8 @@ def moe_route_sort_quant_out(
         raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
     if not (topk_group >= 0):
         raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
-    if not (model_dim > 0 and model_dim % 32 == 0):
-        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
-    if not (zero_buf_init is None or zero_buf is not None):
-        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
-    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
-        raise ValueError(
-            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
-        )
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
-    if not (num_experts >= 1 and num_experts <= 1024):
-        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
-        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
-    max_rows = sort_capacity(M, topk, num_experts, block_m)
-    if not (max_rows <= 2147483647):
-        raise ValueError(
-            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
-        )
     if not (E >= 1 and E <= 1024):
         raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
     if not (topk >= 1 and topk <= 16):
@@ -2066,6 +2047,25 @@ def moe_route_sort_quant_out(
     if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
         raise ValueError(
             f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
         )
     _buffer(
         topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
@@ -2279,27 +2279,8 @@ def moe_route_sort_quant_fp8(
         raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
     if not (topk_group >= 0):
         raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
-    if not (model_dim > 0 and model_dim % 32 == 0):
-        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
-    if not (zero_buf_init is None or zero_buf is not None):
-        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
-    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
-        raise ValueError(
-            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
-        )
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
-    if not (num_experts >= 1 and num_experts <= 1024):
-        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
-        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
-    max_rows = sort_capacity(M, topk, num_experts, block_m)
-    if not (max_rows <= 2147483647):
-        raise ValueError(
-            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
-        )
     if not (E >= 1 and E <= 1024):
         raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
     if not (topk >= 1 and topk <= 16):
@@ -2323,6 +2304,25 @@ def moe_route_sort_quant_fp8(
     if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
         raise ValueError(
             f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
         )
     if sorted_scales is not None:
         _buffer(
@@ -2422,27 +2422,8 @@ def moe_route_sort_quant_fp8_out(
         raise ValueError(f"num_expert_group must be >= 0 (0: None), got {num_expert_group}")
     if not (topk_group >= 0):
         raise ValueError(f"topk_group must be >= 0 (0: None), got {topk_group}")
-    if not (model_dim > 0 and model_dim % 32 == 0):
-        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
-    if not (zero_buf_init is None or zero_buf is not None):
-        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
-    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
-        raise ValueError(
-            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
-        )
     if not (M >= 0 and M < 16777216):
         raise ValueError(f"num_tokens (M) must be in [0, 2**24), got {M}")
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
-    if not (num_experts >= 1 and num_experts <= 1024):
-        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
-    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
-        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
-    max_rows = sort_capacity(M, topk, num_experts, block_m)
-    if not (max_rows <= 2147483647):
-        raise ValueError(
-            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
-        )
     if not (E >= 1 and E <= 1024):
         raise ValueError(f"E (router_logits.shape[1]) must be in [1, 1024], got {E}")
     if not (topk >= 1 and topk <= 16):
@@ -2466,6 +2447,25 @@ def moe_route_sort_quant_fp8_out(
     if not (num_expert_group == 0 or topk <= topk_group * (E // num_expert_group)):
         raise ValueError(
             f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
+        )
+    if not (model_dim > 0 and model_dim % 32 == 0):
+        raise ValueError(f"model_dim must be a positive multiple of 32, got {model_dim}")
+    if not (zero_buf_init is None or zero_buf is not None):
+        raise ValueError("zero_buf_init needs zero_buf (the buffer it is copied into)")
+    if not (zero_buf_init is None or zero_buf_init.numel() == zero_buf.numel()):
+        raise ValueError(
+            f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
+        )
+    if not (topk >= 1 and topk <= 255):
+        raise ValueError(f"topk must be in [1, 255], got {topk}")
+    if not (num_experts >= 1 and num_experts <= 1024):
+        raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
+    if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
+        raise ValueError(f"block_m must be one of (16, 32, 64, 128), got {block_m}")
+    max_rows = sort_capacity(M, topk, num_experts, block_m)
+    if not (max_rows <= 2147483647):
+        raise ValueError(
+            f"max_rows = round_up(M*topk + num_experts*(block_m-1), block_m) = {max_rows} must fit in int32 (<= 2147483647); M={M}, topk={topk}"
         )
     _buffer(
         topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
