@@ -424,7 +424,9 @@ def _returns(spec: OpSpec, out: bool) -> tuple[str, str]:
         elif g.name not in seen:
             seen.add(g.name)
             n = len(g.members)
-            items.append(g.name if out else f"{g.type}(*r[{i}:{i + n}])")
+            # the _out form returns the caller's group as a g.type (a list or tuple passed)
+            cast = f"{g.name} if type({g.name}) is {g.type} else {g.type}(*{g.name})"
+            items.append(cast if out else f"{g.type}(*r[{i}:{i + n}])")
             types.append(g.type)
     if len(items) == 1:
         return types[0], items[0] if out or spec.groups else "r"

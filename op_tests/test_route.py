@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from aiter_aux import ops  # noqa: E402
 from aiter_aux import reference as R  # noqa: E402
 from aiter_aux.reference import route as RR  # noqa: E402
+from aiter_aux.types import MoeSortOutput  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))]  # fmt: skip
@@ -329,3 +330,17 @@ def test_route_output_sizes_live_in_one_place(monkeypatch):
     monkeypatch.setattr(RR, "route_outputs", route_outputs)
     with pytest.raises(Sentinel):
         R.moe_route(torch.randn(4, 8), 2)
+
+
+def test_out_forms_return_a_moe_sort_output_for_any_sequence(cpu_module):
+    """The _out wrappers return the caller's sort buffers as a MoeSortOutput, as the reference
+    does, whether ``out`` was passed as one, a list or a tuple."""
+    m, e, k, d, bm = 3, 16, 4, 256, 32
+    logits, x = make_logits(m, e, torch.float32, seed=6), torch.zeros(m, d, dtype=torch.bfloat16)
+    w, ids, sort, a_q, a_scale = ops.moe_route_sort_quant(logits, x, k, e, bm)
+    for out in (sort, list(sort), tuple(sort)):
+        got = ops.moe_route_sort_quant_out(logits, x, k, e, bm, w, ids, out, a_q, a_scale)
+        assert type(got[2]) is MoeSortOutput
+        assert all(a is b for a, b in zip(got[2], sort, strict=True))  # the caller's buffers
+        assert type(ops.moe_sort_out(ids, w, e, bm, out)) is MoeSortOutput
+        assert type(ops.moe_sort_quant_out(ids, w, x, e, bm, out, a_q, a_scale)[0]) is MoeSortOutput

@@ -1304,7 +1304,7 @@ def moe_sort_out(
                 wide_ids=True,
             ),
         ) from None
-    return out
+    return out if type(out) is MoeSortOutput else MoeSortOutput(*out)
 
 
 def moe_sort(
@@ -1468,7 +1468,7 @@ def moe_sort_quant_out(
                 wide_ids=True,
             ),
         ) from None
-    return (out, a_q, a_scale)
+    return (out if type(out) is MoeSortOutput else MoeSortOutput(*out), a_q, a_scale)
 
 
 def moe_sort_quant(
@@ -2337,7 +2337,13 @@ def moe_route_sort_quant_out(
                 sorted_scales=sorted_scales,
             ),
         ) from None
-    return (topk_weights, topk_ids, out, a_q, a_scale)
+    return (
+        topk_weights,
+        topk_ids,
+        out if type(out) is MoeSortOutput else MoeSortOutput(*out),
+        a_q,
+        a_scale,
+    )
 
 
 def moe_route_sort_quant(
