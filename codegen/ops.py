@@ -229,7 +229,10 @@ the sort's (the local experts with an ``expert_map``); the route's E is
 
 
 def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
-    sort_checks = tuple(c for c in SORT_CHECKS if c != Limit("M", "num_tokens"))
+    sort_op = "moe_sort_quant_fp8" if fp8 else "moe_sort_quant"
+    # the route's rules bound M and topk already (its topk limit is the stricter)
+    implied = (Limit("M", "num_tokens"), Limit("topk", "topk"))
+    sort_checks = tuple(c for c in SORT_CHECKS if c not in implied)
     return OpSpec(
         name, op_id, ("num_experts", "topk", "model_dim"), ("e", "k", "d"),
         "AiterAuxRouteSortQuantArgs", (ROUTE_FILL, (SORT_FILL, QUANT_FILL, "sorted_scales")),
@@ -243,7 +246,7 @@ def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
         kernels=("route_sort_quant_cpu.h", "route_sort_quant.h"),
         reference="route_sort_quant",
-        composes=("moe_route", name.replace("route_", "")),
+        composes=("moe_route", sort_op),
         summary=_ROUTE_SORT_QUANT_DOC,
         alloc_summary="Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, "
         "topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the "

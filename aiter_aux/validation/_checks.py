@@ -1913,8 +1913,6 @@ def moe_route_sort_quant(
         raise ValueError(
             f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
         )
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
@@ -2056,8 +2054,6 @@ def moe_route_sort_quant_out(
         raise ValueError(
             f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
         )
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
@@ -2313,8 +2309,6 @@ def moe_route_sort_quant_fp8(
         raise ValueError(
             f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
         )
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
@@ -2456,8 +2450,6 @@ def moe_route_sort_quant_fp8_out(
         raise ValueError(
             f"zero_buf_init must have the {zero_buf.numel()} elements of zero_buf, got {zero_buf_init.numel()}"
         )
-    if not (topk >= 1 and topk <= 255):
-        raise ValueError(f"topk must be in [1, 255], got {topk}")
     if not (num_experts >= 1 and num_experts <= 1024):
         raise ValueError(f"num_experts must be in [1, 1024], got {num_experts}")
     if not (block_m == 16 or block_m == 32 or block_m == 64 or (block_m == 128)):
