@@ -134,19 +134,26 @@ def _with_options(shape, device, m: int) -> dict:
     x = torch.randn(m, 7168, device=device).to(torch.bfloat16)
     rsq = aux_ops.moe_route_sort_quant(logits, x, 8, e, 32, **py)
     bufs = (*rsq[:2], *rsq[2], *rsq[3:])
+    rw, ri, sort, q, s = rsq  # the buffers, built once as a caller that reuses them does
     rsq_op = torch.ops.aiter_aux.moe_route_sort_quant_out.default
+    # the options by keyword, as a caller writes them (not a ** dict built per call)
     return {
         "moe_route_out DeepSeek-V3": (
             ("torch.ops", lambda: op(logits, 8, w, ids, 1, 1, 8, 4, bias, 2.5)),
-            ("aiter_aux.ops", lambda: aux_ops.moe_route_out(logits, 8, w, ids, **py)),
+            ("aiter_aux.ops", lambda: aux_ops.moe_route_out(
+                logits, 8, w, ids, scoring="sigmoid", num_expert_group=8, topk_group=4,
+                correction_bias=bias, routed_scaling_factor=2.5)),
         ),
         "moe_route_sort_quant_out DeepSeek-V3": (
             ("torch.ops", lambda: rsq_op(logits, x, 8, e, 32, *bufs, 1, 1, 8, 4, bias, 2.5)),
             ("aiter_aux.ops", lambda: aux_ops.moe_route_sort_quant_out(
-                logits, x, 8, e, 32, *rsq[:2], rsq[2], *rsq[3:], **py)),
+                logits, x, 8, e, 32, rw, ri, sort, q, s, scoring="sigmoid", num_expert_group=8,
+                topk_group=4, correction_bias=bias, routed_scaling_factor=2.5)),
         ),
         "moe_route_sort_quant DeepSeek-V3": (
-            ("aiter_aux.ops", lambda: aux_ops.moe_route_sort_quant(logits, x, 8, e, 32, **py)),
+            ("aiter_aux.ops", lambda: aux_ops.moe_route_sort_quant(
+                logits, x, 8, e, 32, scoring="sigmoid", num_expert_group=8, topk_group=4,
+                correction_bias=bias, routed_scaling_factor=2.5)),
         ),
     }  # fmt: skip
 
@@ -156,11 +163,13 @@ def _python_call(op: str, alloc_args, out_args, out_form: bool):
     fn = getattr(aux_ops, op + ("_out" if out_form else ""))
     if not out_form:
         return lambda: fn(*alloc_args)
+    # the buffers' MoeSortOutput is built once, as a caller that reuses its buffers does
     if op == "moe_sort":
-        return lambda: fn(*alloc_args, ref.MoeSortOutput(*out_args))
+        sort = ref.MoeSortOutput(*out_args)
+        return lambda: fn(*alloc_args, sort)
     if op == "moe_sort_quant":
-        sort = ref.MoeSortOutput(*out_args[:6])
-        return lambda: fn(*alloc_args, sort, *out_args[6:])
+        sort, rest = ref.MoeSortOutput(*out_args[:6]), out_args[6:]
+        return lambda: fn(*alloc_args, sort, *rest)
     return lambda: fn(*alloc_args, *out_args)
 
 

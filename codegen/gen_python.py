@@ -319,12 +319,18 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
     body, scalars = [], []
     codes = [a for a in spec.options if isinstance(a, Code)]
     if codes:  # before the try: a bad value is a one-line error of its own
+        # each plain value's code inline (host cost: no call), -1 for anything else, which
+        # <op>_codes converts (an int 0 or 1 for a flag, an integer-like count) or refuses
+        # (the defaults first: one test each)
         names = ", ".join(a.name for a in codes) + ("," if len(codes) == 1 else "")
-        # the defaults without a call (host cost); anything else through <op>_codes
         is_default = " and ".join(_is_default(a) for a in codes)
         defaults = ", ".join(str(a.default_code) for a in codes)
-        body += [f"if {is_default}:", f"    {names} = {defaults}", "else:",
-                 f"    {names} = C.{spec.name}_codes({names.rstrip(',')})"]  # fmt: skip
+        tmp = [f"_{a.name}" for a in codes]
+        body += [f"if {is_default}:", f"    {names} = {defaults}", "else:"]
+        body += [f"    {t} = {_fast_code(spec, a)}" for t, a in zip(tmp, codes, strict=True)]
+        body += [f"    if {' or '.join(f'{t} < 0' for t in tmp)}:",
+                 f"        {names} = C.{spec.name}_codes({names.rstrip(',')})",
+                 "    else:", f"        {names} = {', '.join(tmp)}"]  # fmt: skip
     for a in spec.args():
         if isinstance(a, Code):
             continue
@@ -339,9 +345,10 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
     sfx = "_out" if out else ""
     # eagerly the builtin behind the OpOverload (a Python frame less); the OpOverload under
     # torch.compile, which traces it (not the builtin)
-    if sel:
-        body.append(f"which = C.select_{fn}({sel[0]})")
-        body.append(f"op = (_{name}_OPS if _compiling() else _{name}_RAW)[which]")
+    if sel:  # the dicts are keyed by the selecting value; <select> words the error
+        body += ["try:", f"    op = (_{name}_OPS if _compiling() else _{name}_RAW)[{sel[0]}]",
+                 "except (KeyError, TypeError):", f"    C.select_{fn}({sel[0]})",
+                 "    raise"]  # fmt: skip
     else:
         body.append(f"op = _{spec.name}{sfx} if _compiling() else _{spec.name}{sfx}_raw")
     call_pos = _torch_call_pos(spec, out)
@@ -362,8 +369,9 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
                      "else:", f"    {res}op({call_pos}, {kw})"]  # fmt: skip
     else:
         try_body.append(f"{res}op({call_pos})")
-    check_name = f"getattr(C, which + {sfx!r})" if sel else f"C.{spec.name}{sfx}"
-    check = f"{check_name}({_call_args(spec, out)}{', wide_ids=True' * has_wide_ids(spec)})"
+    check_name = (f"getattr(C, C.select_{fn}({sel[0]}) + {sfx!r})" if sel
+                  else f"C.{spec.name}{sfx}")  # fmt: skip
+    check = f"{check_name}, {_call_args(spec, out)}{', wide_ids=True' * has_wide_ids(spec)}"
     # int64 ids (what torch.topk returns): the binding takes int32 only and refuses them
     # before any write; the wrapper then calls itself once with the ids narrowed (same
     # bytes), so that the int32 path pays nothing for it.
@@ -379,7 +387,8 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
         + ["except Exception as e:  # noqa: BLE001 (the checks say what was wrong)"]
         + retry
         + [
-            f"    raise translate(e, lambda: {check}) from None",
+            # partial, not a lambda: a closure would make every argument a cell variable
+            f"    raise translate(e, partial({check})) from None",
             f"return {rets[1]}",
         ]
     )
@@ -391,6 +400,35 @@ def _is_default(a: Code) -> str:
     if a.kind == "choice":
         return f'(type({a.name}) is str and {a.name} == "{a.default}")'
     return f"{a.name} is {a.default!r}"
+
+
+def _fast_code(spec: OpSpec, a: Code) -> str:
+    """An expression: the code of a plain Python value of ``a`` (a str of its choices, True or
+    False, None or an int >= 1), else -1."""
+    n = a.name
+    if a.kind == "choice":
+        return f"{_codes_table(spec, a)}.get({n}, -1) if type({n}) is str else -1"
+    if a.kind == "flag":
+        return f"1 if {n} is True else 0 if {n} is False else -1"
+    return f"0 if {n} is None else {n} if type({n}) is int and {n} >= 1 else -1"
+
+
+def _codes_table(spec: OpSpec, a: Code) -> str:
+    """The name of the dict of ``a``'s choices and codes (one per option name: every op with
+    the option has the same choices, which :func:`_codes_tables` asserts)."""
+    return f"_{a.name.upper()}_CODES"
+
+
+def _codes_tables() -> list[str]:
+    tables: dict[str, tuple[str, ...]] = {}
+    for spec in OPS.values():
+        for a in spec.options:
+            if isinstance(a, Code) and a.kind == "choice":
+                assert tables.setdefault(_codes_table(spec, a), a.choices) == a.choices, a.name
+    return [
+        f"{t} = {dict((c, i) for i, c in enumerate(ch))!r}".replace("'", '"')
+        for t, ch in tables.items()
+    ]
 
 
 def _param_names(spec: OpSpec, out: bool) -> list[str]:
@@ -455,6 +493,7 @@ def render_ops() -> str:
         "from __future__ import annotations",
         "",
         "from collections.abc import Sequence",
+        "from functools import partial",
         "",
         "import torch",
         "",
@@ -491,10 +530,11 @@ def render_ops() -> str:
         if specs[0].python_select:
             for out in (False, True):
                 sfx = "_out" if out else ""
-                m = ", ".join(f'"{s.name}": _{s.name}{sfx}' for s in specs)
+                m = ", ".join(f'"{s.python_select[1]}": _{s.name}{sfx}' for s in specs)
                 lines.append(f"_{fn}{sfx}_OPS = {{{m}}}")
-                m = ", ".join(f'"{s.name}": _{s.name}{sfx}_raw' for s in specs)
+                m = ", ".join(f'"{s.python_select[1]}": _{s.name}{sfx}_raw' for s in specs)
                 lines.append(f"_{fn}{sfx}_RAW = {{{m}}}")
+    lines += _codes_tables()
     for fn, specs in by_fn.items():
         for out in (True, False):
             lines += ["", ""] + _wrapper(fn, specs, out)

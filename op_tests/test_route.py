@@ -282,6 +282,57 @@ def test_same_errors_as_the_reference():
         assert str(mine.value) == str(theirs.value)
 
 
+def test_option_values_as_the_reference():
+    """The wrappers convert plain option values inline and anything else through the
+    validators' ``<op>_codes``: every value, valid or not, gives the reference's outputs or
+    its error (numpy scalars, ints for bools, floats and bools for counts)."""
+    np = pytest.importorskip("numpy")
+    x = make_logits(5, 8, torch.float32, seed=4)
+    values = dict(
+        scoring=("softmax", "sigmoid", "none", "relu", np.str_("sigmoid"), 1, None),
+        renormalize=(True, False, 1, 0, 2, 1.0, None, np.bool_(True)),
+        groups=((None, None), (2, 1), (np.int64(2), 1), (2, np.int32(2)), (0, 0), (0, 1), (2, 0),
+                (2.0, 1), (True, 1), (2, True), (-1, 1), ("2", 1), (None, 1)),
+    )  # fmt: skip
+    for scoring in values["scoring"]:
+        for renormalize in values["renormalize"]:
+            for groups, topk_group in values["groups"]:
+                kw = dict(scoring=scoring, renormalize=renormalize, num_expert_group=groups,
+                          topk_group=topk_group)  # fmt: skip
+                try:
+                    want = R.moe_route(x, 2, **kw)
+                except (TypeError, ValueError) as e:
+                    with pytest.raises(type(e)) as mine:
+                        ops.moe_route(x, 2, **kw)
+                    assert str(mine.value) == str(e), kw
+                    continue
+                got = ops.moe_route(x, 2, **kw)
+                assert all(
+                    torch.equal(bits(a), bits(b)) for a, b in zip(got, want, strict=True)
+                ), kw
+
+
+def test_quant_dtype_values_as_the_reference():
+    """The wrappers pick the op by ``quant_dtype`` with a dict lookup: every value, valid or
+    not (unhashable included), gives the reference's outputs or its error."""
+    np = pytest.importorskip("numpy")
+    x = make_logits(3, 8, torch.float32, seed=5)
+    a = torch.randn(3, 256, generator=torch.Generator().manual_seed(5)).bfloat16()
+    for quant_dtype in ("mxfp4", "mxfp8", np.str_("mxfp8"), "fp4", "MXFP4", None, 4, ["mxfp4"]):
+        try:
+            want = R.moe_route_sort_quant(x, a, 2, 8, 32, quant_dtype=quant_dtype)
+        except (TypeError, ValueError) as e:
+            with pytest.raises(type(e)) as mine:
+                ops.moe_route_sort_quant(x, a, 2, 8, 32, quant_dtype=quant_dtype)
+            assert str(mine.value) == str(e), quant_dtype
+            continue
+        got = ops.moe_route_sort_quant(x, a, 2, 8, 32, quant_dtype=quant_dtype)
+        # the gate, the quant (which tells the formats apart) and the sort's count
+        pick = lambda r: (*r[:2], *r[3:], r[2].num_valid_ids)  # noqa: E731
+        for g, w in zip(pick(got), pick(want), strict=True):
+            assert g.dtype == w.dtype and torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+
+
 # ------------------------------------------------------------------ moe_route_sort_quant
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("quant_dtype", ("mxfp4", "mxfp8"))

@@ -34,6 +34,7 @@ reference does.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ._align_checks import SGLANG_PLUS_ONE as _SGLANG_PLUS_ONE
@@ -160,7 +161,7 @@ def vllm_moe_align_block_size(
             return (*out[:3], out[3].view(-1, 1)) if return_scatter_idx else out[:3]
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2)):
-            raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE, _TOKENS) from None
+            raise _error(err, partial(_vllm_checks, *args), _ANY_SHAPE, _TOKENS) from None
     bs, e, pad, ignore, scatter = (block_size, num_experts, pad_sorted_ids,
                                    ignore_invalid_experts, return_scatter_idx)  # fmt: skip
     try:
@@ -190,7 +191,7 @@ def vllm_moe_align_block_size(
                 op(ids, e, bs, sorted_ids, expert_ids, total, scatter_idx,
                    block_expert_map=expert_map)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _vllm_checks(*args), _ANY_SHAPE, _TOKENS) from None
+        raise _error(err, partial(_vllm_checks, *args), _ANY_SHAPE, _TOKENS) from None
     if scatter:
         return sorted_ids, expert_ids, total, scatter_idx.view(-1, 1)
     return sorted_ids, expert_ids, total
@@ -241,7 +242,7 @@ def sglang_moe_align_block_size(
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
                              (num_tokens_post_pad, 1)):  # fmt: skip
-            raise _error(err, lambda: _sglang_checks(*args),
+            raise _error(err, partial(_sglang_checks, *args),
                          f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}", _EXPERTS_IDS) from None  # fmt: skip
     _sglang_align(*args, False)
 
@@ -284,7 +285,7 @@ def _sglang_align(topk_ids, num_experts, block_size, sorted_token_ids, experts_i
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         hint = _ANY_SHAPE if srt else f"{_SGLANG_PLUS_ONE}; {_ANY_SHAPE}"
         names = _TOKENS if srt else _EXPERTS_IDS
-        raise _error(err, lambda: _sglang_checks(*args), hint, names) from None
+        raise _error(err, partial(_sglang_checks, *args), hint, names) from None
 
 
 def sglang_srt_moe_align_block_size(
@@ -313,7 +314,7 @@ def sglang_srt_moe_align_block_size(
             return _FAST[4](topk_ids, num_experts, block_size)[:3]
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2)):
-            raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
+            raise _error(err, partial(_srt_checks, topk_ids, block_size, num_experts),
                          _ANY_SHAPE) from None  # fmt: skip
     bs, e = block_size, num_experts
     try:
@@ -325,7 +326,7 @@ def sglang_srt_moe_align_block_size(
         expert_ids = torch.empty(-(-cap // bs), dtype=i32, device=dev)
         total = torch.empty(1, dtype=i32, device=dev)
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _srt_checks(topk_ids, block_size, num_experts),
+        raise _error(err, partial(_srt_checks, topk_ids, block_size, num_experts),
                      _ANY_SHAPE) from None  # fmt: skip
     _sglang_align(topk_ids, e + 1, bs, sorted_ids, expert_ids, total, True,
                   ignore_invalid_expert, True)  # fmt: skip
@@ -367,7 +368,7 @@ def vllm_custom_moe_align_block_size(
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
         if called and _plain((topk_ids, 2), (sorted_token_ids, 1), (experts_ids, 1),
                              (num_tokens_post_pad, 1)):  # fmt: skip
-            raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE, _EXPERTS_IDS) from None
+            raise _error(err, partial(_custom_checks, *args), _ANY_SHAPE, _EXPERTS_IDS) from None
     bs, e = block_size, num_experts
     try:
         if not (type(bs) is int and type(e) is int and 1 <= bs and 1 <= e <= _MOST[0]
@@ -395,4 +396,4 @@ def vllm_custom_moe_align_block_size(
             op(ids, e, bs, sorted_token_ids, experts_ids, num_tokens_post_pad, sc,
                expert_map=maybe_expert_map)  # fmt: skip
     except Exception as err:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(err, lambda: _custom_checks(*args), _ANY_SHAPE, _EXPERTS_IDS) from None
+        raise _error(err, partial(_custom_checks, *args), _ANY_SHAPE, _EXPERTS_IDS) from None

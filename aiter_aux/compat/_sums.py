@@ -13,6 +13,7 @@ call.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def moe_sum(
             topk_ids = _narrow(topk_ids)
             (op if compiling() else raw)(input, output, topk_ids, expert_map)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(e, lambda: _vllm_checks(input, output, topk_ids, expert_map)) from None
+        raise _error(e, partial(_vllm_checks, input, output, topk_ids, expert_map)) from None
 
 
 def _vllm_checks(input, output, topk_ids, expert_map) -> None:
@@ -119,7 +120,7 @@ def sglang_moe_sum(input: Tensor, output: Tensor) -> None:
             raise ValueError("output rows")  # the reference's check says it in full
         (op if compiling() else raw)(input, output)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(e, lambda: _sglang_checks(input, output, 1.0)) from None
+        raise _error(e, partial(_sglang_checks, input, output, 1.0)) from None
 
 
 def _sglang_checks(input, output, routed_scaling_factor) -> None:
@@ -154,4 +155,4 @@ def moe_sum_reduce(input: Tensor, output: Tensor, routed_scaling_factor: float =
         else:  # by position: a keyword costs ~0.5 us more
             (op if compiling() else raw)(input, output, None, None, routed_scaling_factor)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise _error(e, lambda: _sglang_checks(input, output, routed_scaling_factor)) from None
+        raise _error(e, partial(_sglang_checks, input, output, routed_scaling_factor)) from None

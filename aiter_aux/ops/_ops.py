@@ -12,6 +12,7 @@ errors into the reference's exceptions (:func:`._library.translate`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
@@ -1210,35 +1211,24 @@ _moe_route_sort_quant_fp8 = _ops.moe_route_sort_quant_fp8.default
 _moe_route_sort_quant_fp8_raw = _moe_route_sort_quant_fp8._op
 _moe_route_sort_quant_fp8_out = _ops.moe_route_sort_quant_fp8_out.default
 _moe_route_sort_quant_fp8_out_raw = _moe_route_sort_quant_fp8_out._op
-_moe_sort_quant_OPS = {"moe_sort_quant": _moe_sort_quant, "moe_sort_quant_fp8": _moe_sort_quant_fp8}
-_moe_sort_quant_RAW = {
-    "moe_sort_quant": _moe_sort_quant_raw,
-    "moe_sort_quant_fp8": _moe_sort_quant_fp8_raw,
-}
-_moe_sort_quant_out_OPS = {
-    "moe_sort_quant": _moe_sort_quant_out,
-    "moe_sort_quant_fp8": _moe_sort_quant_fp8_out,
-}
-_moe_sort_quant_out_RAW = {
-    "moe_sort_quant": _moe_sort_quant_out_raw,
-    "moe_sort_quant_fp8": _moe_sort_quant_fp8_out_raw,
-}
-_moe_route_sort_quant_OPS = {
-    "moe_route_sort_quant": _moe_route_sort_quant,
-    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8,
-}
+_moe_sort_quant_OPS = {"mxfp4": _moe_sort_quant, "mxfp8": _moe_sort_quant_fp8}
+_moe_sort_quant_RAW = {"mxfp4": _moe_sort_quant_raw, "mxfp8": _moe_sort_quant_fp8_raw}
+_moe_sort_quant_out_OPS = {"mxfp4": _moe_sort_quant_out, "mxfp8": _moe_sort_quant_fp8_out}
+_moe_sort_quant_out_RAW = {"mxfp4": _moe_sort_quant_out_raw, "mxfp8": _moe_sort_quant_fp8_out_raw}
+_moe_route_sort_quant_OPS = {"mxfp4": _moe_route_sort_quant, "mxfp8": _moe_route_sort_quant_fp8}
 _moe_route_sort_quant_RAW = {
-    "moe_route_sort_quant": _moe_route_sort_quant_raw,
-    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_raw,
+    "mxfp4": _moe_route_sort_quant_raw,
+    "mxfp8": _moe_route_sort_quant_fp8_raw,
 }
 _moe_route_sort_quant_out_OPS = {
-    "moe_route_sort_quant": _moe_route_sort_quant_out,
-    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_out,
+    "mxfp4": _moe_route_sort_quant_out,
+    "mxfp8": _moe_route_sort_quant_fp8_out,
 }
 _moe_route_sort_quant_out_RAW = {
-    "moe_route_sort_quant": _moe_route_sort_quant_out_raw,
-    "moe_route_sort_quant_fp8": _moe_route_sort_quant_fp8_out_raw,
+    "mxfp4": _moe_route_sort_quant_out_raw,
+    "mxfp8": _moe_route_sort_quant_fp8_out_raw,
 }
+_SCORING_CODES = {"softmax": 0, "sigmoid": 1, "none": 2}
 
 
 def moe_sort_out(
@@ -1292,7 +1282,8 @@ def moe_sort_out(
             )
         raise translate(
             e,
-            lambda: C.moe_sort_out(
+            partial(
+                C.moe_sort_out,
                 topk_ids,
                 topk_weights,
                 num_experts,
@@ -1343,7 +1334,8 @@ def moe_sort(
             )
         raise translate(
             e,
-            lambda: C.moe_sort(
+            partial(
+                C.moe_sort,
                 topk_ids,
                 topk_weights,
                 num_experts,
@@ -1365,7 +1357,7 @@ def mxfp4_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     try:
         op(x, a_q, a_scale)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise translate(e, lambda: C.mxfp4_quant_out(x, a_q, a_scale)) from None
+        raise translate(e, partial(C.mxfp4_quant_out, x, a_q, a_scale)) from None
     return (a_q, a_scale)
 
 
@@ -1375,7 +1367,7 @@ def mxfp4_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     try:
         r = op(x)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise translate(e, lambda: C.mxfp4_quant(x)) from None
+        raise translate(e, partial(C.mxfp4_quant, x)) from None
     return (r[0], r[1])
 
 
@@ -1402,8 +1394,11 @@ def moe_sort_quant_out(
     ``BM = max(32, block_m)`` and ``model_dim % 256 == 0``, written exactly as
     ``moe_sort_scales_out(a_scale, out.sorted_token_ids, out.num_valid_ids, block_m,
     sorted_scales)`` would (see :func:`aiter_aux.reference.moe_sort_quant_out`)."""
-    which = C.select_moe_sort_quant(quant_dtype)
-    op = (_moe_sort_quant_out_OPS if _compiling() else _moe_sort_quant_out_RAW)[which]
+    try:
+        op = (_moe_sort_quant_out_OPS if _compiling() else _moe_sort_quant_out_RAW)[quant_dtype]
+    except (KeyError, TypeError):
+        C.select_moe_sort_quant(quant_dtype)
+        raise
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1452,7 +1447,8 @@ def moe_sort_quant_out(
             )
         raise translate(
             e,
-            lambda: getattr(C, which + "_out")(
+            partial(
+                getattr(C, C.select_moe_sort_quant(quant_dtype) + "_out"),
                 topk_ids,
                 topk_weights,
                 x,
@@ -1485,8 +1481,11 @@ def moe_sort_quant(
     quant_dtype: str = "mxfp4",
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, not returned)."""
-    which = C.select_moe_sort_quant(quant_dtype)
-    op = (_moe_sort_quant_OPS if _compiling() else _moe_sort_quant_RAW)[which]
+    try:
+        op = (_moe_sort_quant_OPS if _compiling() else _moe_sort_quant_RAW)[quant_dtype]
+    except (KeyError, TypeError):
+        C.select_moe_sort_quant(quant_dtype)
+        raise
     try:
         if type(num_experts) is not int:
             num_experts = _int(num_experts, "num_experts")
@@ -1527,7 +1526,8 @@ def moe_sort_quant(
             )
         raise translate(
             e,
-            lambda: getattr(C, which + "")(
+            partial(
+                getattr(C, C.select_moe_sort_quant(quant_dtype) + ""),
                 topk_ids,
                 topk_weights,
                 x,
@@ -1562,8 +1562,13 @@ def moe_sort_scales_out(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_sort_scales_out(
-                a_scale, sorted_token_ids, num_valid_ids, block_m, sorted_scales
+            partial(
+                C.moe_sort_scales_out,
+                a_scale,
+                sorted_token_ids,
+                num_valid_ids,
+                block_m,
+                sorted_scales,
             ),
         ) from None
     return sorted_scales
@@ -1580,7 +1585,7 @@ def moe_sort_scales(
         r = op(a_scale, sorted_token_ids, num_valid_ids, block_m)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
-            e, lambda: C.moe_sort_scales(a_scale, sorted_token_ids, num_valid_ids, block_m)
+            e, partial(C.moe_sort_scales, a_scale, sorted_token_ids, num_valid_ids, block_m)
         ) from None
     return r
 
@@ -1612,7 +1617,8 @@ def moe_scatter_reduce_out(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_scatter_reduce_out(
+            partial(
+                C.moe_scatter_reduce_out,
                 expert_out,
                 reverse_sorted,
                 sorted_weights,
@@ -1646,7 +1652,8 @@ def moe_scatter_reduce(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_scatter_reduce(
+            partial(
+                C.moe_scatter_reduce,
                 expert_out,
                 reverse_sorted,
                 sorted_weights,
@@ -1693,7 +1700,8 @@ def moe_scatter_reduce_q_out(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_scatter_reduce_q_out(
+            partial(
+                C.moe_scatter_reduce_q_out,
                 expert_out_q,
                 expert_out_scale,
                 reverse_sorted,
@@ -1738,7 +1746,8 @@ def moe_scatter_reduce_q(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_scatter_reduce_q(
+            partial(
+                C.moe_scatter_reduce_q,
                 expert_out_q,
                 expert_out_scale,
                 reverse_sorted,
@@ -1758,7 +1767,7 @@ def mxfp8_quant_out(x: Tensor, a_q: Tensor, a_scale: Tensor) -> tuple[Tensor, Te
     try:
         op(x, a_q, a_scale)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise translate(e, lambda: C.mxfp8_quant_out(x, a_q, a_scale)) from None
+        raise translate(e, partial(C.mxfp8_quant_out, x, a_q, a_scale)) from None
     return (a_q, a_scale)
 
 
@@ -1768,7 +1777,7 @@ def mxfp8_quant(x: Tensor) -> tuple[Tensor, Tensor]:
     try:
         r = op(x)
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
-        raise translate(e, lambda: C.mxfp8_quant(x)) from None
+        raise translate(e, partial(C.mxfp8_quant, x)) from None
     return (r[0], r[1])
 
 
@@ -1806,7 +1815,8 @@ def moe_sum_out(
             )
         raise translate(
             e,
-            lambda: C.moe_sum_out(
+            partial(
+                C.moe_sum_out,
                 input,
                 output,
                 topk_ids=topk_ids,
@@ -1844,7 +1854,8 @@ def moe_sum(
             )
         raise translate(
             e,
-            lambda: C.moe_sum(
+            partial(
+                C.moe_sum,
                 input,
                 topk_ids=topk_ids,
                 expert_map=expert_map,
@@ -1920,7 +1931,8 @@ def moe_align_block_size_vllm_out(
             )
         raise translate(
             e,
-            lambda: C.moe_align_block_size_vllm_out(
+            partial(
+                C.moe_align_block_size_vllm_out,
                 topk_ids,
                 num_experts,
                 block_size,
@@ -1966,7 +1978,8 @@ def moe_align_block_size_vllm(
             )
         raise translate(
             e,
-            lambda: C.moe_align_block_size_vllm(
+            partial(
+                C.moe_align_block_size_vllm,
                 topk_ids,
                 num_experts,
                 block_size,
@@ -2025,7 +2038,8 @@ def moe_align_block_size_sglang_out(
             )
         raise translate(
             e,
-            lambda: C.moe_align_block_size_sglang_out(
+            partial(
+                C.moe_align_block_size_sglang_out,
                 topk_ids,
                 num_experts,
                 block_size,
@@ -2057,7 +2071,9 @@ def moe_align_block_size_sglang(
             )
         raise translate(
             e,
-            lambda: C.moe_align_block_size_sglang(topk_ids, num_experts, block_size, wide_ids=True),
+            partial(
+                C.moe_align_block_size_sglang, topk_ids, num_experts, block_size, wide_ids=True
+            ),
         ) from None
     return (r[0], r[1], r[2], r[3])
 
@@ -2095,9 +2111,29 @@ def moe_route_out(
     ):
         scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
     else:
-        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
-            scoring, renormalize, num_expert_group, topk_group
+        _scoring = _SCORING_CODES.get(scoring, -1) if type(scoring) is str else -1
+        _renormalize = 1 if renormalize is True else 0 if renormalize is False else -1
+        _num_expert_group = (
+            0
+            if num_expert_group is None
+            else num_expert_group if type(num_expert_group) is int and num_expert_group >= 1 else -1
         )
+        _topk_group = (
+            0
+            if topk_group is None
+            else topk_group if type(topk_group) is int and topk_group >= 1 else -1
+        )
+        if _scoring < 0 or _renormalize < 0 or _num_expert_group < 0 or _topk_group < 0:
+            scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+                scoring, renormalize, num_expert_group, topk_group
+            )
+        else:
+            scoring, renormalize, num_expert_group, topk_group = (
+                _scoring,
+                _renormalize,
+                _num_expert_group,
+                _topk_group,
+            )
     op = _moe_route_out if _compiling() else _moe_route_out_raw
     try:
         if type(topk) is not int:
@@ -2129,7 +2165,8 @@ def moe_route_out(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_route_out(
+            partial(
+                C.moe_route_out,
                 router_logits,
                 topk,
                 topk_weights,
@@ -2165,9 +2202,29 @@ def moe_route(
     ):
         scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
     else:
-        scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
-            scoring, renormalize, num_expert_group, topk_group
+        _scoring = _SCORING_CODES.get(scoring, -1) if type(scoring) is str else -1
+        _renormalize = 1 if renormalize is True else 0 if renormalize is False else -1
+        _num_expert_group = (
+            0
+            if num_expert_group is None
+            else num_expert_group if type(num_expert_group) is int and num_expert_group >= 1 else -1
         )
+        _topk_group = (
+            0
+            if topk_group is None
+            else topk_group if type(topk_group) is int and topk_group >= 1 else -1
+        )
+        if _scoring < 0 or _renormalize < 0 or _num_expert_group < 0 or _topk_group < 0:
+            scoring, renormalize, num_expert_group, topk_group = C.moe_route_codes(
+                scoring, renormalize, num_expert_group, topk_group
+            )
+        else:
+            scoring, renormalize, num_expert_group, topk_group = (
+                _scoring,
+                _renormalize,
+                _num_expert_group,
+                _topk_group,
+            )
     op = _moe_route if _compiling() else _moe_route_raw
     try:
         if type(topk) is not int:
@@ -2197,7 +2254,8 @@ def moe_route(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: C.moe_route(
+            partial(
+                C.moe_route,
                 router_logits,
                 topk,
                 scoring=scoring,
@@ -2250,11 +2308,36 @@ def moe_route_sort_quant_out(
     ):
         scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
     else:
-        scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
-            scoring, renormalize, num_expert_group, topk_group
+        _scoring = _SCORING_CODES.get(scoring, -1) if type(scoring) is str else -1
+        _renormalize = 1 if renormalize is True else 0 if renormalize is False else -1
+        _num_expert_group = (
+            0
+            if num_expert_group is None
+            else num_expert_group if type(num_expert_group) is int and num_expert_group >= 1 else -1
         )
-    which = C.select_moe_route_sort_quant(quant_dtype)
-    op = (_moe_route_sort_quant_out_OPS if _compiling() else _moe_route_sort_quant_out_RAW)[which]
+        _topk_group = (
+            0
+            if topk_group is None
+            else topk_group if type(topk_group) is int and topk_group >= 1 else -1
+        )
+        if _scoring < 0 or _renormalize < 0 or _num_expert_group < 0 or _topk_group < 0:
+            scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
+                scoring, renormalize, num_expert_group, topk_group
+            )
+        else:
+            scoring, renormalize, num_expert_group, topk_group = (
+                _scoring,
+                _renormalize,
+                _num_expert_group,
+                _topk_group,
+            )
+    try:
+        op = (_moe_route_sort_quant_out_OPS if _compiling() else _moe_route_sort_quant_out_RAW)[
+            quant_dtype
+        ]
+    except (KeyError, TypeError):
+        C.select_moe_route_sort_quant(quant_dtype)
+        raise
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
@@ -2314,7 +2397,8 @@ def moe_route_sort_quant_out(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: getattr(C, which + "_out")(
+            partial(
+                getattr(C, C.select_moe_route_sort_quant(quant_dtype) + "_out"),
                 router_logits,
                 x,
                 topk,
@@ -2374,11 +2458,34 @@ def moe_route_sort_quant(
     ):
         scoring, renormalize, num_expert_group, topk_group = 0, 1, 0, 0
     else:
-        scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
-            scoring, renormalize, num_expert_group, topk_group
+        _scoring = _SCORING_CODES.get(scoring, -1) if type(scoring) is str else -1
+        _renormalize = 1 if renormalize is True else 0 if renormalize is False else -1
+        _num_expert_group = (
+            0
+            if num_expert_group is None
+            else num_expert_group if type(num_expert_group) is int and num_expert_group >= 1 else -1
         )
-    which = C.select_moe_route_sort_quant(quant_dtype)
-    op = (_moe_route_sort_quant_OPS if _compiling() else _moe_route_sort_quant_RAW)[which]
+        _topk_group = (
+            0
+            if topk_group is None
+            else topk_group if type(topk_group) is int and topk_group >= 1 else -1
+        )
+        if _scoring < 0 or _renormalize < 0 or _num_expert_group < 0 or _topk_group < 0:
+            scoring, renormalize, num_expert_group, topk_group = C.moe_route_sort_quant_codes(
+                scoring, renormalize, num_expert_group, topk_group
+            )
+        else:
+            scoring, renormalize, num_expert_group, topk_group = (
+                _scoring,
+                _renormalize,
+                _num_expert_group,
+                _topk_group,
+            )
+    try:
+        op = (_moe_route_sort_quant_OPS if _compiling() else _moe_route_sort_quant_RAW)[quant_dtype]
+    except (KeyError, TypeError):
+        C.select_moe_route_sort_quant(quant_dtype)
+        raise
     try:
         if type(topk) is not int:
             topk = _int(topk, "topk")
@@ -2422,7 +2529,8 @@ def moe_route_sort_quant(
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
             e,
-            lambda: getattr(C, which + "")(
+            partial(
+                getattr(C, C.select_moe_route_sort_quant(quant_dtype) + ""),
                 router_logits,
                 x,
                 topk,
