@@ -273,6 +273,30 @@ def test_vllm_any_block_size_and_shape(e, k, m, bs, mode):
         _eq(V.moe_align_block_size(ids.long(), bs, e, emap, ignore_invalid_experts=ignore), want)
 
 
+# On a GPU: the paths a block size outside moe_sort's takes (micro up to a warp of pairs, the
+# pair path's kernel of divisions up to 64 pairs whose rows it covers, then mid).
+GPU_ANY = [(256, 8, m, bs) for bs in (1, 7, 8, 48, 1024, 1025) for m in (1, 5, 8, 100)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("e,k,m,bs", GPU_ANY)
+def test_any_block_size_on_the_gpu(e, k, m, bs):
+    g = torch.Generator().manual_seed(e + m * 5 + bs)
+    ids = _routing(g, m, k, e, "ep").cuda()
+    emap = torch.full((e + 1,), -1, dtype=torch.int32)
+    emap[::3] = torch.arange(0, e + 1, 3, dtype=torch.int32) // 3
+    emap = emap.cuda()
+    for kw in ({}, {"expert_map": emap, "ignore_invalid_experts": True}):
+        want = RC.vllm_moe_align_block_size(ids, bs, e, return_scatter_idx=True, **kw)
+        _eq(V.moe_align_block_size(ids, bs, e, return_scatter_idx=True, **kw), want)
+    want = RC.sglang_moe_align_block_size(ids, bs, e)
+    bufs = [torch.full((n,), POISON, dtype=torch.int32, device="cuda")
+            for n in (want[0].numel(), want[1].numel(), 1)]  # fmt: skip
+    cumsum = torch.full((e + 2,), POISON, dtype=torch.int32, device="cuda")
+    assert S.moe_align_block_size(ids, e + 1, bs, *bufs, cumsum, True) is None
+    _eq(bufs, want)
+
+
 @pytest.mark.parametrize("e,k,m,bs,mode", [c for c in ANY_CASES if c[4] != "oob"])
 def test_sglang_any_block_size_and_ignore_invalid(e, k, m, bs, mode):
     g = torch.Generator().manual_seed(e * 3 + m + bs)

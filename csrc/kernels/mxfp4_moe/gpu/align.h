@@ -5,8 +5,8 @@
 // numel pairs with topk 1: the peers' formats need only the flat pair index.  Any block_size
 // in [1, 2^16] (the peers take any): the block sizes of moe_sort (16, 32, 64, 128) take every
 // path as moe_sort does; any other size takes the paths whose block arithmetic is general
-// (micro, mid, large: choose_sort_path), never the pair and tiny paths, which are specialised
-// for a power of two >= 16.  docs/compat.md is the spec.
+// (micro, the pair path's kernel of divisions, mid, large: choose_sort_path), never the tiny
+// path, which is specialised for a power of two >= 16.  docs/compat.md is the spec.
 #pragma once
 
 #include "../align_checks.h"

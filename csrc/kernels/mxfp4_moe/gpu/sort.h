@@ -165,10 +165,16 @@ inline int launch_grouped(Kernel kernel, int threads, const A& a, const AiterAux
 }
 
 // n <= kPairMax pairs in num_g (>= 1) pair blocks (pair_blocks).
-// A: the args type, which picks the output format (sort_format.h).
+// A: the args type, which picks the output format (sort_format.h).  A peer's block size
+// outside moe_sort's takes the kernel of divisions (AnyBlocks; pair_rows_fit holds).
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_pairs(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_g,
                         const char* op) {
+  if constexpr (!SortFormat<A>::kNative) {
+    if (!valid_block_m(a.block_m))
+      return launch_grouped<F, D>(sort_pairs_kernel<E, K, F, D, A, AnyBlocks>, kPairThreads, a, q,
+                                  st, num_g, op);
+  }
   return launch_grouped<F, D>(sort_pairs_kernel<E, K, F, D, A>, kPairThreads, a, q, st, num_g, op);
 }
 

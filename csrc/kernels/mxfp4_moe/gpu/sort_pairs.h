@@ -11,7 +11,9 @@
 // first pair (its leader) stands for ceil(count / block_m) blocks of rows; a ballot per bit
 // of that block count lets every lane add up the blocks of the smaller experts (masked
 // popcounts), which is its segment's first row / block_m.  So the cost is bit_width(E) +
-// 3 ballots per half (at most 11 + 3 for E <= 1024), whatever E and the routing.
+// 3 ballots per half (at most 11 + 3 for E <= 1024), whatever E and the routing.  The block
+// arithmetic is a parameter (Pow2Blocks, AnyBlocks): shifts for moe_sort's block_m, divisions
+// and 7 block-count ballots for any other block size of the peers' formats (8, 48, ...).
 //
 // A pair block (kPairThreads threads): warp 0 ranks and writes two small tables to shared
 // memory: the pairs in expert-major order (sorted_token_ids and weight of each), and per block
@@ -35,9 +37,36 @@ namespace sort_detail {
 
 // kPairMax, kPairThreads, kPairRowIters, kPairRowsPerBlock: sort.h
 constexpr int kPairPer = kPairMax / kWarpSize;  // pairs per lane of the ranking warp
-constexpr int kPairBlockBits = 3;  // bits of ceil(count / block_m) <= kPairMax / 16 = 4
 static_assert(kPairMax % kWarpSize == 0 && kPairMax <= kPairThreads, "pair path shape");
-static_assert(kPairMax / 16 < (1 << kPairBlockBits), "pair path block count bits");
+
+// The blocks of rows of a pair launch (every block of rows holds a real pair, so there are at
+// most n <= kPairMax of them).  kCountBits: the bits of an expert's ceil(count / block_m).
+// Pow2Blocks: block_m = 2^lg >= 16 (moe_sort's; the peers' formats at those sizes): shifts
+// and masks, at most kPairMax / 16 = 4 blocks an expert.
+struct Pow2Blocks {
+  static constexpr int kCountBits = 3;
+  int lg;
+  __device__ __forceinline__ static Pow2Blocks of(int block_m) { return {log2_block_m(block_m)}; }
+  __device__ __forceinline__ int blocks(int count) const { return (count + (1 << lg) - 1) >> lg; }
+  __device__ __forceinline__ int rows(int blocks) const { return blocks << lg; }
+  __device__ __forceinline__ int block_of(int row) const { return row >> lg; }
+  __device__ __forceinline__ bool first_row(int row) const { return (row & ((1 << lg) - 1)) == 0; }
+};
+
+// AnyBlocks: any block size >= 1 (the peers' formats: 8, 48, ...): divisions, up to kPairMax
+// blocks an expert (block size 1).  The chooser bounds the rows (pair_rows_fit).
+struct AnyBlocks {
+  static constexpr int kCountBits = 7;
+  int bm;
+  __device__ __forceinline__ static AnyBlocks of(int block_m) { return {block_m}; }
+  __device__ __forceinline__ int blocks(int count) const { return (count + bm - 1) / bm; }
+  __device__ __forceinline__ int rows(int blocks) const { return blocks * bm; }
+  __device__ __forceinline__ int block_of(int row) const { return row / bm; }
+  __device__ __forceinline__ bool first_row(int row) const { return row % bm == 0; }
+};
+static_assert(kPairMax / 16 < (1 << Pow2Blocks::kCountBits) &&
+                  kPairMax < (1 << AnyBlocks::kCountBits),
+              "pair path block count bits");
 
 // One warp's ranking of all pairs: lane l holds pairs j = l + s * kWarpSize.
 struct PairRank {
@@ -72,8 +101,8 @@ __device__ __forceinline__ void pair_masks(int key, const lane_mask_t* bal, lane
 // pair_rank with H halves of the lanes' pairs holding pairs (compile time, so that the
 // halves' ballots and masks are one straight block the compiler interleaves; a half h >= H
 // is past n).
-template <int E, int K, int H, class A>
-__device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, int lg) {
+template <int E, int K, int H, class A, class G>
+__device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, G geo) {
   constexpr int kBits = bit_width(E);  // keys in [0, E]
   PairRank r;
   const int lane = lane_id();
@@ -123,7 +152,7 @@ __device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, int lg) 
     r.cnt[s] = cnt;
     r.rank[s] = rank;
     r.pos[s] = below + rank;
-    nblk[s] = r.key[s] < E && rank == 0 ? (cnt + (1 << lg) - 1) >> lg : 0;
+    nblk[s] = r.key[s] < E && rank == 0 ? geo.blocks(cnt) : 0;
   }
   // blocks of the experts with a smaller key (per lane pair), and of all experts
   int blk_before[H] = {};
@@ -131,7 +160,7 @@ __device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, int lg) 
 #pragma unroll
   for (int h = 0; h < H; ++h) {
 #pragma unroll
-    for (int b = 0; b < kPairBlockBits; ++b) {
+    for (int b = 0; b < G::kCountBits; ++b) {
       const lane_mask_t nb = warp_ballot(((nblk[h] >> b) & 1) != 0);
       total += popc(nb) << b;
 #pragma unroll
@@ -139,19 +168,20 @@ __device__ __forceinline__ PairRank pair_rank_halves(const A& a, int n, int lg) 
     }
   }
 #pragma unroll
-  for (int s = 0; s < H; ++s) r.row[s] = (blk_before[s] << lg) + r.rank[s];
-  r.rows = total << lg;
+  for (int s = 0; s < H; ++s) r.row[s] = geo.rows(blk_before[s]) + r.rank[s];
+  r.rows = geo.rows(total);
   return r;
 }
 
 // Ranks the n <= kPairMax pairs in the calling warp (every lane must call it; no shared
-// memory, no barrier).  lg = log2(block_m).  One warp-uniform branch on the halves in use.
-template <int E, int K, class A>
-__device__ __forceinline__ PairRank pair_rank(const A& a, int n, int lg) {
+// memory, no barrier).  geo: the blocks of rows (Pow2Blocks, AnyBlocks).  One warp-uniform
+// branch on the halves in use.
+template <int E, int K, class A, class G>
+__device__ __forceinline__ PairRank pair_rank(const A& a, int n, G geo) {
   if constexpr (kPairPer > 1) {
-    if (n > kWarpSize) return pair_rank_halves<E, K, kPairPer>(a, n, lg);
+    if (n > kWarpSize) return pair_rank_halves<E, K, kPairPer>(a, n, geo);
   }
-  return pair_rank_halves<E, K, 1>(a, n, lg);
+  return pair_rank_halves<E, K, 1>(a, n, geo);
 }
 
 // A real pair's row in expert-major order.
@@ -178,19 +208,19 @@ struct PairSmem {
 // Warp 0 of a block: ranks the pairs into sm (pair, blk, rows; the caller's barrier makes
 // them visible); with kOutputs (block 0 of the sort) it also writes reverse_sorted and
 // num_valid_ids.
-template <int E, int K, int H, bool kOutputs, class A>
-__device__ __forceinline__ void pair_tables_halves(const A& a, PairSmem& sm, int n, int lg) {
+template <int E, int K, int H, bool kOutputs, class A, class G>
+__device__ __forceinline__ void pair_tables_halves(const A& a, PairSmem& sm, int n, G geo) {
   using Fmt = SortFormat<A>;
-  const PairRank r = pair_rank_halves<E, K, H>(a, n, lg);
+  const PairRank r = pair_rank_halves<E, K, H>(a, n, geo);
   const int lane = lane_id();
 #pragma unroll
   for (int s = 0; s < H; ++s) {
     const int j = s * kWarpSize + lane;
     if (r.key[s] < E) {
       sm.pair[r.pos[s]] = {Fmt::encode(j, K), r.wt[s]};
-      if ((r.row[s] & ((1 << lg) - 1)) == 0)  // the first row of a block
-        sm.blk[r.row[s] >> lg] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s], r.row[s] - r.pos[s],
-                                  0};
+      if (geo.first_row(r.row[s]))  // the first row of a block
+        sm.blk[geo.block_of(r.row[s])] = {r.key[s], r.row[s] - r.rank[s] + r.cnt[s],
+                                          r.row[s] - r.pos[s], 0};
       if (kOutputs) a.reverse_sorted[j] = Fmt::reverse(r.row[s], j);
     } else if (kOutputs && j < n) {
       a.reverse_sorted[j] = -1;
@@ -207,32 +237,32 @@ __device__ __forceinline__ void pair_tables_halves(const A& a, PairSmem& sm, int
 
 // The dispatch on the halves in use is outside the whole table writer, so that each version
 // is one straight block (a merge of the two rankings' results measured a register spill).
-template <int E, int K, bool kOutputs, class A>
-__device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, int lg) {
+template <int E, int K, bool kOutputs, class A, class G>
+__device__ __forceinline__ void pair_tables(const A& a, PairSmem& sm, int n, G geo) {
   if constexpr (kPairPer > 1) {
     if (n > kWarpSize) {
-      pair_tables_halves<E, K, kPairPer, kOutputs>(a, sm, n, lg);
+      pair_tables_halves<E, K, kPairPer, kOutputs>(a, sm, n, geo);
       return;
     }
   }
-  pair_tables_halves<E, K, 1, kOutputs>(a, sm, n, lg);
+  pair_tables_halves<E, K, 1, kOutputs>(a, sm, n, geo);
 }
 
 // Pair block g of num_g: the ranking (warp 0), then rows [g, g + 1) * kPairRowsPerBlock; the
 // peers' formats also the rows and blocks past the used ones (fill_tail), spread over the
-// blocks.
-template <int E, int K, class A>
+// blocks.  G: the block arithmetic (Pow2Blocks, AnyBlocks).
+template <int E, int K, class G = Pow2Blocks, class A>
 __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g, int num_g) {
   using Fmt = SortFormat<A>;
   const int n = static_cast<int>(a.num_tokens) * K;
   const int m = Fmt::pad(a, K);
-  const int lg = log2_block_m(a.block_m);
+  const G geo = G::of(a.block_m);
   const int tid = thread_idx();
   if (warp_id() == 0) {
     if (g == 0) {
-      pair_tables<E, K, true>(a, sm, n, lg);
+      pair_tables<E, K, true>(a, sm, n, geo);
     } else {
-      pair_tables<E, K, false>(a, sm, n, lg);
+      pair_tables<E, K, false>(a, sm, n, geo);
     }
   }
   block_sync();
@@ -241,7 +271,7 @@ __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g,
   for (int i = 0; i < kPairRowIters; ++i) {
     const int r = g * kPairRowsPerBlock + i * kPairThreads + tid;
     if (r < rows) {
-      const PairBlock b = sm.blk[r >> lg];
+      const PairBlock b = sm.blk[geo.block_of(r)];
       int32_t sti = m;
       float wt = 0.0f;
       if (r < b.real_end) {
@@ -258,7 +288,8 @@ __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g,
       }
     }
   }
-  if (g == 0 && tid < (rows >> lg)) a.sorted_expert_ids[tid] = Fmt::label(a, sm.blk[tid].expert);
+  if (g == 0 && tid < geo.block_of(rows))
+    a.sorted_expert_ids[tid] = Fmt::label(a, sm.blk[tid].expert);
   if constexpr (Fmt::kFillTail) {
     fill_tail<K>(a, rows, g * kPairThreads + tid, num_g * kPairThreads);
   } else {
@@ -267,7 +298,7 @@ __device__ __forceinline__ void pair_sort_block(const A& a, PairSmem& sm, int g,
 }
 
 // Grid: num_g + quant_blocks + zero_blocks (blocks of kPairThreads).
-template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs, class G = Pow2Blocks>
 __global__ AITER_AUX_SORT_BOUNDS(kPairThreads) void sort_pairs_kernel(A a, AiterAuxQuantArgs q,
                                                                       int num_g, int quant_blocks,
                                                                       int zero_blocks, bool x_al16,
@@ -276,7 +307,7 @@ __global__ AITER_AUX_SORT_BOUNDS(kPairThreads) void sort_pairs_kernel(A a, Aiter
   __shared__ PairSmem sm;
   const int b = block_idx();
   if (b < num_g) {
-    pair_sort_block<E, K>(a, sm, b, num_g);
+    pair_sort_block<E, K, G>(a, sm, b, num_g);
     return;
   }
   aux_block<F, D, kPairThreads>(b - num_g, a, q, quant_blocks, zero_blocks, x_al16, q_al4);

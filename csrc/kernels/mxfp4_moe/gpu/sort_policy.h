@@ -215,17 +215,27 @@ inline int pair_blocks(const SortProblem& s) {
   return static_cast<int>(clamp_i64(ceil_div_i64(bound, kPairRowsPerBlock), 1, kPairMax));
 }
 
+// The pair path with a block size outside moe_sort's (AnyBlocks): its pair_blocks blocks of
+// kPairRowsPerBlock rows cover every row (pair_blocks caps the blocks at kPairMax).
+inline bool pair_rows_fit(const SortProblem& s) {
+  const int64_t n = s.num_tokens * s.topk;
+  const int64_t cap = sort_capacity(s.num_tokens, s.topk, s.num_experts, s.block_m);
+  const int64_t bound = n * s.block_m < cap ? n * s.block_m : cap;
+  return bound <= int64_t(kPairMax) * kPairRowsPerBlock;
+}
+
 // The path of a call.  sms(): the SM count, asked only where the choice needs it (mid and
 // large).
 template <class SmCount>
 inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, SmCount sms) {
   const int64_t n = s.num_tokens * s.topk;
-  // The pair and tiny paths compute blocks as shifts by log2(block_m) with block_m a power of
-  // two >= 16 (the pair path packs ceil(count / block_m) in kPairBlockBits): any other
-  // block size (the peers' formats) takes micro, mid or large, whose block arithmetic is
-  // general (a remainder where block_m is no power of two).
+  // The tiny path computes blocks as shifts by log2(block_m) with block_m a power of two
+  // >= 16: any other block size (the peers' formats) takes micro, the pair path's kernel of
+  // divisions (AnyBlocks), mid or large, whose block arithmetic is general.
   if (!valid_block_m(s.block_m)) {
     if (n <= kWarpSize) return {SortPath::Micro, 1, false, false};
+    if (n <= p.pairs_max && pair_rows_fit(s))
+      return {SortPath::Pairs, pair_blocks(s), false, false};
   } else {
     if (s.fused_scales && n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, true};
     if (s.fused_scales && s.tiny_scales_fit && n <= p.tiny_map_pairs)

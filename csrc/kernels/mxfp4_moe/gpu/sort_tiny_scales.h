@@ -238,7 +238,7 @@ __device__ __forceinline__ void pair_scale_block(const AiterAuxSortArgs& a,
     if (i < m * 8)
       load_block32(q.x + static_cast<int64_t>(i >> 3) * D + ku * 256 + (i & 7) * 32, x_al16, w[it]);
   }
-  if (warp_id() == 0) pair_tables<E, K, false>(a, sm.p, n, lg);
+  if (warp_id() == 0) pair_tables<E, K, false>(a, sm.p, n, Pow2Blocks{lg});
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
     const int i = tid + it * kPairThreads;
@@ -270,7 +270,7 @@ __global__ AITER_AUX_SORT_BOUNDS(kPairThreads) void sort_pairs_scales_kernel(
   b -= D / 256 * sp.parts;
   if (b < sp.z_blocks) {
     const int n = static_cast<int>(a.num_tokens) * K;
-    scales_zero_fill<D, kPairThreads>(sp, pair_rank<E, K>(a, n, log2_block_m(a.block_m)).rows, b);
+    scales_zero_fill<D, kPairThreads>(sp, pair_rank<E, K>(a, n, Pow2Blocks::of(a.block_m)).rows, b);
     return;
   }
   aux_block<F, D, kPairThreads>(b - sp.z_blocks, a, q, quant_blocks, zero_blocks, x_al16, q_al4);

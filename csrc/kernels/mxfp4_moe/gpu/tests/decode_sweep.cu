@@ -46,7 +46,7 @@ __global__ __launch_bounds__(sd::kPairThreads) void only_pair_zero(AiterAuxSortA
                                                                    sd::ScalesPlan sp) {
   const int n = static_cast<int>(a.num_tokens) * K;
   sd::scales_zero_fill<D, sd::kPairThreads>(
-      sp, sd::pair_rank<E, K>(a, n, sd::log2_block_m(a.block_m)).rows, block_idx());
+      sp, sd::pair_rank<E, K>(a, n, sd::Pow2Blocks::of(a.block_m)).rows, block_idx());
 }
 
 template <int E, int K, int D>

@@ -125,10 +125,11 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   };
   const sd::SortPolicy pol = sd::host_sort_policy();
   const sd::SortProblem prob{n, 1, NB, bs, map_kind == 1, kNone, 0, false, false};
-  // A block size outside moe_sort's (16, 32, 64, 128) never takes the pair or tiny path
-  // (choose_sort_path): only micro, mid and large are forced for it.
+  // A block size outside moe_sort's (16, 32, 64, 128) never takes the tiny path, and the
+  // pair path (its kernel of divisions) only where its blocks cover the rows
+  // (choose_sort_path).
   const bool general = !aiter_aux::gpu::valid_block_m(bs);
-  if (!general && n <= sd::kPairMax) {
+  if (n <= sd::kPairMax && (!general || sd::pair_rows_fit(prob))) {
     const int ng = sd::pair_blocks(prob);
     forced("pairs", [&](const auto& k) {
       return sd::launch_pairs<NB, 1, kNone, 0>(k, none, nullptr, ng, "t");
@@ -184,6 +185,17 @@ void test_align() {
     run_align_case<33, false>(500, bs, 0, 232 + bs, bs == 8 ? 1 : (bs == 48 ? 2 : 0));
     run_align_case<33, true>(3000, bs, 1, 233 + bs, 0, bs == 48 ? 40 : 0);
   }
+  // the pair path's kernel of divisions: more pairs than a warp's lanes, block size 1 (a
+  // block per pair), the largest block size whose rows its blocks cover (1024 at 64 pairs),
+  // and one past it (mid)
+  for (int bs : {8, 48, 7, 1}) {
+    run_align_case<256, false>(40, bs, 0, 250 + bs, bs == 8 ? 2 : 0);
+    run_align_case<256, true>(64, bs, 2, 251 + bs, 0, bs == 7 ? 9 : 0);
+    run_align_case<33, false>(kWarpSize + 1, bs, 3, 252 + bs);  // one expert
+  }
+  run_align_case<256, false>(64, 1024, 0, 260);
+  run_align_case<256, true>(64, 1025, 1, 261);
+  run_align_case<256, false>(50, 3, 4, 262, 1);    // nothing local
   run_align_case<8, false>(20000, 48, 0, 240, 1);  // large path
   run_align_case<8, true>(20000, 8, 3, 241, 0, 100);
   run_align_case<257, false>(64, 24, 4, 242, 1);  // nothing local: all rows tail
