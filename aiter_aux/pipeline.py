@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -141,6 +142,7 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
         st = time_op(fn, device, repeat)
         rows.append(Row(op, label, st.median, bool(ok), st, nbytes))
 
+    preamble = None  # (router_logits, topk, options): the route, when it routes every expert
     if router is not None and route_problem(router, expert, topk) is None:
         say("moe_route")
         logits = draw_logits(num_tokens, expert, topk, router, gen)
@@ -157,6 +159,8 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
                                 e=e), bias=router.correction_bias)  # fmt: skip
         add("moe_route", f"E={e} topk={k}", lambda: ops.moe_route(dev_logits, k, **opts), ok,
             nbytes)  # fmt: skip
+        if e == expert:  # (a fused shared expert's column is not the gate's)
+            preamble = (dev_logits, k, opts)
     else:
         ids, weights = draw_routing(num_tokens, expert, topk, gen)
     x = (torch.randn(num_tokens, model_dim, generator=gen) * 3).bfloat16()
@@ -197,6 +201,22 @@ def run_one(shape, num_tokens: int, block_m: int, gen: torch.Generator, device,
     ok = ok and not bool(zero_buf.view(torch.int16).any()) and _same(one_call, want_scales)
     add_op(fop, "fused", lambda: ops.moe_sort_quant(ids, weights, x, expert, block_m,
                                                  quant_dtype=qdt), ok)  # fmt: skip
+
+    if preamble is not None:  # the preamble in one call, from the logits to the GEMM's inputs
+        rop = "moe_route_sort_quant" + ("_fp8" if fp8 else "")
+        say(rop)
+        logits_d, k, opts = preamble
+        one_call = torch.full_like(want_scales, 0xA5)
+        got = ops.moe_route_sort_quant(logits_d, x, k, expert, block_m, **opts, quant_dtype=qdt,
+                                       sorted_scales=one_call)  # fmt: skip
+        ok = _same(got[0], weights) and _same(got[1], ids) and _check_sort(got[2], want_sort,
+                                                                          block_m)  # fmt: skip
+        ok = ok and _same(got[3], want_q) and _same(got[4], want_s) and _same(one_call, want_scales)
+        scales = torch.empty_like(want_scales)
+        nbytes = rr.bytes_moved(rop, replace(sizes, e=expert), bias=router.correction_bias)
+        add(rop, "sorted scales", lambda: ops.moe_route_sort_quant(
+            logits_d, x, k, expert, block_m, **opts, quant_dtype=qdt, sorted_scales=scales),
+            ok, nbytes)  # fmt: skip
 
     say("moe_sort_scales")
     got_scales = ops.moe_sort_scales(*sort_args)

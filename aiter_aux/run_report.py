@@ -19,6 +19,8 @@ R_out = ceil(max_rows / BM) * BM with BM = max(32, bm):
 * mxfp8_quant: 2MD + MD + MD/32 (E4M3: one byte per element);
 * moe_sort_quant_fp8: moe_sort + mxfp8_quant (+ 2MD with a zero_buf written);
 * moe_sort_scales: T*D/32 + 4R + 4 + R_out*D/32;
+* moe_route_sort_quant[_fp8] with sorted scales: moe_route + moe_sort_quant[_fp8] +
+  R_out*D/32 (the sorted scales written);
 * moe_scatter_reduce: 4N + L*(2D + 4) + 2MD;
 * moe_scatter_reduce_q: 4N + L*(D/2 + D/32 + 4) + 2MD.
 """
@@ -109,6 +111,10 @@ def bytes_moved(op: str, s: Sizes, zero_buf: bool = False, bias: bool = False) -
     if op == "moe_sort_quant_fp8":
         z = 2 * m * d if zero_buf else 0
         return bytes_moved("moe_sort", s) + bytes_moved("mxfp8_quant", s) + z
+    if op in ("moe_route_sort_quant", "moe_route_sort_quant_fp8"):
+        fused = "moe_sort_quant" + op[len("moe_route_sort_quant") :]
+        route = bytes_moved("moe_route", s, bias=bias)
+        return route + bytes_moved(fused, s) + s.out_rows * d // 32
     if op == "moe_sort_scales":
         return s.tokens_read * d // 32 + 4 * r + 4 + s.out_rows * d // 32
     if op == "moe_scatter_reduce":

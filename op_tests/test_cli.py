@@ -248,7 +248,7 @@ def test_run_serves_a_shape_the_catalog_lacks(small_tree, tmp_path):
                       tree=small_tree, cache=tmp_path / "cache")  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
     assert "not in the catalog: its instances are built on first use" in p.stdout, p.stdout
-    assert "all 7 outputs match the reference" in p.stdout, p.stdout
+    assert "all 8 outputs match the reference" in p.stdout, p.stdout  # the preamble too
 
 
 def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path):
@@ -264,7 +264,7 @@ def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path)
     header = next(ln for ln in out.splitlines() if "median us" in ln)
     for column in ("p10-p90 us", "bytes", "GB/s", "check"):
         assert column in header
-    assert "tokens=1: all 7 outputs match" in out and "tokens=33: all 7 outputs match" in out
+    assert "tokens=1: all 8 outputs match" in out and "tokens=33: all 8 outputs match" in out
     # the routing: random logits through moe_route, with moe_route's defaults (no shipped
     # model config serves this shape), checked like every op
     assert "router: default (softmax, renormalize): no shipped model config serves" in out
@@ -272,13 +272,13 @@ def test_run_table_labels_spread_bytes_and_writes_csv_json(small_tree, tmp_path)
     assert max(len(ln) for ln in out.splitlines() if str(tmp_path) not in ln) <= 100
     assert f"wrote {out_csv}" in out and f"wrote {out_json}" in out
     rows = list(csv.DictReader(out_csv.open()))
-    assert len(rows) == 14 and {r["check"] for r in rows} == {"ok"}
+    assert len(rows) == 16 and {r["check"] for r in rows} == {"ok"}  # 8 ops x 2 token counts
     assert [r["op"] for r in rows][:2] == ["moe_route", "moe_sort"]
     assert {r["router"] for r in rows} == {"default (softmax, renormalize)"}
     assert {r["inter_rounded"] for r in rows} == {"256"} and {r["n"] for r in rows} == {"12"}
     assert all(float(r["p10_us"]) <= float(r["median_us"]) <= float(r["p90_us"]) for r in rows)
     data = json.loads(out_json.read_text())
-    assert data["run"]["timer"] == "wall-clock" and len(data["rows"]) == 14
+    assert data["run"]["timer"] == "wall-clock" and len(data["rows"]) == 16
     assert all(r["bytes"] > 0 and r["gb_s"] > 0 for r in data["rows"])
     # a write that fails after the run (a full disk): one line naming the file
     p = aiter_aux_cli("run", "--shape", "256,3072,256,8", "--tokens", "1", "--repeat", "1",
@@ -297,7 +297,7 @@ def test_run_with_a_model_router(small_tree, tmp_path):
     assert ("router: DeepSeek-V3 (sigmoid, renormalize, groups 4 of 8, correction bias, "
             "scaling 2.5): --router deepseek-v3; moe_route of random bf16 logits over 256 "
             "experts, top-8.") in out  # fmt: skip
-    assert "tokens=0: all 7 outputs match" in out and "tokens=5: all 7 outputs match" in out
+    assert "tokens=0: all 8 outputs match" in out and "tokens=5: all 8 outputs match" in out
     line = one_line_error(aiter_aux_cli("run", "--shape", "256,3072,200,8", "--router",
                                         "DeepSeek-V4-Flash", tree=small_tree,
                                         cache=tmp_path / "cache"), "run")  # fmt: skip

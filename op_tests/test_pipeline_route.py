@@ -53,6 +53,28 @@ def test_run_one_checks_the_route_step():
     assert "moe_route" not in {r.op for r in drawn} and all(r.ok for r in drawn)
 
 
+@pytest.mark.parametrize("quant", ["mxfp4", "mxfp8"])
+def test_run_one_checks_the_preamble_in_one_call(quant):
+    """Where the gate routes every expert of the shape, ``run`` also runs the preamble in one
+    call (moe_route_sort_quant with sorted scales) and checks it byte for byte; a fused
+    shared expert (not the gate's column) leaves it out."""
+    from aiter_aux.pipeline import Options
+
+    router = router_for("DeepSeek-V3")
+    opts = Options(quant=quant)
+    rows = run_one((256, 512, 256, 8), 5, 32, torch.Generator().manual_seed(2), "cpu",
+                   repeat=1, options=opts, router=router)  # fmt: skip
+    op = "moe_route_sort_quant" + ("_fp8" if quant == "mxfp8" else "")
+    one = [r for r in rows if r.op == op]
+    assert len(one) == 1 and one[0].sizes == "sorted scales" and all(r.ok for r in rows)
+    route = next(r for r in rows if r.op == "moe_route").nbytes
+    fused = next(r for r in rows if r.op.startswith("moe_sort_quant")).nbytes
+    assert one[0].nbytes > route + fused  # the sorted scales written too
+    shared = run_one((257, 512, 256, 9), 5, 32, torch.Generator().manual_seed(2), "cpu",
+                     repeat=1, options=opts, router=router)  # fmt: skip
+    assert op not in {r.op for r in shared} and all(r.ok for r in shared)
+
+
 def test_resolve_router():
     router, line = resolve_router((257, 7168, 256, 9), "auto")
     assert router.model == "DeepSeek-V3" and line.startswith("router: DeepSeek-V3 (sigmoid")
