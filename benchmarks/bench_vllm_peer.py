@@ -9,8 +9,11 @@ expert counts 8-992, int32/int64 ids, ``expert_map``, ``scatter_idx``) equal exc
 inside an expert's rows (docs/compat.md); ``moe_sum`` bit for bit (bf16/fp16/fp32, NaN/Inf
 included); the gates (``topk_softmax``, ``grouped_topk``) by how often the ids agree and the
 largest weight difference (the reference defines our bytes, not vLLM's).  ``--bench`` times
-both sides with the same CUDA-graph replay (auxbench/timing.py) and prints ours / peer.
-CUDA only.  Exit 1 when a check fails.
+both sides with the same CUDA-graph replay (auxbench/timing.py) and prints ours / peer;
+its ``host`` group (``--ops host``) times the host instead: eager calls back to back at M = 1
+(median of 7 loops of 2000, µs per call), each drop-in against a Python function calling
+the peer's op as vLLM's ``_custom_ops`` wrapper does.  CUDA only.  Exit 1 when a check
+fails.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import statistics
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -32,7 +37,7 @@ ours_vllm = importlib.import_module("aiter_aux.compat.vllm.custom_ops")  # after
 BLOCKS = (8, 16, 32, 48, 64, 128)
 EXPERTS = ((8, 2), (13, 3), (64, 6), (128, 8), (257, 9), (512, 10), (992, 8))
 CHECK_M = (1, 4, 7, 33, 256, 1024, 4096)
-OP_GROUPS = ("align", "sums", "gates")
+OP_GROUPS = ("align", "sums", "gates", "host")
 
 
 def align_buffers(numel: int, e: int, block: int, dev: torch.device):
@@ -224,6 +229,67 @@ def bench(dev, peer, gen: torch.Generator, timer: Timer, l2: int, which: set[str
         row("compat grouped_topk", "e256 k8 g8/4", m,
             [partial(ours_vllm.grouped_topk, logits, 8, 4, 8, True, 2.5, bias, 1)],
             [partial(peer.grouped_topk, logits, 8, 4, 8, True, 2.5, bias, 1)])  # fmt: skip
+    if "host" in which:
+        rows += host_rows(dev, peer, gen)
+    return rows
+
+
+def _host_us(fn, dev, calls: int = 2000, loops: int = 7) -> float:
+    """Median µs per call of ``calls`` eager calls back to back (the launch queue drained
+    after each loop, outside the timing)."""
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize(dev)
+    times = []
+    for _ in range(loops):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize(dev)
+    return statistics.median(times)
+
+
+def host_rows(dev, peer, gen: torch.Generator) -> list[dict]:
+    """Host cost per call at M = 1: each drop-in against a Python function that calls the
+    peer's op, as vLLM's ``_custom_ops`` wrappers do (``torch.add`` for scale)."""
+
+    def vllm_moe_sum(input, output):  # vLLM's _custom_ops.moe_sum
+        peer.moe_sum(input, output, None, None)
+
+    def vllm_align(ids, e, block, sti, eid, post, scatter=None, expert_map=None):
+        # _custom_ops.moe_align_block_size
+        peer.moe_align_block_size(ids, e, block, sti, eid, post, scatter, expert_map)
+
+    def vllm_topk_softmax(w, i, t, logits, renorm):  # _custom_ops.topk_softmax
+        peer.topk_softmax(w, i, t, logits, renorm, None, None)
+
+    m, e, topk, d = 1, 256, 8, 7168
+    x = torch.randn(m, topk, d, generator=gen, device=dev).bfloat16()
+    out = torch.empty(m, d, device=dev, dtype=torch.bfloat16)
+    ids = torch.randint(0, e, (m, topk), generator=gen, device=dev, dtype=torch.int32)
+    bo, bp = align_buffers(ids.numel(), e, 16, dev), align_buffers(ids.numel(), e, 16, dev)
+    logits, _ = gate_pairs(dev, gen, m, e, torch.float32)
+    w = torch.empty(m, topk, device=dev)
+    i = torch.empty(m, topk, device=dev, dtype=torch.int32)
+    t = torch.empty_like(i)
+    a = torch.randn(m, d, device=dev)
+    add_us = _host_us(partial(torch.add, a, a), dev)
+    log(f"host cost per call, M = 1 (torch.add {add_us:.2f} us)")
+    log(f"{'op':28s} {'ours us':>9s} {'vllm us':>9s} {'ours - vllm':>12s}")
+    rows = []
+    for op, ours, theirs in (
+        ("host moe_sum", partial(ours_vllm.moe_sum, x, out), partial(vllm_moe_sum, x, out)),
+        ("host moe_align_block_size",
+         partial(ours_vllm.moe_align_block_size, ids, e, 16, *bo, None),
+         partial(vllm_align, ids, e, 16, *bp)),
+        ("host topk_softmax", partial(ours_vllm.topk_softmax, w, i, t, logits, True),
+         partial(vllm_topk_softmax, w, i, t, logits, True)),
+    ):  # fmt: skip
+        o, p = _host_us(ours, dev), _host_us(theirs, dev)
+        rows.append({"op": op, "shape": f"e{e} k{topk} d{d}", "M": m, "ours_us": round(o, 3),
+                     "peer_us": round(p, 3), "peer_over_ours": round(p / o, 3)})  # fmt: skip
+        log(f"{op:28s} {o:9.2f} {p:9.2f} {o - p:+12.2f}")
     return rows
 
 
