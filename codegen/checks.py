@@ -325,17 +325,25 @@ def cpp_function(spec: OpSpec, out: bool) -> dict:
     """What templates/binding.j2 needs to render one binding function."""
     plan = CallPlan(spec, out)
     body = plan.cpp()
-    values = ", ".join(f"int32_t({p})" for p in spec.params)
     n = len(spec.outputs)
     ret = "void" if out else ("Tensor" if n == 1 else f"std::tuple<{', '.join(['Tensor'] * n)}>")
     returns = ", ".join(f"{o.name}_" for o in spec.outputs)
+    # the instances it launches: its own, or each part's of a composed op (on that member of
+    # its args), their parameters the op's of the same names
+    parts = [(spec, "")]
+    if spec.composes:
+        from .ops import OPS
+
+        parts = [(OPS[op], "." + member) for op, member in spec.composes]
+    launches = [{"op_id": p.op_id, "member": member,
+                 "values": ", ".join(f"int32_t({v})" for v in p.params) or "0"}
+                for p, member in parts]  # fmt: skip
     return {
         "name": spec.name + ("_out" if out else ""),
         "ret": ret,
         "params": cpp_params(spec, out),
         "checks": body,
-        "param_values": values,
-        "op_id": spec.op_id,
+        "launches": launches,
         "alloc": [] if out else plan.cpp_alloc(),
         "struct": spec.struct,
         "fill": plan.cpp_fill(spec.fill),

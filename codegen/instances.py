@@ -21,6 +21,8 @@ from .ops import OPS
 from .opspec import MAX_PARAMS, OpSpec
 
 BACKENDS = ("cpu", "cuda", "rocm")
+#: The ops with kernels and instances of their own (a composed op runs its parts').
+INSTANCE_OPS = tuple(name for name, spec in OPS.items() if not spec.composes)
 
 
 def instance_key(op: str, **params: int) -> str:
@@ -30,6 +32,13 @@ def instance_key(op: str, **params: int) -> str:
     return op + "".join(
         f"_{letter}{int(params[p])}" for p, letter in zip(spec.params, spec.key_parts, strict=True)
     )
+
+
+def call_keys(op: str, **params: int) -> list[str]:
+    """The keys of the instances a call of ``op`` launches, in order: its own, or each part's
+    of a composed op (its parameters ``op``'s of the same names)."""
+    parts = [p for p, _member in OPS[op].composes] or [op]
+    return [instance_key(p, **{n: params[n] for n in OPS[p].params}) for p in parts]
 
 
 @dataclass(frozen=True, order=True)
@@ -83,7 +92,7 @@ def cpu_kernel_units() -> dict[str, list[str]]:
     (every shape parameter read at run time) of each of its ops once per module, e.g.
     ``{"kernels_core_cpu": ["moe_sort", ...], ...}``."""
     units: dict[str, list[str]] = {}
-    for spec in OPS.values():
+    for spec in map(OPS.get, INSTANCE_OPS):
         stem = CPU_KERNELS_PREFIX + spec.kernels[0].removesuffix(".h")
         units.setdefault(stem, []).append(spec.name)
     return units
@@ -127,10 +136,11 @@ def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
 
 
 def instances_for_shape(shape: tuple[int, int, int, int]) -> list[Instance]:
-    """The instances (one per op) that the aux path of ``shape`` dispatches to."""
+    """The instances (one per op with kernels: a composed op runs its parts') that the aux
+    path of ``shape`` dispatches to."""
     params = shape_params(shape)
     out = []
-    for spec in OPS.values():
+    for spec in map(OPS.get, INSTANCE_OPS):
         values = tuple(params[p] for p in spec.params)
         out.append(Instance(instance_key(spec.name, **params), spec.name, values))
     return out

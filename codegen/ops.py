@@ -244,9 +244,9 @@ def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
         partial_outputs=True,
         python_name="moe_route_sort_quant",
         python_select=("quant_dtype", "mxfp8" if fp8 else "mxfp4"),
-        kernels=("route_sort_quant_cpu.h", "route_sort_quant.h"),
+        kernels=(),
         reference="route_sort_quant",
-        composes=("moe_route", sort_op),
+        composes=(("moe_route", "route"), (sort_op, "sort_quant")),
         summary=_ROUTE_SORT_QUANT_DOC,
         alloc_summary="Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, "
         "topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the "

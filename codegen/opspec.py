@@ -172,12 +172,15 @@ class OpSpec:
     # Where the op's code lives (the op's registration: the aggregator headers' include
     # lists and the reference package's exports are generated from these):
     # (CPU header under cpu/, GPU header under gpu/).  An instance TU includes only its op's
-    # header, so an edit of one op's kernels recompiles only that op's instances.
-    kernels: tuple[str, str] = ("", "")
+    # header, so an edit of one op's kernels recompiles only that op's instances.  () for a
+    # composed op.
+    kernels: tuple[str, ...] = ("", "")
     reference: str = ""  # the module of aiter_aux/reference defining <name>[_out] (py_name)
-    # The ops whose kernels this op's kernels run, in order (its kernel headers only chain
-    # them): scripts/compile_check.py compiles one instance of it, the parts all of theirs.
-    composes: tuple[str, ...] = ()
+    # A composed op: ((op, member), ...), other ops of the table run in order by the binding,
+    # each on that member of this op's args struct, after every check of this op.  It has no
+    # kernels and no instances of its own: a call finds (or builds on demand) each part's
+    # instance, whose compile-time parameters are this op's of the same names.
+    composes: tuple[tuple[str, str], ...] = ()
 
     @property
     def py_name(self) -> str:

@@ -47,8 +47,8 @@ def _grouped(ops: dict[str, OpSpec], pick) -> dict[str, list[str]]:
 
 def _includes(ops: dict[str, OpSpec], side: int) -> str:
     """One ``#include`` per header naming its ops, the comments aligned (clang-format's)."""
-    lines = [(f'#include "{header}"', ", ".join(names))
-             for header, names in _grouped(ops, lambda s: s.kernels[side]).items()]  # fmt: skip
+    headers = _grouped(ops, lambda s: s.kernels and s.kernels[side])  # composed ops: none
+    lines = [(f'#include "{header}"', ", ".join(names)) for header, names in headers.items()]
     width = max((len(inc) for inc, _ in lines), default=0)
     return "".join(f"{inc.ljust(width)}  // {names}\n" for inc, names in lines)
 

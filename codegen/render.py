@@ -74,7 +74,7 @@ class Renderer:
             stamp=STAMP.format(template="lookup.j2"),
             instances=sorted(instances),
             backend=self.backend,
-            cpu_ops=list(OPS.values()) if self.backend == "cpu" else [],
+            cpu_ops=[s for s in OPS.values() if not s.composes] if self.backend == "cpu" else [],
         )
 
     def render_kernels(self) -> dict[str, str]:

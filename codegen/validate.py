@@ -49,9 +49,7 @@ def validate(ops: dict[str, OpSpec]) -> None:
                 f"{where}: key_parts {spec.key_parts} needs one letter per compile-time "
                 f"parameter {spec.params}"
             )
-        unknown = [c for c in spec.composes if c not in ops or c == name]
-        if unknown:
-            raise OpTableError(f"{where}: composes {unknown}, which are no other ops of the table")
+        _validate_composes(spec, ops, where)
         _validate_args(spec, where)
         plan, bound = CallPlan(spec, True), set()
         tensors = {t.name for t in spec.tensors()} | {o.name for o in spec.outputs}
@@ -117,10 +115,32 @@ def _validate_args(spec: OpSpec, where: str) -> None:
     _validate_sources(spec, where)
 
 
+def _validate_composes(spec: OpSpec, ops: dict[str, OpSpec], where: str) -> None:
+    """A composed op's parts are other, plain ops of the table whose compile-time parameters
+    the op has too (the binding finds their instances from its own values)."""
+    for part in spec.composes:
+        if not (isinstance(part, tuple) and len(part) == 2 and all(isinstance(x, str) and x
+                                                                  for x in part)):  # fmt: skip
+            raise OpTableError(f"{where}: composes needs (op, args member) pairs, got {part!r}")
+        op, _member = part
+        if op not in ops or op == spec.name or ops[op].composes:
+            raise OpTableError(f"{where}: composes {op!r}, which is no other plain op of the table")
+        missing = [p for p in ops[op].params if p not in spec.params]
+        if missing:
+            raise OpTableError(f"{where}: composes {op!r}, whose parameters {missing} it lacks")
+    if spec.composes and spec.kernels:
+        raise OpTableError(f"{where}: a composed op has no kernels of its own, got {spec.kernels}")
+
+
 def _validate_sources(spec: OpSpec, where: str) -> None:
     """``kernels`` name headers that exist (they register the op's kernels; ``reference`` is
     checked where it is used, :func:`codegen.registry.render_reference_table`: the trees a
-    wheel or a test builds from hold codegen/, templates/ and csrc/ only)."""
+    wheel or a test builds from hold codegen/, templates/ and csrc/ only).  A composed op
+    has none."""
+    if spec.composes:
+        return
+    if len(spec.kernels) != 2:
+        raise OpTableError(f"{where}: kernels must be (CPU header, GPU header), got {spec.kernels}")
     cpu, gpu = spec.kernels
     wanted = [(f"{KERNELS}/cpu/{cpu}", "kernels[0], the CPU header under cpu/"),
               (f"{KERNELS}/gpu/{gpu}", "kernels[1], the GPU header under gpu/")]  # fmt: skip

@@ -9,7 +9,7 @@ from aiter_aux.jit.paths import codegen_module
 
 _instances = codegen_module("instances")
 
-N_OPS = len(_instances.OPS)  # one instance per op of the table for each shape
+N_OPS = len(_instances.INSTANCE_OPS)  # one instance per op with kernels for each shape
 #: The translation units of a CPU build besides one per instance (build.ninja's layout): the
 #: lookup, module_common, the binding and the CPU kernels TUs.
 OTHER_TUS = _instances.module_units("cpu")

@@ -225,7 +225,8 @@ from aiter_aux.jit.build import build_module
 r = build_module(backend="cpu")
 print(json.dumps({"compiled": r.compiled, "objects": r.units, "n": r.num_instances}))
 """
-CPU_HEADERS = sorted({spec.kernels[0] for spec in codegen_module("ops").OPS.values()})
+CPU_HEADERS = sorted({spec.kernels[0] for spec in codegen_module("ops").OPS.values()
+                      if spec.kernels})  # fmt: skip
 
 
 @pytest.mark.parametrize("header", CPU_HEADERS)

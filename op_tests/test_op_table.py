@@ -145,15 +145,27 @@ def test_a_dtype_set_or_copy_must_name_a_known_tensor():
             validate.validate(bad)
 
 
-def test_composes_names_other_ops_and_picks_one_compile_check():
-    """``composes`` must name other ops of the table; compile_check compiles one instance of
-    such an op (its kernels are its parts', which compile in their own checks)."""
+def test_a_composed_op_runs_its_parts_and_has_no_instances():
+    """``composes`` names other plain ops of the table, each on a member of the args struct,
+    whose parameters the op has; a composed op has no kernels and no instances (the binding
+    launches its parts' instances), so the catalog and compile_check hold none of it."""
     ops, validate = codegen_module("ops"), codegen_module("validate")
     spec = ops.OPS["moe_route_sort_quant"]
-    assert spec.composes == ("moe_route", "moe_sort_quant")
-    for bad_parts in (("moe_route", "moe_nothing"), ("moe_route_sort_quant",)):
-        bad = dict(ops.OPS, moe_route_sort_quant=dataclasses.replace(spec, composes=bad_parts))
-        with pytest.raises(validate.OpTableError, match="composes"):
+    assert spec.composes == (("moe_route", "route"), ("moe_sort_quant", "sort_quant"))
+    assert ops.OPS["moe_route_sort_quant_fp8"].composes[1] == ("moe_sort_quant_fp8", "sort_quant")
+    bad_tables = [
+        dict(composes=(("moe_route", "route"), ("moe_nothing", "x"))),  # no such op
+        dict(composes=(("moe_route_sort_quant", "x"),)),  # itself
+        dict(composes=(("moe_route_sort_quant_fp8", "x"),)),  # a composed op
+        dict(composes=(("moe_route", "route"), ("moe_sort_scales", "x"))),  # model_dim only ...
+        dict(composes=("moe_route",)),  # not (op, member)
+        dict(kernels=("sort_cpu.h", "sort.h")),  # kernels of its own
+    ]
+    bad_scales = dataclasses.replace(spec, params=("num_experts", "topk"), key_parts=("e", "k"))
+    for i, change in enumerate(bad_tables):
+        base = bad_scales if i == 3 else spec
+        bad = dict(ops.OPS, moe_route_sort_quant=dataclasses.replace(base, **change))
+        with pytest.raises(validate.OpTableError, match="composes|kernels"):
             validate.validate(bad)
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
@@ -162,12 +174,15 @@ def test_composes_names_other_ops_and_picks_one_compile_check():
         sys.path.pop(0)
     inst = codegen_module("instances")
     catalog = inst.enumerate_instances(codegen_module("catalog").SHAPES)
+    assert not [i for i in catalog if i.spec.composes]
     chosen = compile_check.representative(catalog)
-    for name in ("moe_route_sort_quant", "moe_route_sort_quant_fp8"):
-        assert [i.key for i in chosen if i.op == name] == [
-            min(i.key for i in catalog if i.op == name)
-        ]
     assert len([i for i in chosen if i.op == "moe_sort_quant"]) > 1
+    # the binding launches the parts on their members, in order
+    binding = codegen_module("render").Renderer("cpu").render_binding()
+    body = binding[binding.index("moe_route_sort_quant_out(") :]
+    body = body[: body.index("\n}\n")]
+    assert body.index("find_instance(13,") < body.index("find_instance(3,")
+    assert "launch(inst0, &args.route," in body and "launch(inst1, &args.sort_quant," in body
 
 
 def test_each_op_is_registered_where_its_entry_says():
@@ -179,6 +194,9 @@ def test_each_op_is_registered_where_its_entry_says():
     cpu = (ROOT / registry.CPU_AGGREGATOR).read_text()
     gpu = (ROOT / registry.GPU_AGGREGATOR).read_text()
     for spec in ops.OPS.values():
+        if spec.composes:  # no kernels of its own
+            assert not spec.kernels, spec.name
+            continue
         header_cpu, header_gpu = spec.kernels
         assert f'#include "{header_gpu}"' in gpu, spec.name
         assert not header_cpu or f'#include "{header_cpu}"' in cpu, spec.name

@@ -20,7 +20,7 @@ from aiter_aux import env
 from aiter_aux.jit import toolchain
 from aiter_aux.jit.paths import codegen_module
 
-N_OPS = len(codegen_module("instances").OPS)  # the instances of one shape: one per op
+N_OPS = len(codegen_module("instances").INSTANCE_OPS)  # the instances of one shape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (256, 3072, 256, 8)

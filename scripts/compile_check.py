@@ -101,8 +101,8 @@ def representative(instances: list) -> list:
     a compile can depend on (the D-dependent quant and scatter code, the E-sized shared
     memory, the topk loops and their parity).  The fused ops' quant blocks are the quant
     ops' code, which the quant ops compile for every model_dim.  An op without compile-time
-    parameters has one instance: it is always chosen; an op that composes others (the op
-    table's ``composes``) one instance too, the smallest key."""
+    parameters has one instance: it is always chosen (a composed op has none: the op
+    table's ``composes``)."""
     chosen = []
     by_op: dict[str, list] = {}
     for inst in instances:
@@ -110,9 +110,6 @@ def representative(instances: list) -> list:
     for insts in by_op.values():
         if not insts[0].params:  # one instance serves every shape (moe_sum)
             chosen += insts
-            continue
-        if insts[0].spec.composes:  # its kernels are its parts', compiled in their own checks
-            chosen.append(min(insts))
             continue
 
         def features(inst) -> set:
