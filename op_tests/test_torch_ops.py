@@ -401,5 +401,13 @@ def test_written_versions_in_python_where_the_cpp_kernel_cannot_load():
         "except RuntimeError as e:\n"
         "    assert 'requires grad' in str(e), e\n"
         "assert not leaf.detach().any()\n"
+        "# a written option passed as None by position before a given one (zero_buf before\n"
+        "# sorted_scales: the wrappers pass non-default options by position)\n"
+        "lg, x = torch.randn(3, 8), torch.randn(3, 256).bfloat16()\n"
+        "kw = dict(scoring='sigmoid', sorted_scales=torch.empty(256, 8, dtype=torch.uint8))\n"
+        "got = aiter_aux.moe_route_sort_quant(lg, x, 2, 8, 32, **kw)\n"
+        "from aiter_aux import reference\n"
+        "want = reference.moe_route_sort_quant(lg, x, 2, 8, 32, scoring='sigmoid')\n"
+        "assert torch.equal(got[1], want[1]) and torch.equal(got[3], want[3])\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

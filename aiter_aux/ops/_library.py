@@ -157,7 +157,8 @@ def _python_written_versions(name: str, writes: tuple[tuple[int, ...], tuple[str
     handle = getattr(torch.ops.aiter_aux, name).default._handle
 
     def kernel(keyset, *args, **kwargs):
-        written = [args[i] for i in positions if i < len(args)]
+        # a written option passed as None (by position or keyword) writes nothing
+        written = [args[i] for i in positions if i < len(args) and args[i] is not None]
         written += [kwargs[k] for k in keywords if kwargs.get(k) is not None]
         if torch.is_grad_enabled() and any(t.requires_grad for t in written):
             raise grad_error(name)
