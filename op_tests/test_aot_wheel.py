@@ -158,9 +158,13 @@ def test_prebuilt_wheel_in_fresh_venv(tmp_path):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(str(site)), got
     assert "/_prebuilt/cpu-host/" in got["module"], got
-    # the quant's 2 checks, then 4 runs of the pipeline: the route and 6 ops, each checked
-    assert all(ops[0] == "moe_route" and len(ops) == 7 for ops in got["run_ops"]), got
-    assert got["ok"] and got["n"] == 2 + 4 * 7, got
+    # the quant's 2 checks, then 4 runs of the pipeline: the route, 6 ops and the preamble in
+    # one call (the shapes have no fused shared expert), each checked
+    want = ["moe_route", "moe_route_sort_quant"]
+    assert all(
+        ops[0] == want[0] and want[1] in ops and len(ops) == 8 for ops in got["run_ops"]
+    ), got
+    assert got["ok"] and got["n"] == 2 + 4 * 8, got
     # the loaded (prebuilt) module lacks the key: an error naming it, nothing compiled
     assert len(got["errors"]) == 2 and all("mxfp4_quant_d7168" in e for e in got["errors"])
     assert "JIT-compiling" not in p.stderr, p.stderr
