@@ -343,8 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", "run, check and time the aux pipeline of one shape",
             "Draw random router logits, route them with the model's router (moe_route), run "
-            "sort -> quant -> fused sort+quant -> sort_scales -> scatter_reduce(_q) at each "
-            "token count, compare every output byte for byte "
+            "sort -> quant -> fused sort+quant -> the preamble in one call "
+            "(moe_route_sort_quant, where the router routes every expert of the shape) -> "
+            "sort_scales -> scatter_reduce(_q) at each token count, compare every output byte "
+            "for byte "
             "with the torch reference and time each op (median, spread, bytes, GB/s).  Exit "
             "code 1 on any mismatch.",
             epilog="example:\n  aiter-aux run --shape 385,7168,512,9 --tokens 1,4096 "

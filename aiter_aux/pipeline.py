@@ -11,7 +11,9 @@ simulated EP ranks, whose global experts may exceed moe_route's.  bf16 activatio
 route -> sort -> quant -> fused sort+quant -> sort_scales -> (expert outputs drawn at random
 in sorted order) -> scatter_reduce and scatter_reduce_q.  The fused op's checked call also
 writes the sorted scales (``sorted_scales=``, the decode step in one call), compared with
-the reference's sort_scales.  Each compiled op is compared byte for byte with the
+the reference's sort_scales.  Where the router routes every expert of the shape (no fused
+shared expert), the preamble in one call too: moe_route_sort_quant with the sorted scales,
+from the logits to the GEMM's inputs.  Each compiled op is compared byte for byte with the
 reference (:mod:`aiter_aux.reference`), the route too; that call is also the warm-up.
 Then it is timed ``repeat`` times (default: as many as fit in about 0.2 s, 5 to 100): on
 the CPU by the wall clock around each call, on a GPU by CUDA events around each call behind

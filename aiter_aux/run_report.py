@@ -154,15 +154,17 @@ def record(tokens: int, row) -> dict:
 
 
 def table(rows) -> list[str]:
-    """The lines of one token count's table (at most 100 columns)."""
-    head = (f"  {'op':<21}{'sizes':<17}{'median us':>10}{'p10-p90 us':>16}{'n':>4}"
+    """The lines of one token count's table (at most 100 columns: the op column is as wide as
+    its longest name, 24 characters at most, plus one)."""
+    w = max([21] + [len(r.op) + 1 for r in rows])
+    head = (f"  {'op':<{w}}{'sizes':<17}{'median us':>10}{'p10-p90 us':>16}{'n':>4}"
             f"{'bytes':>11}{'GB/s':>8}  check")  # fmt: skip
     lines = [head]
     for r in rows:
         st = r.stats
         rate = gb_s(r.nbytes, st.median)
         lines.append(
-            f"  {r.op:<21}{r.sizes:<17}{_us(st.median):>10}{st.spread():>16}{st.n:>4}"
+            f"  {r.op:<{w}}{r.sizes:<17}{_us(st.median):>10}{st.spread():>16}{st.n:>4}"
             f"{human_bytes(r.nbytes):>11}{rate:>8.2f}  {'ok' if r.ok else 'MISMATCH'}"
         )
     return lines

@@ -31,9 +31,11 @@ def _indent(lines: list[str], n: int = 4) -> list[str]:
 
 
 def _params(spec: OpSpec, out: bool, *, typed: bool = False, extra: tuple[str, ...] = (),
-            grouped: bool = True, star: bool = True) -> str:  # fmt: skip
+            grouped: bool = True, star: bool = True, select: str = "") -> str:  # fmt: skip
     """A Python parameter list: inputs, (out) outputs or their groups, ``*`` (unless not
-    ``star``: the fakes take the options by position, as the schemas do), options."""
+    ``star``: the fakes take the options by position, as the schemas do), options (with
+    ``select``, the selecting argument, before the last of them, as the reference has it),
+    then ``extra``."""
 
     def ann(a) -> str:
         if not typed:
@@ -62,6 +64,8 @@ def _params(spec: OpSpec, out: bool, *, typed: bool = False, extra: tuple[str, .
         if isinstance(a, Code):  # the Python value in the wrappers, the code elsewhere
             default = repr(a.default) if typed else str(a.default_code)
         kw.append(f"{a.name}{ann(a)} = {default}" if typed else f"{a.name}={default}")
+    if select:
+        kw.insert(max(0, len(kw) - 1), select)
     kw += list(extra)
     return ", ".join(ps + ((["*"] if star else []) + kw if kw else []))
 
@@ -309,9 +313,8 @@ def _wrapper(fn: str, specs: list[OpSpec], out: bool) -> list[str]:
     spec = specs[0]
     name = fn + ("_out" if out else "")
     sel = spec.python_select
-    extra = (f'{sel[0]}: str = "{[s for s in specs][0].python_select[1]}"',) if sel else ()
-    # the selecting argument goes before the last option (sorted_scales), as it always was
-    params = _params(spec, out, typed=True, extra=extra)
+    select = f'{sel[0]}: str = "{specs[0].python_select[1]}"' if sel else ""
+    params = _params(spec, out, typed=True, select=select)
     rets = _returns(spec, out)
     doc = spec.summary if out else spec.alloc_summary
     doc = doc.replace("\n", "\n    ")

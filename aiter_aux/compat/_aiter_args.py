@@ -52,7 +52,9 @@ def _params(NE: object, TOPK: object, D_HIDDEN: object, MB: object) -> tuple[int
 def _tensor(t: object, name: str) -> Tensor:
     torch = _torch()
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        from ..validation.ints import _kind
+
+        raise TypeError(f"{name} must be a torch.Tensor, got {_kind(t)}")
     if t.layout != torch.strided:
         raise ValueError(f"{name} must be a dense (strided) tensor, got {t.layout}")
     return t

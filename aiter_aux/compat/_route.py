@@ -55,9 +55,11 @@ def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **option
 def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
     import torch
 
+    from ..validation.ints import _kind
+
     for t, name in ((topk_weights, "topk_weights"), (topk_ids, ids_name)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"{name} must be a torch.Tensor, got {_kind(t)}")
     if topk_weights.dim() != 2 or topk_ids.shape != topk_weights.shape:
         raise ValueError(
             f"topk_weights and {ids_name} must both be [M, topk], got "

@@ -1384,8 +1384,8 @@ def moe_sort_quant_out(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
-    sorted_scales: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """:func:`moe_sort_out` and :func:`mxfp4_quant_out` (``quant_dtype="mxfp8"``:
     :func:`mxfp8_quant_out`) in one call (one launch on GPU); outputs identical to the separate
@@ -1477,8 +1477,8 @@ def moe_sort_quant(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
-    sorted_scales: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_sort_quant_out`: returns ``(MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, not returned)."""
     try:
@@ -2290,8 +2290,8 @@ def moe_route_sort_quant_out(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
-    sorted_scales: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, MoeSortOutput, Tensor, Tensor]:
     """The routing preamble from router logits in one call:
     :func:`moe_route_out` of ``router_logits`` into ``topk_weights`` and ``topk_ids``, then
@@ -2446,8 +2446,8 @@ def moe_route_sort_quant(
     zero_buf: Tensor | None = None,
     expert_map: Tensor | None = None,
     zero_buf_init: Tensor | None = None,
-    sorted_scales: Tensor | None = None,
     quant_dtype: str = "mxfp4",
+    sorted_scales: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, MoeSortOutput, Tensor, Tensor]:
     """Allocating :func:`moe_route_sort_quant_out`: returns ``(topk_weights, topk_ids, MoeSortOutput, a_q, a_scale)``; ``zero_buf`` and ``sorted_scales`` are the caller's buffers (written, not returned)."""
     if (

@@ -53,7 +53,7 @@ def exp_f32(x: torch.Tensor) -> torch.Tensor:
     ``k = round_even(x * LOG2E)``; ``k < -126``: +0.0; else ``r = (x - k * LN2_HI) - k *
     LN2_LO``, ``p = ((P(r) * (r * r)) + r) + 1`` (Horner, each product and sum rounded) and
     the result ``p * 2**k`` (one rounding: subnormal results are kept).  NaN gives NaN;
-    -Inf gives +0.0; 0 gives 1.  Within 2 ulps of the correctly rounded exp on [-87.3, 0]
+    -Inf gives +0.0; 0 gives 1.  Within 1 ulp of the correctly rounded exp on [-87.3, 0]
     (docs/ops.md)."""
     t = x * _c(LOG2E, x)
     rnd = _c(ROUND, x)

@@ -11,6 +11,13 @@ from __future__ import annotations
 import operator
 
 
+def _kind(value: object) -> str:
+    """The name of ``value``'s type in a message: a builtin's name, else qualified by its
+    module (``numpy.bool``, not ``bool``)."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 def validate_int(value: object, name: str) -> int:
     """Return ``value`` as an int; ``bool``, floats and other non-integers raise TypeError."""
     if isinstance(value, bool):
@@ -18,7 +25,7 @@ def validate_int(value: object, name: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+        raise TypeError(f"{name} must be an int, got {_kind(value)}") from None
 
 
 _int = validate_int
@@ -36,7 +43,7 @@ def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
         kind = getattr(getattr(value, "dtype", None), "kind", "")
         if type(value).__module__ != "numpy" or kind not in ("i", "u", "f") or getattr(
                 value, "ndim", 1) != 0:  # fmt: skip
-            raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+            raise TypeError(f"{name} must be a float, got {_kind(value)}")
         value = value.item()  # a numpy scalar: its Python int or float
     try:
         f = float(value)
@@ -100,7 +107,7 @@ def _flag(value: object, name: str) -> int:
     """The code (0 or 1) of the bool option ``value`` (a bool, or the int 0 or 1)."""
     if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
         return int(value)
-    raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    raise TypeError(f"{name} must be a bool, got {_kind(value)}")
 
 
 def _count(value: object, name: str) -> int:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .ints import _kind
+
 _i32, _f32, _bf16, _u8 = torch.int32, torch.float32, torch.bfloat16, torch.uint8
 _floats = (torch.float32, torch.float16, torch.bfloat16)  # the table's dtype "float"
 _ids = (torch.int32, torch.int64)  # the ids the wrappers take (codegen/checks.py WIDE_IDS)
@@ -38,7 +40,7 @@ def check_tensor(
             not contiguous.
     """
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {_kind(t)}")
     if t.layout != torch.strided:
         raise ValueError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if isinstance(dtype, tuple):
@@ -124,9 +126,7 @@ def _group(value: object, name: str, type_name: str, members: tuple[str, ...]) -
         or isinstance(value, str | bytes)
         or len(value) != len(members)
     ):
-        raise TypeError(
-            f"{name} must be a {type_name} ({', '.join(members)}), got {type(value).__name__}"
-        )
+        raise TypeError(f"{name} must be a {type_name} ({', '.join(members)}), got {_kind(value)}")
     return tuple(value)
 
 
