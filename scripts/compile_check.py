@@ -28,9 +28,11 @@ catalog.
   the MXFP8 ops, ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion,
   gpu/quant_fp8.h), and for every op of the op table (``PDL_OPS``) a grid-dependency wait
   (``griddepcontrol.wait``, gpu/target_ops.h PdlScope) in each of its kernels.
-  The device-side tools ``gpu/tests/sort_sweep.cu``, ``decode_sweep.cu`` and
-  ``scatter_sweep.cu`` are compiled too (they call the sort's per-path launch functions, the
-  decode kernel's parts and the reduce's small-M launch shapes).
+  The CUDA backend's binding TU is checked by the host compiler (``-fsyntax-only
+  -DUSE_CUDA`` against torch's headers).  The device-side tools ``gpu/tests/sort_sweep.cu``,
+  ``decode_sweep.cu`` and ``scatter_sweep.cu`` are compiled too (they call the sort's
+  per-path launch functions, the decode kernel's parts and the reduce's small-M launch
+  shapes).
 
 Prints a table; exits 1 on any failure.  Install the AMD compiler with
 ``apt-get install clang-22 libamdhip64-dev`` (bookworm-security).
@@ -259,6 +261,25 @@ def compile_tool(src: Path, flags: tuple[str, ...], work: Path) -> tuple:
     return ("sm_90", src.name, 1, time.perf_counter() - t0, 0, problems)
 
 
+def compile_cuda_binding(work: Path) -> tuple:
+    """The CUDA backend's binding TU (host code: the checks, the instance lookups, a composed
+    op's launches of its parts), checked by the host compiler against torch's headers with
+    ``USE_CUDA`` (the JIT compiles it the same way): (target, name, 0, seconds, 0,
+    problems)."""
+    from torch.utils.cpp_extension import include_paths
+
+    t0 = time.perf_counter()
+    src = work / "binding_cuda.cpp"
+    src.write_text(codegen_module("render").Renderer("cuda").render_binding())
+    cuda_inc = Path(shutil.which(_nvcc()) or "nvcc").resolve().parents[1] / "include"
+    incs = [f"-I{p}" for p in (str(kernels_dir()), *include_paths(), str(cuda_inc))]
+    cmd = [os.environ.get("CXX", "g++"), "-std=c++17", "-fsyntax-only", "-DUSE_CUDA", *incs,
+           str(src)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
+    return ("sm_90", "binding (cuda)", 0, time.perf_counter() - t0, 0, problems)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--targets", default="gfx950,gfx942,sm_90")
@@ -285,6 +306,7 @@ def main(argv=None) -> int:
             results = list(pool.map(lambda j: run_one(*j), jobs))
         if "sm_90" in targets:
             results += [compile_tool(tool, flags, work) for tool, flags in TOOLS]
+            results.append(compile_cuda_binding(work))
     print(f"{'target':<8} {'op':<22} {'instances':>9} {'seconds':>8} {'warnings':>8}  result")
     failed = 0
     for target, op, count, secs, warnings, problems in sorted(results):
