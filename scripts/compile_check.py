@@ -273,7 +273,7 @@ def compile_cuda_binding(work: Path) -> tuple:
     src.write_text(codegen_module("render").Renderer("cuda").render_binding())
     cuda_inc = Path(shutil.which(_nvcc()) or "nvcc").resolve().parents[1] / "include"
     incs = [f"-I{p}" for p in (str(kernels_dir()), *include_paths(), str(cuda_inc))]
-    cmd = [os.environ.get("CXX", "g++"), "-std=c++17", "-fsyntax-only", "-DUSE_CUDA", *incs,
+    cmd = [env.get("CXX") or "g++", "-std=c++17", "-fsyntax-only", "-DUSE_CUDA", *incs,
            str(src)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     problems = [] if proc.returncode == 0 else [f"{src.name}: {proc.stderr.strip()[-2000:]}"]
