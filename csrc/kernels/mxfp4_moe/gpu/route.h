@@ -1,7 +1,8 @@
 // moe_route on the GPU; docs/ops.md "moe_route" is the spec (aiter_aux/reference/route.py).
 //
-// One warp per token row, kRows rows per block.  Lane l owns the columns i = l + c * kWarpSize
-// (c < kC) and keeps their scores and choice keys in registers; the arithmetic is
+// Below kWideMaxRows rows and up to kWideMaxE experts a block takes each row (route_wide.h);
+// otherwise one warp per token row, kRows rows per block.  Lane l owns the columns i = l + c *
+// kWarpSize (c < kC) and keeps their scores and choice keys in registers; the arithmetic is
 // route_math.h's, in the reference's order:
 //   * softmax: the row's NaN-ignoring max (a warp max of order keys), e_i = exp_f32(x_i - m),
 //     the 64 partial sums p_j (j = i mod 64: lane l holds 64 / kWarpSize of them, each in
@@ -29,93 +30,18 @@
 // columns) and whether there are groups pick the kernel.
 #pragma once
 
-#include "common.h"  // first: the portability layer defines what route_math.h's HIP path uses
-// clang-format off
-#include "../aiter_aux_limits.h"
-#include "../route_math.h"
-// clang-format on
-
-// ROUTE_MARK(n): the phase points gpu/tests/route_phases.cu times (nothing in the package)
-#ifndef ROUTE_MARK
-#define ROUTE_MARK(n)
-#endif
+#include "route_common.h"
+#include "route_wide.h"
 
 namespace aiter_aux {
 namespace gpu {
 namespace route_detail {
 
-namespace rm = ::aiter_aux::route_math;
-
-constexpr uint32_t kKept = 0xFFFFFFFFu;           // a kept group's mark (no group's key)
-constexpr int kCols = rm::kSumLanes / kWarpSize;  // partial sums per lane
-constexpr int kRows = 4;                          // token rows (warps) per block
-constexpr int64_t kThroughputRows = 4096;         // from here the selection's fewest steps
-constexpr int64_t kMergeMaxRows = 1024;           // below: the merge selection (decode sizes)
-constexpr int kMergeMaxCols = 8;                  // the merge selection up to 8 columns per lane
-static_assert(kCols >= 1 && kCols * kWarpSize == rm::kSumLanes, "64 partial sums");
-
-template <int kDT>
-__device__ __forceinline__ float load_logit(const void* row, int64_t i) {
-  if constexpr (kDT == AITER_AUX_DTYPE_F32) {
-    return static_cast<const float*>(row)[i];
-  } else {
-    const uint32_t h = static_cast<const uint16_t*>(row)[i];
-    if constexpr (kDT == AITER_AUX_DTYPE_BF16) return as_f32(h << 16);
-    const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0u) {  // zero or subnormal: m * 2^-24, exact in fp32 (branch-free, no loop)
-      const float v = rm::rt_mul(static_cast<float>(m), 5.9604644775390625e-8f);
-      return as_f32(as_u32(v) | sign);
-    }
-    return as_f32(sign | (e == 31u ? 0x7F800000u : (e + 112u) << 23) | (m << 13));
-  }
-}
-
-// rt_div(a, b) without a branch per division on CUDA: the steps of nvcc's own fp32 division
-// (MUFU reciprocal, one Newton step, the quotient, one remainder step), which give the
-// correctly rounded quotient wherever no step can over- or underflow; nvcc guards them with
-// FCHK and a call per division, which keeps a warp from running several divisions side by
-// side.  Here the guard is a range (a is +0, or both exponent fields lie in [40, 214] and
-// differ by at most 80: every step normal), and *slow marks the rest, which the caller
-// divides with rt_div.  Other targets: rt_div, never slow.
-__device__ __forceinline__ float div_quick(float a, float b, bool* slow) {
-#if defined(AITER_AUX_GPU_CUDA) && defined(__CUDA_ARCH__)
-  float r0;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(b));
-  const float r1 = __fmaf_rn(r0, __fmaf_rn(-b, r0, 1.0f), r0);
-  const float q0 = __fmaf_rn(r1, a, 0.0f);
-  const float q1 = __fmaf_rn(r1, __fmaf_rn(-b, q0, a), q0);
-  const int ea = static_cast<int>((as_u32(a) >> 23) & 0xFFu);
-  const int eb = static_cast<int>((as_u32(b) >> 23) & 0xFFu);
-  const int d = ea - eb;
-  const bool ok = as_u32(a) == 0u || (ea >= 40 && ea <= 214 && eb >= 40 && eb <= 214 && d >= -80 &&
-                                      d <= 80 && (as_u32(b) >> 31) == 0u);
-  *slow = !ok;
-  return q1;
-#else
-  *slow = false;
-  return rm::rt_div(a, b);
-#endif
-}
-
-// v[c] = rt_div(v[c], den[c]) for every column: div_quick side by side, then rt_div for the
-// columns it marks (a warp-uniform branch, taken only when some lane has one).
-template <int kC>
-__device__ __forceinline__ void div_cols(float (&v)[kC], const float (&den)[kC]) {
-  bool slow[kC], any = false;
-  float q[kC];
-#pragma unroll
-  for (int c = 0; c < kC; ++c) {
-    q[c] = div_quick(v[c], den[c], &slow[c]);
-    any = any || slow[c];
-  }
-  if (warp_ballot(any) != 0) {
-#pragma unroll
-    for (int c = 0; c < kC; ++c)
-      if (slow[c]) q[c] = rm::rt_div(v[c], den[c]);
-  }
-#pragma unroll
-  for (int c = 0; c < kC; ++c) v[c] = q[c];
-}
+constexpr uint32_t kKept = 0xFFFFFFFFu;    // a kept group's mark (no group's key)
+constexpr int kRows = 4;                   // token rows (warps) per block
+constexpr int64_t kThroughputRows = 4096;  // from here the selection's fewest steps
+constexpr int64_t kMergeMaxRows = 1024;    // below: the merge selection (decode sizes)
+constexpr int kMergeMaxCols = 8;           // the merge selection up to 8 columns per lane
 
 // The warp's largest packed key (43 bits: route_math::pack_key), in every lane.
 __device__ __forceinline__ uint64_t warp_max_packed(uint64_t v) {
@@ -255,20 +181,7 @@ __device__ __forceinline__ void keep_groups(uint32_t (&kk)[kC], uint32_t* ck, ui
     if (i < E) ck[i] = kk[c] - 1u;  // the value key
   }
   warp_sync();
-  for (int g = lane; g < G; g += kWarpSize) {
-    // the two largest value keys of the group (a multiset: equal keys count twice)
-    uint32_t k1 = 0, k2 = 0;
-    for (int i = g * S; i < (g + 1) * S; ++i) {
-      const uint32_t k = ck[i];
-      const uint32_t lo = k < k1 ? k : k1;
-      k1 = k > k1 ? k : k1;
-      k2 = lo > k2 ? lo : k2;
-    }
-    // with a bias, the sum of the two largest choices (one if S == 1), else the largest score
-    const float gs =
-        bias && S >= 2 ? rm::rt_add(rm::order_value(k1), rm::order_value(k2)) : rm::order_value(k1);
-    gk[g] = rm::order_key(gs);
-  }
+  for (int g = lane; g < G; g += kWarpSize) gk[g] = group_key_scan(ck, g, S, bias);
   warp_sync();
   if (G <= kWarpSize) {
     // kept: fewer than topk_group groups have a larger packed key
@@ -305,28 +218,16 @@ __device__ __forceinline__ void keep_groups(uint32_t (&kk)[kC], uint32_t* ck, ui
 }
 
 // The groups when each is one column of the warp (E / num_expert_group == kWarpSize: group g
-// is column g of every lane): the two largest value keys by warp maxima (the second with one
-// copy of the first taken out), the group keys in registers of every lane, kept as in
-// keep_groups.
+// is column g of every lane): the group keys by group_key_warp, in registers of every lane,
+// kept as in keep_groups.
 template <int kC>
 __device__ __forceinline__ void keep_groups_lanes(uint32_t (&kk)[kC], bool bias, int G,
                                                   int topk_group) {
-  const int lane = lane_id();
   uint32_t gk[kC];
+  // every column, no branch: the kC chains of warp collectives overlap (the columns from G on
+  // hold no group and are not counted below)
 #pragma unroll
-  for (int c = 0; c < kC; ++c) {
-    // every column, no branch: the kC chains of warp collectives overlap (the columns from G
-    // on hold no group and are not counted below)
-    const uint32_t k = kk[c] - 1u;  // the value key
-    const uint32_t k1 = warp_max_u32(k);
-    float gs = rm::order_value(k1);
-    if (bias) {  // uniform
-      const lane_mask_t top = warp_ballot(k == k1);
-      const bool first = k == k1 && (top & lanemask_lt(lane)) == 0;
-      gs = rm::rt_add(gs, rm::order_value(warp_max_u32(first ? 0u : k)));
-    }
-    gk[c] = rm::order_key(gs);
-  }
+  for (int c = 0; c < kC; ++c) gk[c] = group_key_warp(kk[c] - 1u, bias);  // the value keys
 #pragma unroll
   for (int c = 0; c < kC; ++c) {
     int above = 0;
@@ -389,15 +290,7 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
       p[c % kCols] = rm::rt_add(p[c % kCols], lane + c * kWarpSize < E ? sc[c] : 0.0f);
     }
     ROUTE_MARK(3);
-    // the tree's levels h = 32 .. kWarpSize inside the lane (p[q] is p_{l + q * kWarpSize})
-#pragma unroll
-    for (int h = kCols / 2; h > 0; h /= 2)
-#pragma unroll
-      for (int q = 0; q < h; ++q) p[q] = rm::rt_add(p[q], p[q + h]);
-    float s = p[0];
-#pragma unroll
-    for (int off = kWarpSize / 2; off > 0; off /= 2)
-      s = rm::rt_add(s, as_f32(shfl_xor_u32(as_u32(s), off)));
+    const float s = softmax_den(p);  // p[q] is p_{l + q * kWarpSize}
     ROUTE_MARK(4);
     float den[kC];
 #pragma unroll
@@ -504,20 +397,13 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   }
   ROUTE_MARK(8);
   warp_sync();  // every lane reads every round's weight and id
-  float sum = 0.0f;
-  for (int r = 0; r < K; ++r) sum = rm::rt_add(sum, ws[r]);
-  if (lane < K) {
-    const float w = ws[lane];
-    const float v = a.renormalize ? rm::rt_div(w, sum) : w;
-    a.topk_weights[t * K + lane] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
-    a.topk_ids[t * K + lane] = wi[lane];
-  }
+  write_row(a, a.topk_weights + t * K, a.topk_ids + t * K, K, ws, wi);
   ROUTE_MARK(9);
 }
 
 // kMaxE: the columns of the kernel (>= E).  One row per warp: M < 2^24 rows fit the grid.
 template <int kDT, int kMaxE>
-inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
+inline int launch_route_narrow(const AiterAuxRouteArgs& a, void* stream) {
   constexpr int kC = kMaxE / kWarpSize;
   static_assert(kC >= 1 && kC * kWarpSize == kMaxE, "whole columns per lane");
   const int blocks = static_cast<int>(ceil_div_i64(a.num_tokens, kRows));
@@ -529,6 +415,14 @@ inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
   return check_launch("moe_route");
 }
 
+// Size class kMaxE: a block per row (route_wide.h) at decode sizes, else a warp per row.
+template <int kDT, int kMaxE>
+inline int launch_route_shape(const AiterAuxRouteArgs& a, void* stream) {
+  if constexpr (kMaxE <= kWideMaxE)
+    if (a.num_tokens < kWideMaxRows) return launch_route_wide<kDT, kMaxE>(a, stream);
+  return launch_route_narrow<kDT, kMaxE>(a, stream);
+}
+
 template <int kDT>
 inline int launch_route(const AiterAuxRouteArgs& a, void* stream) {
   if (a.num_experts <= 128) return launch_route_shape<kDT, 128>(a, stream);
@@ -536,11 +430,8 @@ inline int launch_route(const AiterAuxRouteArgs& a, void* stream) {
   return launch_route_shape<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>(a, stream);
 }
 
-}  // namespace route_detail
-
-// moe_route: one instance for every shape, dtype and option.
-inline int moe_route(const AiterAuxRouteArgs& a, void* stream) {
-  const char* op = "moe_route";
+// moe_route's checks of its args (op: the caller's name).
+inline int check_route_args(const AiterAuxRouteArgs& a, const char* op) {
   const int64_t E = a.num_experts, G = a.num_expert_group, KG = a.topk_group;
   if (a.num_tokens < 0) return fail_invalid("%s: negative num_tokens", op);
   if (E < 1 || E > AITER_AUX_MAX_ROUTE_EXPERTS)
@@ -555,9 +446,18 @@ inline int moe_route(const AiterAuxRouteArgs& a, void* stream) {
       (G > 0 && (E % G != 0 || a.topk > KG * (E / G))))
     return fail_invalid("%s: bad groups (num_expert_group %lld, topk_group %lld)", op,
                         static_cast<long long>(G), static_cast<long long>(KG));
-  if (a.num_tokens == 0) return AITER_AUX_OK;
-  if (a.router_logits == nullptr || a.topk_weights == nullptr || a.topk_ids == nullptr)
+  if (a.num_tokens > 0 &&
+      (a.router_logits == nullptr || a.topk_weights == nullptr || a.topk_ids == nullptr))
     return fail_invalid("%s: null tensor pointer", op);
+  return AITER_AUX_OK;
+}
+
+}  // namespace route_detail
+
+// moe_route: one instance for every shape, dtype and option.
+inline int moe_route(const AiterAuxRouteArgs& a, void* stream) {
+  const int rc = route_detail::check_route_args(a, "moe_route");
+  if (rc != AITER_AUX_OK || a.num_tokens == 0) return rc;
   switch (a.dtype) {
     case AITER_AUX_DTYPE_F32:
       return route_detail::launch_route<AITER_AUX_DTYPE_F32>(a, stream);

@@ -31,7 +31,9 @@ uint32_t route_logit_bits(std::mt19937& rng, int dt, int64_t t, int64_t i) {
   return aiter_aux::sum_codec::f32_bits_to_f16(u);
 }
 
-template <int kDT, int kMaxE = 0>
+// kMaxE > 0: that size class, through launch_route_shape (kPath 0), the warp-per-row kernel
+// (kPath 1) or the block-per-row kernel (kPath 2).
+template <int kDT, int kMaxE = 0, int kPath = 0>
 void run_route_case(const RouteCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   constexpr int kB = kDT == AITER_AUX_DTYPE_F32 ? 4 : 2;
@@ -65,7 +67,11 @@ void run_route_case(const RouteCase& c, uint32_t seed) {
   r.topk_ids = ids_ref.data();
   aiter_aux_emu::reset_pdl();
   int rc;
-  if constexpr (kMaxE > 0)
+  if constexpr (kMaxE > 0 && kPath == 1)
+    rc = c.m > 0 ? route_detail::launch_route_narrow<kDT, kMaxE>(a, nullptr) : AITER_AUX_OK;
+  else if constexpr (kMaxE > 0 && kPath == 2)
+    rc = c.m > 0 ? route_detail::launch_route_wide<kDT, kMaxE>(a, nullptr) : AITER_AUX_OK;
+  else if constexpr (kMaxE > 0)
     rc = route_detail::launch_route_shape<kDT, kMaxE>(a, nullptr);
   else
     rc = moe_route(a, nullptr);
@@ -78,7 +84,10 @@ void run_route_case(const RouteCase& c, uint32_t seed) {
                            : c.scoring == 1 ? " sigmoid"
                                             : " none") +
                           (c.bias ? " bias" : "") + (c.renormalize ? " renorm" : "") +
-                          (kMaxE > 0 ? " shape " + std::to_string(kMaxE) : "");
+                          (kMaxE > 0 ? " shape " + std::to_string(kMaxE) : "") +
+                          (kPath == 1   ? " warp/row"
+                           : kPath == 2 ? " block/row"
+                                        : "");
   check(rc == AITER_AUX_OK && rc_ref == AITER_AUX_OK, tag + ": status");
   if (c.m > 0) check_pdl(tag);
   std::string where;
@@ -103,6 +112,18 @@ void test_route_dtype() {
   };
   uint32_t seed = 300;
   for (const RouteCase& c : cases) run_route_case<kDT>(c, seed++);
+  // both kernels of the classes <= 256 on every case they take (the dispatcher picks by M)
+  for (const RouteCase& c : cases) {
+    if (c.e > 256) continue;
+    run_route_case<kDT, 256, 1>(c, seed);
+    run_route_case<kDT, 256, 2>(c, seed++);
+    if (c.e > 128) continue;
+    run_route_case<kDT, 128, 1>(c, seed);
+    run_route_case<kDT, 128, 2>(c, seed++);
+  }
+  // the dispatcher on both sides of kWideMaxRows
+  run_route_case<kDT>({route_detail::kWideMaxRows - 1, 256, 8, 8, 4, 1, 1, true, 2.5f}, seed++);
+  run_route_case<kDT>({route_detail::kWideMaxRows, 128, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
   // each size class directly (with an E below the class, a last block part full)
   run_route_case<kDT, 256>({23, 200, 8, 8, 4, 1, 1, true, 1.0f}, seed++);
   run_route_case<kDT, 256>({9, 100, 8, 0, 0, 0, 1, false, 1.0f}, seed++);

@@ -1,8 +1,9 @@
 // Device-side phase timing of moe_route (development tool, not built by the package): the
-// clock64 of warp 0 of block 0 at the ROUTE_MARK points of gpu/route.h (load, max, exp, sum,
-// div, keys, groups, select, out) for the softmax and grouped gates at M = 1 and 4, and a check
-// of route.h's div_quick against nvcc's division on 2^28 random pairs per range (any pair
-// div_quick does not mark slow must give the same bits).  Build and run on the GPU machine
+// clock64 of thread 0 of block 0 at the ROUTE_MARK points of gpu/route.h and gpu/route_wide.h
+// (load, max, exp, sum, div, keys, groups, select, out) at M = 1 and 4 for both kernels, the
+// graph-replay time of both at M = 1 .. 1024, and a check of route.h's div_quick against
+// nvcc's division on 2^28 random pairs per range (any pair div_quick does not mark slow must
+// give the same bits).  Build and run on the GPU machine
 // (repo root):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/route_phases.cu -o /tmp/route_phases && /tmp/route_phases
@@ -16,6 +17,8 @@ __device__ long long g_marks[10];
   } while (0)
 #include "gpu/route.h"
 #include <cuda_bf16.h>
+#include <algorithm>
+namespace RD = aiter_aux::gpu::route_detail;
 extern "C" void aiter_aux_set_error(const char* msg) {
   fprintf(stderr, "%s\n", msg);
 }
@@ -78,7 +81,7 @@ int main() {
                {896, 16, 0, 0, 0, false, "softmax E896"},
                {384, 8, 1, 1, 1, true, "kimi E384 G1"}};
   for (auto& c : cases) {
-    for (int m : {1, 4}) {
+    for (int m : {1, 4, 16, 64, 128, 255, 512, 1024}) {
       std::vector<uint16_t> h(m * c.e);
       for (size_t i = 0; i < h.size(); ++i) {
         float f = (float)((i * 7919) % 2001) / 300.0f - 3.3f;
@@ -111,38 +114,71 @@ int main() {
       a.correction_bias = c.bias ? db : nullptr;
       a.topk_weights = dw;
       a.topk_ids = di;
-      long long acc[10] = {0};
-      int n = 0;
-      for (int it = 0; it < 50; ++it) {
-        aiter_aux::gpu::moe_route(a, nullptr);
-        cudaDeviceSynchronize();
-        long long mk[10];
-        cudaMemcpyFromSymbol(mk, g_marks, sizeof(mk));
-        if (c.scoring != 0) mk[2] = mk[3] = mk[4] = mk[1];
-        if (it >= 10) {
-          for (int j = 1; j < 10; ++j) acc[j] += mk[j] - mk[j - 1];
-          ++n;
+      // path 0: the warp per row, 1: the block per row (E <= 256)
+      for (int path = 0; path < (c.e <= 256 ? 2 : 1); ++path) {
+        auto launch = [&](cudaStream_t st) {
+          if (path == 1)
+            c.e <= 128 ? RD::launch_route_wide<AITER_AUX_DTYPE_BF16, 128>(a, st)
+                       : RD::launch_route_wide<AITER_AUX_DTYPE_BF16, 256>(a, st);
+          else
+            c.e <= 128   ? RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 128>(a, st)
+            : c.e <= 256 ? RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 256>(a, st)
+                         : RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 1024>(a, st);
+        };
+        long long acc[10] = {0};
+        int n = 0;
+        for (int it = 0; it < (m <= 4 ? 50 : 0); ++it) {
+          launch(nullptr);
+          cudaDeviceSynchronize();
+          long long mk[10];
+          cudaMemcpyFromSymbol(mk, g_marks, sizeof(mk));
+          if (c.scoring != 0) mk[2] = mk[3] = mk[4] = mk[1];
+          if (it >= 10) {
+            for (int j = 1; j < 10; ++j) acc[j] += mk[j] - mk[j - 1];
+            ++n;
+          }
         }
+        // graph replay: 20 launches per graph, the median of 30 replays
+        cudaStream_t st;
+        cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+        for (int it = 0; it < 20; ++it) launch(st);
+        cudaStreamEndCapture(st, &g);
+        cudaGraphInstantiate(&ge, g, 0);
+        std::vector<float> t;
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        for (int rep = 0; rep < 33; ++rep) {
+          cudaEventRecord(e0, st);
+          cudaGraphLaunch(ge, st);
+          cudaEventRecord(e1, st);
+          cudaEventSynchronize(e1);
+          float ms;
+          cudaEventElapsedTime(&ms, e0, e1);
+          if (rep >= 3) t.push_back(ms * 1000 / 20);
+        }
+        std::sort(t.begin(), t.end());
+        printf("%-14s M=%-5d %-9s graph %.2f us", c.name, m, path ? "block/row" : "warp/row",
+               t[t.size() / 2]);
+        if (n > 0) {
+          const char* nm[10] = {"",    "load", "max",    "exp",    "sum",
+                                "div", "keys", "groups", "select", "out"};
+          long long tot = 0;
+          printf(" |");
+          for (int j = 1; j < 10; ++j) {
+            printf(" %s %lld", nm[j], acc[j] / n);
+            tot += acc[j] / n;
+          }
+          printf(" | total %lld cycles", tot);
+        }
+        printf("\n");
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        cudaStreamDestroy(st);
       }
-      // event timing over 200 launches
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      cudaEventRecord(e0);
-      for (int it = 0; it < 200; ++it) aiter_aux::gpu::moe_route(a, nullptr);
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
-      printf("%-14s M=%d", c.name, m);
-      const char* nm[10] = {"",    "load", "max",    "exp",    "sum",
-                            "div", "keys", "groups", "select", "out"};
-      long long tot = 0;
-      for (int j = 1; j < 10; ++j) {
-        printf(" %s %lld", nm[j], acc[j] / n);
-        tot += acc[j] / n;
-      }
-      printf(" | total %lld cycles; stream %.2f us/launch\n", tot, ms * 1000 / 200);
       cudaFree(dl);
       cudaFree(db);
       cudaFree(dw);
