@@ -266,3 +266,23 @@ def test_vllm_topk_softmax_rows_are_gating_outputs():
     assert torch.equal(bits(w[:4]), bits(rw)) and torch.equal(ids[:4], rids)
     assert torch.equal(tei[:4], torch.arange(8, dtype=I32).view(2, 4).t())
     assert (bits(w[4:]) == POISON).all() and (ids[4:] == POISON).all() and (tei[4:] == POISON).all()
+
+
+@pytest.mark.parametrize("ids_dtype", (I32, torch.int64))
+def test_out_buffer_gates_keep_rows_past_m(ids_dtype):
+    # buffers longer than the logits: only the first M rows are written, int64 ids too
+    g = logits(4, 64, seed=8)
+    bias = torch.randn(64, generator=torch.Generator().manual_seed(9))
+    calls = (
+        lambda w, ids: custom_ops.topk_softmax(w, ids, torch.empty(7, 8, dtype=I32), g, True),
+        lambda w, ids: sglang.topk_softmax(w, ids, g, renormalize=True),
+        lambda w, ids: aiter.biased_grouped_topk(g, bias, w, ids, 8, 4, True, 2.5),
+    )
+    wants = (R.moe_route(g, 8), R.moe_route(g, 8), R.moe_route(
+        g, 8, scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias,
+        routed_scaling_factor=2.5))  # fmt: skip
+    for call, (rw, rids) in zip(calls, wants, strict=True):
+        w, ids = bufs(7, 8, ids_dtype)
+        call(w, ids)
+        assert torch.equal(bits(w[:4]), bits(rw)) and torch.equal(ids[:4], rids.to(ids_dtype))
+        assert (bits(w[4:]) == POISON).all() and (ids[4:] == POISON).all()

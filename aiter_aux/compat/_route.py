@@ -39,7 +39,8 @@ def _bias(bias: Any) -> Any:
 
 def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
     """``moe_route_out`` into the peer's buffers (topk = their columns); int64 ids are
-    written through an int32 buffer."""
+    written through an int32 buffer, whose first M rows are copied back (rows past M are left
+    as they are, as with int32 ids)."""
     import torch
 
     ops = _ops()
@@ -47,7 +48,8 @@ def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **option
     if isinstance(topk_ids, torch.Tensor) and topk_ids.dtype == torch.int64:
         ids32 = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
         ops.moe_route_out(gating, topk, topk_weights, ids32, **options)
-        topk_ids.copy_(ids32)
+        m = gating.shape[0]  # the op accepted it: a 2-D [M, E] tensor
+        topk_ids[:m].copy_(ids32[:m])
         return
     ops.moe_route_out(gating, topk, topk_weights, topk_ids, **options)
 
