@@ -11,7 +11,9 @@
 
 The router is a shipped model's (``--router``, default DeepSeek-V3: sigmoid scores, a
 correction bias drawn at random, 4 of 8 expert groups, renormalised, times 2.5), its
-options derived from the config by aiter_aux.router_config.router_from_config.
+options derived from the config by aiter_aux.router_config.router_from_config.  A shape
+with a fused shared expert (an odd E, as DeepSeek-V3's 257) routes the other E - 1 experts
+and appends the shared one to every token with weight 1.0.
 The grouped GEMMs are plain PyTorch on dequantised operands; a real engine calls its MXFP4
 GEMM there, which reads a_q / a_scale and the sort outputs itself.  Expert weights are
 random bf16 quantised to MXFP4 (mxfp4_quant, or the reference's where the catalog has no
@@ -115,10 +117,25 @@ class Mxfp4Experts:
         return self._expert(e)[1].float()
 
 
-def route(router_logits: torch.Tensor, topk: int, options: dict | None = None):
+def routed_experts(num_experts: int, topk: int) -> int:
+    """The experts the router scores: all of them, or, where the shape holds a fused shared
+    expert (an odd E with topk > 1, as ``aiter-aux run`` reads the catalog), all but that one,
+    the last, which every token takes."""
+    return num_experts - 1 if num_experts % 2 == 1 and topk > 1 else num_experts
+
+
+def route(router_logits: torch.Tensor, topk: int, options: dict | None = None,
+          num_experts: int | None = None):  # fmt: skip
     """moe_route with a router's options (``Router.options``; None: moe_route's defaults,
-    softmax renormalised) -> (topk_ids int32, topk_weights float32)."""
-    topk_weights, topk_ids = aiter_aux.moe_route(router_logits, topk, **(options or {}))
+    softmax renormalised) -> (topk_ids int32, topk_weights float32) ``[M, topk]``.  When the
+    router scores one expert fewer than ``num_experts``, it picks ``topk - 1`` and the fused
+    shared expert (``num_experts - 1``) is the last column, weight 1.0."""
+    shared = num_experts is not None and router_logits.shape[1] == num_experts - 1
+    topk_weights, topk_ids = aiter_aux.moe_route(router_logits, topk - shared, **(options or {}))
+    if shared:
+        m = topk_ids.shape[0]
+        topk_ids = torch.cat([topk_ids, topk_ids.new_full((m, 1), num_experts - 1)], 1)
+        topk_weights = torch.cat([topk_weights, topk_weights.new_ones(m, 1)], 1)
     return topk_ids, topk_weights
 
 
@@ -141,7 +158,7 @@ def moe_forward(x, router_logits, experts, topk, quant="mxfp4", routed_scaling_f
                 block_m=BLOCK_M, router_options=None):  # fmt: skip
     """bf16 x [M, model_dim] -> bf16 [M, model_dim], and (topk_ids, topk_weights)."""
     M, model_dim = x.shape
-    topk_ids, topk_weights = route(router_logits, topk, router_options)
+    topk_ids, topk_weights = route(router_logits, topk, router_options, experts.num_experts)
 
     # Sort + activation quant in one call.  a_q / a_scale are per token; sort row r holds the
     # pair (t, k) with t = sorted_token_ids[r] & 0xFFFFFF (= m_indices[r]), M on padding rows.
@@ -206,11 +223,13 @@ def compare(experts, num_tokens, topk, quant, routed_scaling_factor=1.0, seed=0,
     """moe_forward on random tokens against dense_moe_reference: rel_err, the relative norm of
     the difference (and its worst token) from the unquantised MoE, which TOLERANCE bounds, and
     plumbing_err, that from the MoE with the same activation quantisation (bf16 roundings).
-    The routing is moe_route's of random logits with ``router`` (None: its defaults)."""
+    The routing is moe_route's of random logits with ``router`` (None: its defaults), over
+    the routed experts (``routed_experts``)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(num_tokens, experts.model_dim, generator=g).to(experts.device, torch.bfloat16)
-    router_logits = torch.randn(num_tokens, experts.num_experts, generator=g).to(experts.device)
-    options = router_options(router, experts.num_experts, experts.device, g)
+    scored = routed_experts(experts.num_experts, topk)
+    router_logits = torch.randn(num_tokens, scored, generator=g).to(experts.device)
+    options = router_options(router, scored, experts.device, g)
     y, (topk_ids, topk_weights) = moe_forward(
         x, router_logits, experts, topk, quant, routed_scaling_factor, router_options=options
     )
@@ -246,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"'default' (softmax, renormalize); default {DEFAULT_ROUTER}")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: this torch sees no CUDA device")
     if len(args.shape) != 4:
         p.error(f"--shape wants 4 integers E,MODEL_DIM,INTER_DIM,TOPK, got {args.shape}")
     if min(args.tokens) < 1:

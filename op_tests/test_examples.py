@@ -88,15 +88,36 @@ def test_moe_layer_main(request, capsys):
     assert "router: DeepSeek-V3 (sigmoid, renormalize, groups 4 of 8" in out
 
 
+def test_moe_layer_fused_shared_expert(request, capsys):
+    """A catalog shape with a fused shared expert (odd E): the router scores E - 1 experts and
+    picks topk - 1, and every token also takes the last expert with weight 1.0."""
+    request.getfixturevalue("cpu_module")
+    from aiter_aux.router_config import router_for
+
+    e, topk = 257, 9
+    assert moe_layer.routed_experts(e, topk) == 256 and moe_layer.routed_experts(256, 8) == 256
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 256, generator=g)
+    options = moe_layer.router_options(router_for(moe_layer.DEFAULT_ROUTER), 256, "cpu", g)
+    ids, w = moe_layer.route(logits, topk, options, e)
+    want_w, want_ids = moe_layer.reference.moe_route(logits, topk - 1, **options)
+    assert torch.equal(ids[:, :-1], want_ids) and torch.equal(w[:, :-1], want_w)
+    assert (ids[:, -1] == e - 1).all() and (w[:, -1] == 1.0).all()
+    assert moe_layer.main(["--device", "cpu", "--tokens", "2", "--shape", "257,7168,256,9"]) == 0
+    assert "M=2" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv",
-    [["--shape", "256,3072,192,7"], ["--shape", "1,2,3"], ["--tokens", "x"], ["--tokens", "0,4"]],
+    [["--shape", "256,3072,192,7"], ["--shape", "1,2,3"], ["--tokens", "x"], ["--tokens", "0,4"]]
+    + ([] if torch.cuda.is_available() else [["--device", "cuda"]]),
 )
 def test_moe_layer_main_rejects(argv, capsys):
     with pytest.raises(SystemExit) as e:
         moe_layer.main(["--device", "cpu", *argv])
     assert e.value.code == 2
-    assert "error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
 
 
 # Python blocks preceded by <!-- run --> run on CPU as written, each in a fresh namespace:
