@@ -309,3 +309,16 @@ def test_list_cached_refuses_a_cache_that_is_a_file(tmp_path):
     not_a_dir.write_text("")
     line = one_line_error(aiter_aux_cli("list", "--cached", cache=not_a_dir), "list")
     assert "is not a directory (AITER_AUX_CACHE_DIR)" in line, line
+
+
+def test_cli_md_shows_the_main_job_as_it_is():
+    """docs/cli.md's block under "The main job" lists scripts/main.sh's aiter-aux commands."""
+    script = (ROOT / "scripts" / "main.sh").read_text()
+    doc = (ROOT / "docs" / "cli.md").read_text().split("## The main job", 1)[1]
+    block = doc.split("```bash\n", 1)[1].split("```", 1)[0]
+
+    def commands(text):
+        lines = (ln.split("#", 1)[0].split() for ln in text.splitlines())
+        return [ln for ln in lines if ln[:1] == ["aiter-aux"]]
+
+    assert commands(block) == commands(script)
