@@ -286,3 +286,14 @@ def test_out_buffer_gates_keep_rows_past_m(ids_dtype):
         call(w, ids)
         assert torch.equal(bits(w[:4]), bits(rw)) and torch.equal(ids[:4], rids.to(ids_dtype))
         assert (bits(w[4:]) == POISON).all() and (ids[4:] == POISON).all()
+
+
+def test_vllm_topk_softmax_source_rows_for_each_m():
+    # token_expert_indices = k * M + t for each call's M (the values are cached per M, topk)
+    tei = torch.full((5, 3), POISON, dtype=I32)
+    for m in (5, 2, 0, 5, 2):
+        w, ids = bufs(5, 3)
+        tei.fill_(POISON)
+        custom_ops.topk_softmax(w, ids, tei, logits(m, 16, seed=m), True)
+        want = torch.arange(m * 3, dtype=I32).view(3, m).t()
+        assert torch.equal(tei[:m], want) and (tei[m:] == POISON).all()

@@ -83,20 +83,29 @@ def _caller_names(logits: str, **others: str) -> dict[str, str]:
 
 
 _VLLM_SOFTMAX_NAMES = _caller_names("gating_output", correction_bias="e_score_correction_bias")
-_SOURCE_ROWS: dict[Any, Tensor] = {}  # per device: arange(M) for the largest M seen
+_SOURCE_ROWS: dict[Any, Tensor] = {}  # (device, M, topk) -> token_expert_indices' values
+_SOURCE_ROWS_MAX = 64  # entries kept (an engine calls a few M); the cache restarts beyond
 
 
 def _source_rows(token_expert_indices: Tensor, m: int, k: int) -> None:
-    """``token_expert_indices[t, j] = j * M + t`` (vLLM's source rows) in one kernel: an add
-    of two cached aranges (rows t, columns j scaled by M)."""
+    """``token_expert_indices[t, j] = j * M + t`` (vLLM's source rows) for the first M rows:
+    one copy of the values cached per (device, M, topk).  While a CUDA graph is being captured
+    they are computed in the graph instead (a tensor made there holds its values only once the
+    graph replays, so it is not cached)."""
     import torch
 
     dev = token_expert_indices.device
-    ar = _SOURCE_ROWS.get(dev)
-    if ar is None or ar.numel() < max(m, k):
-        ar = torch.arange(max(m, k, 1024), dtype=torch.int32, device=dev)
-        _SOURCE_ROWS[dev] = ar
-    torch.add(ar[:m, None], ar[None, :k], alpha=m, out=token_expert_indices)
+    key = (dev, m, k)
+    rows = _SOURCE_ROWS.get(key)
+    if rows is None:
+        ar = torch.arange(max(m, k), dtype=torch.int32, device=dev)
+        rows = torch.add(ar[:m, None], ar[None, :k], alpha=m)
+        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            if len(_SOURCE_ROWS) >= _SOURCE_ROWS_MAX:
+                _SOURCE_ROWS.clear()
+            _SOURCE_ROWS[key] = rows
+    out = token_expert_indices if token_expert_indices.shape[0] == m else token_expert_indices[:m]
+    out.copy_(rows)
 
 
 def vllm_topk_softmax(
@@ -146,7 +155,7 @@ def vllm_topk_softmax(
                     correction_bias=_bias(e_score_correction_bias))  # fmt: skip
     except (TypeError, ValueError) as e:
         raise renamed(e, _VLLM_SOFTMAX_NAMES) from None
-    _source_rows(token_expert_indices[:m], m, k)
+    _source_rows(token_expert_indices, m, k)
     if is_padding is not None:
         topk_ids[:m].masked_fill_(is_padding[:, None], -1)
 
