@@ -245,7 +245,8 @@ constexpr int64_t kMidMinBytes = int64_t(6) << 20, kMidMaxBytes = int64_t(17) <<
 // SM), above it 16-byte loads, 256 threads with 4 slots in flight for topk <= 4 and for
 // topk <= 8 between kMidMinBytes and kMidMaxBytes of input (M = 64 at (8, 7168), 128-256 at
 // (8, 4096), 256-512 at (8, 2048): 2-7 % faster there), else 128 threads with 8 (within 7 %
-// of the sweep's best shape from M = 16 on).
+// of the sweep's best shape from M = 16 on); topk 9..16 above the split: 128 threads with
+// 16, so that a thread's slots load in one round trip (8 then the rest took two).
 template <int kDT>
 inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
   constexpr int kE = elem_bytes<kDT>();
@@ -258,6 +259,7 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
       return launch_sum_split<kDT, 16, 256>(a, stream);
     }
     const int64_t bytes = a.num_tokens * K * a.model_dim * kE;
+    if (K > 8) return launch_sum_shape<kDT, kV, 128, 16>(a, stream, 65535);
     if (K <= 4 || (K <= 8 && bytes >= kMidMinBytes && bytes <= kMidMaxBytes))
       return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);
     return launch_sum_shape<kDT, kV, 128, 8>(a, stream, 65535);

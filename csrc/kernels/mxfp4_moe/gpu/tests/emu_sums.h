@@ -172,6 +172,8 @@ void test_sums_dtype() {
   run_sum_case<kDT, kL, 256, 8>(7, 9, 96, 12, 1, 1.0f, true, 2);
   run_sum_case<kDT, 1, 256, 8>(5, 9, 33, 13, 2, 2.5f, false, 1);
   run_sum_case<kDT, kL, 256, 8>(3, 11, 7168, 14, 0, 1.0f, false, 5);
+  run_sum_case<kDT, kL, 128, 16>(6, 9, 7168, 21, 2, 2.5f, false, 4);
+  run_sum_case<kDT, kL, 128, 16>(3, 16, 3584, 22, 1, 1.0f, true, 2);
   // the split shapes: topk below, at and (16) up to the slot lanes, skipped slots, a partial
   // last column block, misaligned
   run_sum_case<kDT, -1, 128, 4>(3, 1, 3 * kL, 15, 2, 1.0f);
