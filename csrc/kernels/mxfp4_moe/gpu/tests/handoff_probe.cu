@@ -16,22 +16,24 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));         \
-      exit(1);                                                                           \
-    }                                                                                    \
+#define CK(x)                                                                    \
+  do {                                                                           \
+    cudaError_t e_ = (x);                                                        \
+    if (e_ != cudaSuccess) {                                                     \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
-constexpr int kT = 256;     // threads of every block
-constexpr int kSets = 64;   // rotated input sets
-constexpr int kE = 256;     // logits per row
-constexpr int kK = 8;       // ids per row
-constexpr int kX = 7168;    // x elements per row (fp32 here: the load's latency is the point)
+constexpr int kT = 256;    // threads of every block
+constexpr int kSets = 64;  // rotated input sets
+constexpr int kE = 256;    // logits per row
+constexpr int kK = 8;      // ids per row
+constexpr int kX = 7168;   // x elements per row (fp32 here: the load's latency is the point)
 
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
@@ -65,8 +67,7 @@ __device__ void produce(const Args& a, int set, int row, float* sh) {
   const float l = a.logits[(static_cast<size_t>(set) * a.rows + row) * kE + threadIdx.x];
   const float v = chain(l, a.pj, sh);
   if (threadIdx.x < kK)
-    a.ids[(static_cast<size_t>(set) * a.rows + row) * kK + threadIdx.x] =
-        static_cast<int>(v) & 255;
+    a.ids[(static_cast<size_t>(set) * a.rows + row) * kK + threadIdx.x] = static_cast<int>(v) & 255;
 }
 
 __device__ void consume(const Args& a, int set, int b, float xv, float* sh) {
