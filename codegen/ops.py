@@ -196,6 +196,11 @@ ROUTE_OUTPUTS = (
 ROUTE_FILL = ("router_logits", "M", "E", "topk", "dtype_code(router_logits)", "scoring",
               "renormalize", "num_expert_group", "topk_group", "routed_scaling_factor",
               "correction_bias", "topk_weights", "topk_ids")  # fmt: skip
+# moe_route's own written option: vLLM's topk_softmax fills it in the same launch
+TOKEN_EXPERT_INDICES = Tensor(
+    "token_expert_indices", "int32", ("M", "topk"), optional=True, written=True, buffer=True,
+    doc="written k * M + t for output (t, k) (vLLM's token_expert_indices)",
+)  # fmt: skip
 
 
 def _sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
@@ -235,7 +240,8 @@ def _route_sort_quant(name: str, op_id: int, fp8: bool) -> OpSpec:
     sort_checks = tuple(c for c in SORT_CHECKS if c not in implied)
     return OpSpec(
         name, op_id, ("num_experts", "topk", "model_dim"), ("e", "k", "d"),
-        "AiterAuxRouteSortQuantArgs", (ROUTE_FILL, (SORT_FILL, QUANT_FILL, "sorted_scales")),
+        "AiterAuxRouteSortQuantArgs",
+        (ROUTE_FILL + ("nullptr",), (SORT_FILL, QUANT_FILL, "sorted_scales")),
         inputs=(ROUTER_LOGITS, X, Int("topk", "experts per token")) + SORT_INTS,
         options=ROUTE_OPTIONS + SORT_OPTIONS + (SORTED_SCALES,),
         outputs=ROUTE_OUTPUTS + SORT_OUTPUTS + quant_outputs(fp8),
@@ -465,9 +471,11 @@ OPS: dict[str, OpSpec] = {
             kernels=("align_cpu.h", "align.h"), reference="align",
         ),
         OpSpec(
-            "moe_route", 13, (), (), "AiterAuxRouteArgs", ROUTE_FILL,
+            "moe_route", 13, (), (), "AiterAuxRouteArgs",
+            ROUTE_FILL + ("token_expert_indices",),
             inputs=(ROUTER_LOGITS, Int("topk", "experts per token")),
-            options=ROUTE_OPTIONS, outputs=ROUTE_OUTPUTS, checks=ROUTE_CHECKS,
+            options=ROUTE_OPTIONS + (TOKEN_EXPERT_INDICES,), outputs=ROUTE_OUTPUTS,
+            checks=ROUTE_CHECKS,
             summary=_ROUTE_DOC, alloc_summary="Allocating :func:`moe_route_out`: returns "
             "``(topk_weights, topk_ids)``.",
             kernels=("route_cpu.h", "route.h"), reference="route",

@@ -289,7 +289,7 @@ def test_out_buffer_gates_keep_rows_past_m(ids_dtype):
 
 
 def test_vllm_topk_softmax_source_rows_for_each_m():
-    # token_expert_indices = k * M + t for each call's M (the values are cached per M, topk)
+    # token_expert_indices = k * M + t for each call's M, written by the gate's launch
     tei = torch.full((5, 3), POISON, dtype=I32)
     for m in (5, 2, 0, 5, 2):
         w, ids = bufs(5, 3)

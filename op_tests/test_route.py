@@ -185,12 +185,17 @@ def test_op_matches_reference(cfg, dtype, device):
             w, ids = ops.moe_route(x, k, **kw)
             assert torch.equal(bits(w), bits(want_w)), (renorm, scale)
             assert torch.equal(ids.cpu(), want_ids), (renorm, scale)
-            # _out form: extra rows keep their bytes
+            # _out form: extra rows keep their bytes; token_expert_indices on every other case
             w2 = torch.full((m + 2, k), POISON, dtype=I32, device=device).view(F32)
             ids2 = torch.full((m + 2, k), POISON, dtype=I32, device=device)
-            ops.moe_route_out(x, k, w2, ids2, **kw)
+            tei = torch.full((m + 2, k), POISON, dtype=I32, device=device)
+            with_tei = renorm != (scale == 1.0)
+            ops.moe_route_out(x, k, w2, ids2, **kw, token_expert_indices=tei if with_tei else None)
             assert torch.equal(bits(w2[:m]), bits(want_w)) and torch.equal(ids2[:m].cpu(), want_ids)
             assert (bits(w2[m:]) == POISON).all() and (ids2[m:].cpu() == POISON).all()
+            rows = [[j * m + t for j in range(k)] for t in range(m)]  # k * M + t
+            assert tei[:m].tolist() == (rows if with_tei else [[POISON] * k] * m)
+            assert (tei[m:].cpu() == POISON).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -208,6 +213,7 @@ def test_errors_before_any_kernel(cpu_module):
     x = torch.zeros(2, 8)
     w = torch.full((2, 2), POISON, dtype=I32).view(F32)
     ids = torch.full((2, 2), POISON, dtype=I32)
+    tei = torch.full((2, 2), POISON, dtype=I32)
     bad = [
         (ValueError, "topk must be <= E = 8", lambda: ops.moe_route(x, 9)),
         (ValueError, r"topk must be in \[1, 16\]", lambda: ops.moe_route(torch.zeros(2, 32), 17)),
@@ -260,6 +266,26 @@ def test_errors_before_any_kernel(cpu_module):
             "topk_ids must have dtype torch.int32",
             lambda: ops.moe_route_out(x, 2, w, ids.long()),
         ),
+        (
+            TypeError,
+            "token_expert_indices must have dtype torch.int32",
+            lambda: ops.moe_route_out(x, 2, w, ids, token_expert_indices=ids.long()),
+        ),
+        (
+            ValueError,
+            "token_expert_indices needs >= 4 elements",
+            lambda: ops.moe_route_out(x, 2, w, ids, token_expert_indices=tei[:1]),
+        ),
+        (
+            ValueError,
+            "overlap",
+            lambda: ops.moe_route_out(x, 2, w, ids, token_expert_indices=ids),
+        ),
+        (
+            ValueError,
+            "overlap",
+            lambda: ops.moe_route(x, 2, token_expert_indices=x.view(-1)[:4].view(2, 2).view(I32)),
+        ),
     ]
     calls = cpu_module.kernel_calls()
     for exc, msg, call in bad:
@@ -267,7 +293,7 @@ def test_errors_before_any_kernel(cpu_module):
             call()
         assert "\n" not in str(info.value)
     assert cpu_module.kernel_calls() == calls, "a kernel ran"
-    assert (w.view(I32) == POISON).all() and (ids == POISON).all()
+    assert (w.view(I32) == POISON).all() and (ids == POISON).all() and (tei == POISON).all()
 
 
 def test_same_errors_as_the_reference():

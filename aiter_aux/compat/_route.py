@@ -38,9 +38,10 @@ def _bias(bias: Any) -> Any:
 
 
 def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
-    """``moe_route_out`` into the peer's buffers (topk = their columns); int64 ids are
-    written through an int32 buffer, whose first M rows are copied back (rows past M are left
-    as they are, as with int32 ids)."""
+    """``moe_route_out`` into the peer's buffers (topk = their columns; ``options`` are the
+    op's, ``token_expert_indices`` included); int64 ids are written through an int32 buffer,
+    whose first M rows are copied back (rows past M are left as they are, as with int32
+    ids)."""
     import torch
 
     ops = _ops()
@@ -83,29 +84,6 @@ def _caller_names(logits: str, **others: str) -> dict[str, str]:
 
 
 _VLLM_SOFTMAX_NAMES = _caller_names("gating_output", correction_bias="e_score_correction_bias")
-_SOURCE_ROWS: dict[Any, Tensor] = {}  # (device, M, topk) -> token_expert_indices' values
-_SOURCE_ROWS_MAX = 64  # entries kept (an engine calls a few M); the cache restarts beyond
-
-
-def _source_rows(token_expert_indices: Tensor, m: int, k: int) -> None:
-    """``token_expert_indices[t, j] = j * M + t`` (vLLM's source rows) for the first M rows:
-    one copy of the values cached per (device, M, topk).  While a CUDA graph is being captured
-    they are computed in the graph instead (a tensor made there holds its values only once the
-    graph replays, so it is not cached)."""
-    import torch
-
-    dev = token_expert_indices.device
-    key = (dev, m, k)
-    rows = _SOURCE_ROWS.get(key)
-    if rows is None:
-        ar = torch.arange(max(m, k), dtype=torch.int32, device=dev)
-        rows = torch.add(ar[:m, None], ar[None, :k], alpha=m)
-        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            if len(_SOURCE_ROWS) >= _SOURCE_ROWS_MAX:
-                _SOURCE_ROWS.clear()
-            _SOURCE_ROWS[key] = rows
-    out = token_expert_indices if token_expert_indices.shape[0] == m else token_expert_indices[:m]
-    out.copy_(rows)
 
 
 def vllm_topk_softmax(
@@ -138,7 +116,7 @@ def vllm_topk_softmax(
         raise TypeError(
             f"token_expert_indices must have dtype torch.int32, got {token_expert_indices.dtype}"
         )
-    m, k = topk_weights.shape
+    m = topk_weights.shape[0]
     if isinstance(gating_output, torch.Tensor) and gating_output.dim() == 2:
         m = min(m, gating_output.shape[0])  # vLLM's num_rows (more rows: the op refuses)
     if is_padding is not None:
@@ -152,10 +130,10 @@ def vllm_topk_softmax(
             )
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
-                    correction_bias=_bias(e_score_correction_bias))  # fmt: skip
+                    correction_bias=_bias(e_score_correction_bias),
+                    token_expert_indices=token_expert_indices)  # fmt: skip
     except (TypeError, ValueError) as e:
         raise renamed(e, _VLLM_SOFTMAX_NAMES) from None
-    _source_rows(token_expert_indices, m, k)
     if is_padding is not None:
         topk_ids[:m].masked_fill_(is_padding[:, None], -1)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import env as aux_env
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 
 class InstanceMissingError(KeyError):

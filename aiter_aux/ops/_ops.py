@@ -684,8 +684,9 @@ def _fake_moe_route(
     topk_group=0,
     correction_bias=None,
     routed_scaling_factor=1.0,
+    token_expert_indices=None,
 ):
-    if _static(router_logits, correction_bias):
+    if _static(router_logits, correction_bias, token_expert_indices):
         M, E = C.moe_route(
             router_logits,
             topk,
@@ -695,6 +696,7 @@ def _fake_moe_route(
             topk_group=topk_group,
             correction_bias=correction_bias,
             routed_scaling_factor=routed_scaling_factor,
+            token_expert_indices=token_expert_indices,
         )
     else:
         M, E = C.moe_route_sizes(
@@ -706,6 +708,7 @@ def _fake_moe_route(
             topk_group=topk_group,
             correction_bias=correction_bias,
             routed_scaling_factor=routed_scaling_factor,
+            token_expert_indices=token_expert_indices,
         )
     return (
         router_logits.new_empty(
@@ -736,8 +739,9 @@ def _fake_moe_route_out(
     topk_group=0,
     correction_bias=None,
     routed_scaling_factor=1.0,
+    token_expert_indices=None,
 ):
-    if _static(router_logits, correction_bias, topk_weights, topk_ids):
+    if _static(router_logits, correction_bias, token_expert_indices, topk_weights, topk_ids):
         C.moe_route_out(
             router_logits,
             topk,
@@ -749,6 +753,7 @@ def _fake_moe_route_out(
             topk_group=topk_group,
             correction_bias=correction_bias,
             routed_scaling_factor=routed_scaling_factor,
+            token_expert_indices=token_expert_indices,
         )
 
 
@@ -1116,8 +1121,8 @@ SCHEMAS = {
     "moe_align_block_size_vllm_out": "moe_align_block_size_vllm_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx, Tensor? expert_map=None, Tensor? block_expert_map=None) -> ()",
     "moe_align_block_size_sglang": "moe_align_block_size_sglang(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor, Tensor)",
     "moe_align_block_size_sglang_out": "moe_align_block_size_sglang_out(Tensor topk_ids, int num_experts, int block_size, Tensor(a!) sorted_token_ids, Tensor(b!) expert_ids, Tensor(c!) num_tokens_post_pad, Tensor(d!) scatter_idx) -> ()",
-    "moe_route": "moe_route(Tensor router_logits, int topk, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> (Tensor, Tensor)",
-    "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0) -> ()",
+    "moe_route": "moe_route(Tensor router_logits, int topk, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(t!)? token_expert_indices=None) -> (Tensor, Tensor)",
+    "moe_route_out": "moe_route_out(Tensor router_logits, int topk, Tensor(a!) topk_weights, Tensor(b!) topk_ids, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(t!)? token_expert_indices=None) -> ()",
     "moe_route_sort_quant": "moe_route_sort_quant(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     "moe_route_sort_quant_out": "moe_route_sort_quant_out(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor(c!) sorted_token_ids, Tensor(d!) sorted_weights, Tensor(e!) m_indices, Tensor(f!) sorted_expert_ids, Tensor(g!) num_valid_ids, Tensor(h!) reverse_sorted, Tensor(i!) a_q, Tensor(j!) a_scale, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> ()",
     "moe_route_sort_quant_fp8": "moe_route_sort_quant_fp8(Tensor router_logits, Tensor x, int topk, int num_experts, int block_m, int scoring=0, int renormalize=1, int num_expert_group=0, int topk_group=0, Tensor? correction_bias=None, float routed_scaling_factor=1.0, Tensor(z!)? zero_buf=None, Tensor? expert_map=None, Tensor? zero_buf_init=None, Tensor(s!)? sorted_scales=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -2090,6 +2095,7 @@ def moe_route_out(
     topk_group: int | None = None,
     correction_bias: Tensor | None = None,
     routed_scaling_factor: float = 1.0,
+    token_expert_indices: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The top-k gate of each token: ``topk_ids`` int32 ``[M, topk]`` = the ``topk``
     experts of largest ``choice`` (descending, ties to the lower id, NaN last) and
@@ -2147,6 +2153,7 @@ def moe_route_out(
             and topk_group == 0
             and correction_bias is None
             and routed_scaling_factor == 1.0
+            and token_expert_indices is None
         ):
             op(router_logits, topk, topk_weights, topk_ids)  # each argument costs
         else:
@@ -2161,6 +2168,7 @@ def moe_route_out(
                 topk_group,
                 correction_bias,
                 routed_scaling_factor,
+                token_expert_indices,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
@@ -2177,6 +2185,7 @@ def moe_route_out(
                 topk_group=topk_group,
                 correction_bias=correction_bias,
                 routed_scaling_factor=routed_scaling_factor,
+                token_expert_indices=token_expert_indices,
             ),
         ) from None
     return (topk_weights, topk_ids)
@@ -2192,6 +2201,7 @@ def moe_route(
     topk_group: int | None = None,
     correction_bias: Tensor | None = None,
     routed_scaling_factor: float = 1.0,
+    token_expert_indices: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Allocating :func:`moe_route_out`: returns ``(topk_weights, topk_ids)``."""
     if (
@@ -2238,6 +2248,7 @@ def moe_route(
             and topk_group == 0
             and correction_bias is None
             and routed_scaling_factor == 1.0
+            and token_expert_indices is None
         ):
             r = op(router_logits, topk)  # each argument costs
         else:
@@ -2250,6 +2261,7 @@ def moe_route(
                 topk_group,
                 correction_bias,
                 routed_scaling_factor,
+                token_expert_indices,
             )
     except Exception as e:  # noqa: BLE001 (the checks say what was wrong)
         raise translate(
@@ -2264,6 +2276,7 @@ def moe_route(
                 topk_group=topk_group,
                 correction_bias=correction_bias,
                 routed_scaling_factor=routed_scaling_factor,
+                token_expert_indices=token_expert_indices,
             ),
         ) from None
     return (r[0], r[1])

@@ -168,6 +168,7 @@ def moe_route_out(
     topk_group: int | None = None,
     correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0,
+    token_expert_indices: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The top-k gate of each row of ``router_logits``, into ``topk_weights`` and
     ``topk_ids``.
@@ -197,6 +198,9 @@ def moe_route_out(
             topk_group * E / G``; needs num_expert_group.
         correction_bias: optional float32 ``[E]``, added to the scores for the choice only.
         routed_scaling_factor: a float (rounded to fp32) multiplying every weight.
+        token_expert_indices: optional int32 ``[>= M, topk]``; its first M rows are written
+            ``token_expert_indices[t, k] = k * M + t`` (the row of output ``(t, k)`` in the
+            expert-major order vLLM's ``topk_softmax`` names this way).
 
     Returns:
         ``(topk_weights, topk_ids)``.
@@ -210,8 +214,14 @@ def moe_route_out(
         router_logits, topk, topk_weights, topk_ids, correction_bias=correction_bias,
         scoring=codes[0], renormalize=codes[1], num_expert_group=codes[2],
         topk_group=codes[3], routed_scaling_factor=routed_scaling_factor,
+        token_expert_indices=token_expert_indices,
     )  # fmt: skip
     topk, scale = validate_int(topk, "topk"), float(routed_scaling_factor)
+    if token_expert_indices is not None:
+        dev = token_expert_indices.device
+        t = torch.arange(s.M, dtype=torch.int64, device=dev)[:, None]
+        k = torch.arange(topk, dtype=torch.int64, device=dev)[None, :]
+        token_expert_indices[: s.M] = (k * s.M + t).to(torch.int32)
     bias = None if correction_bias is None else correction_bias.to(F32)
     step = chunks.rows_per_chunk(s.E)
     for t0 in range(0, s.M, step):
@@ -233,8 +243,10 @@ def moe_route(
     topk_group: int | None = None,
     correction_bias: torch.Tensor | None = None,
     routed_scaling_factor: float = 1.0,
+    token_expert_indices: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Allocating form of :func:`moe_route_out`.
+    """Allocating form of :func:`moe_route_out` (``token_expert_indices`` is the caller's
+    buffer: written, not returned).
 
     Returns:
         ``(topk_weights, topk_ids)``: float32 and int32 ``[M, topk]``.
@@ -246,7 +258,8 @@ def moe_route(
                  topk_group=topk_group, correction_bias=correction_bias,
                  routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     w, ids = route_outputs(router_logits, topk, **route)
-    return moe_route_out(router_logits, topk, w, ids, **route)
+    return moe_route_out(router_logits, topk, w, ids, token_expert_indices=token_expert_indices,
+                         **route)  # fmt: skip
 
 
 def route_outputs(

@@ -1647,6 +1647,7 @@ def moe_route(
     topk_group=0,
     correction_bias=None,
     routed_scaling_factor=1.0,
+    token_expert_indices=None,
     read_data=False,
 ) -> MoeRouteSizes:
     """Every check of ``moe_route``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
@@ -1698,7 +1699,21 @@ def moe_route(
         raise ValueError(
             f"topk = {topk} must be <= the experts of the kept groups, topk_group * E / num_expert_group = {topk_group * (E // num_expert_group)}"
         )
-    _no_overlap({}, {"router_logits": router_logits, "correction_bias": correction_bias})
+    if token_expert_indices is not None:
+        _buffer(
+            token_expert_indices,
+            "token_expert_indices",
+            _i32,
+            M * topk,
+            router_logits,
+            "router_logits",
+            2,
+            cols=topk,
+        )
+    _no_overlap(
+        {"token_expert_indices": token_expert_indices},
+        {"router_logits": router_logits, "correction_bias": correction_bias},
+    )
     return MoeRouteSizes(M, E)
 
 
@@ -1714,6 +1729,7 @@ def moe_route_out(
     topk_group=0,
     correction_bias=None,
     routed_scaling_factor=1.0,
+    token_expert_indices=None,
     read_data=False,
 ) -> MoeRouteSizes:
     """Every check of ``moe_route_out``, in the binding's order; returns its sizes.  ``read_data``: also the checks that read tensor values."""
@@ -1769,8 +1785,23 @@ def moe_route_out(
         topk_weights, "topk_weights", _f32, M * topk, router_logits, "router_logits", 2, cols=topk
     )
     _buffer(topk_ids, "topk_ids", _i32, M * topk, router_logits, "router_logits", 2, cols=topk)
+    if token_expert_indices is not None:
+        _buffer(
+            token_expert_indices,
+            "token_expert_indices",
+            _i32,
+            M * topk,
+            router_logits,
+            "router_logits",
+            2,
+            cols=topk,
+        )
     _no_overlap(
-        {"topk_weights": topk_weights, "topk_ids": topk_ids},
+        {
+            "topk_weights": topk_weights,
+            "topk_ids": topk_ids,
+            "token_expert_indices": token_expert_indices,
+        },
         {"router_logits": router_logits, "correction_bias": correction_bias},
     )
     return MoeRouteSizes(M, E)
@@ -1786,6 +1817,7 @@ def moe_route_sizes(
     topk_group=0,
     correction_bias=None,
     routed_scaling_factor=1.0,
+    token_expert_indices=None,
 ) -> MoeRouteSizes:
     _tensor(router_logits, "router_logits", _floats, 2, "[M, E]")
     M = router_logits.shape[0]

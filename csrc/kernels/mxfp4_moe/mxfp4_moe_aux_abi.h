@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define AITER_AUX_ABI_VERSION 8
+#define AITER_AUX_ABI_VERSION 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -191,17 +191,18 @@ enum AiterAuxScoring {
 typedef struct AiterAuxRouteArgs {
   const void* router_logits;  // [num_tokens, num_experts] of `dtype`, row-major
   int64_t num_tokens;
-  int64_t num_experts;           // E, 1..AITER_AUX_MAX_ROUTE_EXPERTS
-  int64_t topk;                  // 1..min(E, AITER_AUX_MAX_ROUTE_TOPK)
-  int32_t dtype;                 // AiterAuxDType of router_logits
-  int32_t scoring;               // AiterAuxScoring
-  int32_t renormalize;           // 1: weights divided by their fp32 sum
-  int32_t num_expert_group;      // G (divides E), 0: no groups
-  int32_t topk_group;            // groups kept (1..G), 0 without groups
-  float routed_scaling_factor;   // every weight times this
-  const float* correction_bias;  // [num_experts] or NULL
-  float* topk_weights;           // [num_tokens, topk]
-  int32_t* topk_ids;             // [num_tokens, topk]
+  int64_t num_experts;            // E, 1..AITER_AUX_MAX_ROUTE_EXPERTS
+  int64_t topk;                   // 1..min(E, AITER_AUX_MAX_ROUTE_TOPK)
+  int32_t dtype;                  // AiterAuxDType of router_logits
+  int32_t scoring;                // AiterAuxScoring
+  int32_t renormalize;            // 1: weights divided by their fp32 sum
+  int32_t num_expert_group;       // G (divides E), 0: no groups
+  int32_t topk_group;             // groups kept (1..G), 0 without groups
+  float routed_scaling_factor;    // every weight times this
+  const float* correction_bias;   // [num_experts] or NULL
+  float* topk_weights;            // [num_tokens, topk]
+  int32_t* topk_ids;              // [num_tokens, topk]
+  int32_t* token_expert_indices;  // [num_tokens, topk] or NULL: k * num_tokens + t
 } AiterAuxRouteArgs;
 
 // moe_route_sort_quant / moe_route_sort_quant_fp8: moe_route, then moe_sort_quant[_fp8] of its

@@ -129,6 +129,9 @@ inline void route_row(const AiterAuxRouteArgs& a, int64_t t, float* scores, uint
     ow[k] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
     oi[k] = ids[k];
   }
+  if (a.token_expert_indices != nullptr)
+    for (int64_t k = 0; k < K; ++k)
+      a.token_expert_indices[t * K + k] = static_cast<int32_t>(k * a.num_tokens + t);
 }
 
 }  // namespace detail

@@ -397,7 +397,7 @@ __global__ __launch_bounds__(kRows* kWarpSize) void route_kernel(AiterAuxRouteAr
   }
   ROUTE_MARK(8);
   warp_sync();  // every lane reads every round's weight and id
-  write_row(a, a.topk_weights + t * K, a.topk_ids + t * K, K, ws, wi);
+  write_row(a, t, K, ws, wi);
   ROUTE_MARK(9);
 }
 

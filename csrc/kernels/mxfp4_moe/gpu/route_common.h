@@ -128,19 +128,22 @@ __device__ __forceinline__ uint32_t group_key_scan(const uint32_t* ck, int g, in
   return group_key(k1, k2, bias && S >= 2);
 }
 
-// A row's outputs from its selection (ws, wi: output r's score and id, in shared memory;
-// every lane of the calling warp reads them) into w_out / id_out (topk each): the weights'
-// sum in output order, lane k writes output k.
-__device__ __forceinline__ void write_row(const AiterAuxRouteArgs& a, float* w_out, int32_t* id_out,
-                                          int K, const float* ws, const int32_t* wi) {
+// Row t's outputs from its selection (ws, wi: output r's score and id, in shared memory;
+// every lane of the calling warp reads them): the weights' sum in output order, lane k
+// writes output k (and token_expert_indices' k * M + t when given).
+__device__ __forceinline__ void write_row(const AiterAuxRouteArgs& a, int64_t t, int K,
+                                          const float* ws, const int32_t* wi) {
   const int lane = lane_id();
   float sum = 0.0f;
   for (int r = 0; r < K; ++r) sum = rm::rt_add(sum, ws[r]);
   if (lane < K) {
     const float w = ws[lane];
     const float v = a.renormalize ? rm::rt_div(w, sum) : w;
-    w_out[lane] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
-    id_out[lane] = wi[lane];
+    const int64_t o = t * K + lane;
+    a.topk_weights[o] = rm::canonical(rm::rt_mul(v, a.routed_scaling_factor));
+    a.topk_ids[o] = wi[lane];
+    if (a.token_expert_indices != nullptr)
+      a.token_expert_indices[o] = static_cast<int32_t>(lane * a.num_tokens + t);
   }
 }
 

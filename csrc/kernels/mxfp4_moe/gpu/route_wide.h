@@ -178,7 +178,7 @@ __global__ __launch_bounds__(kMaxE) void route_wide_kernel(AiterAuxRouteArgs a) 
   const float x = i < E ? load_logit<kDT>(row, i) : 0.0f;
   const float bi = a.correction_bias && i < E ? a.correction_bias[i] : 0.0f;
   wide_row<kMaxE, kGrouped>(a, x, bi, sm);
-  if (warp_id() == 0) write_row(a, a.topk_weights + t * K, a.topk_ids + t * K, K, sm.ws, sm.wi);
+  if (warp_id() == 0) write_row(a, t, K, sm.ws, sm.wi);
   ROUTE_MARK(9);
 }
 

@@ -65,6 +65,12 @@ void run_route_case(const RouteCase& c, uint32_t seed) {
   a.topk_ids = ids.data();
   r.topk_weights = w_ref.data();
   r.topk_ids = ids_ref.data();
+  // token_expert_indices on the odd M (the others leave it NULL)
+  std::vector<int32_t> tei(n + 8, 0x5A5A5A5A), tei_ref(n + 8, 0x5A5A5A5A);
+  if (c.m % 2 == 1) {
+    a.token_expert_indices = tei.data();
+    r.token_expert_indices = tei_ref.data();
+  }
   aiter_aux_emu::reset_pdl();
   int rc;
   if constexpr (kMaxE > 0 && kPath == 1)
@@ -93,6 +99,15 @@ void run_route_case(const RouteCase& c, uint32_t seed) {
   std::string where;
   check(same_bytes(w, w_ref, &where), tag + ": topk_weights == the CPU kernel's " + where);
   check(same_bytes(ids, ids_ref, &where), tag + ": topk_ids == the CPU kernel's " + where);
+  check(same_bytes(tei, tei_ref, &where),
+        tag + ": token_expert_indices == the CPU kernel's " + where);
+  bool rows_ok = true;  // k * M + t where written, the poison past M * topk or without it
+  for (size_t i = 0; i < tei.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(i) / c.k, k = static_cast<int64_t>(i) % c.k;
+    const bool written = c.m % 2 == 1 && i < n;
+    rows_ok = rows_ok && tei[i] == (written ? static_cast<int32_t>(k * c.m + t) : 0x5A5A5A5A);
+  }
+  check(rows_ok, tag + ": token_expert_indices = k * M + t on the first M rows only");
 }
 
 template <int kDT>
