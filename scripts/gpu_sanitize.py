@@ -156,13 +156,16 @@ def check_route(dev, g) -> int:
         grouped = dict(scoring="sigmoid", num_expert_group=8, topk_group=4,
                        correction_bias=bias, routed_scaling_factor=2.5)  # fmt: skip
         for kw in ({}, grouped):
+            tei = torch.full((m, k), -7, dtype=torch.int32, device=dev)  # token_expert_indices
+            want_tei = torch.full((m, k), -7, dtype=torch.int32)
             got = ops.moe_route(
                 logits.to(dev),
                 k,
+                token_expert_indices=tei,
                 **{n: v.to(dev) if isinstance(v, torch.Tensor) else v for n, v in kw.items()},
             )
-            want = ref.moe_route(logits, k, **kw)
-            ok = same(got[0], want[0]) and same(got[1], want[1])
+            want = ref.moe_route(logits, k, token_expert_indices=want_tei, **kw)
+            ok = same(got[0], want[0]) and same(got[1], want[1]) and same(tei, want_tei)
             torch.cuda.synchronize()
             print(f"moe_route E={e} topk={k} M={m} {'grouped' if kw else 'softmax'}: "
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)  # fmt: skip
