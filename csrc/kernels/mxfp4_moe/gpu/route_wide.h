@@ -10,13 +10,11 @@
 //     scans group g's keys in shared memory (group_key_scan); thread g < G marks group g kept
 //     when fewer than topk_group groups have a larger packed group key;
 //   * selection by ranks in pack_key's order (value key, then the lower id): a thread's rank
-//     among its warp's keys (two keys per 16-byte shared load) keeps the warp's best kL
-//     (kL = 8 or 16, >= topk) as the warp's list, in descending order; each of those adds to
-//     its rank the count of the keys above it in every other warp's list (a binary search of
-//     the sorted list), and rank r < topk is output r.  The count is exact for the row's best
-//     topk: everything above one of them is in the row's best topk too, hence in its own
-//     warp's best kL; a key outside the row's best topk has the row's best topk above it, all
-//     kept, so its count is >= topk.
+//     among its warp's keys keeps the warp's best kL (kL = 8 or 16, >= topk); each of those
+//     counts the kept keys of every warp above its own, and rank r < topk is output r.  The
+//     count is exact for the row's best topk: everything above one of them is in the row's
+//     best topk too, hence in its own warp's best kL; a key outside the row's best topk has
+//     the row's best topk above it, all kept, so its count is >= topk.
 #pragma once
 
 #include "route_common.h"
@@ -33,58 +31,31 @@ namespace route_detail {
 constexpr int kWideMaxE = 256;         // the block-per-row kernel's largest size class
 constexpr int64_t kWideMaxRows = 256;  // below: a block per row
 
-// Two packed keys: one 16-byte shared-memory load.
-struct alignas(16) KeyPair {
-  uint64_t a, b;
-};
-
-// The rank of `mine` among the kN (even) packed keys of `keys` (16-byte aligned) in shared
-// memory: how many are larger.
+// The rank of `mine` among kN packed keys in shared memory (how many are larger).
 template <int kN>
-__device__ __forceinline__ int rank_packed(const KeyPair* keys, uint64_t mine) {
-  static_assert(kN % 2 == 0, "whole pairs");
+__device__ __forceinline__ int rank_packed(const uint64_t* keys, uint64_t mine) {
   int r = 0;
 #pragma unroll
-  for (int s = 0; s < kN / 2; ++s) {
-    const KeyPair p = keys[s];
-    r += (p.a > mine ? 1 : 0) + (p.b > mine ? 1 : 0);
-  }
+  for (int s = 0; s < kN; ++s) r += keys[s] > mine ? 1 : 0;
   return r;
-}
-
-// How many of the kL (a power of two) keys of `list`, in descending order, are larger than
-// `mine`: a binary search, then the last key.
-template <int kL>
-__device__ __forceinline__ int count_above(const uint64_t* list, uint64_t mine) {
-  static_assert((kL & (kL - 1)) == 0, "a power of two");
-  int lo = 0;
-#pragma unroll
-  for (int step = kL / 2; step >= 1; step /= 2) lo += list[lo + step - 1] > mine ? step : 0;
-  return lo + (lo == kL - 1 && list[kL - 1] > mine ? 1 : 0);
 }
 
 // The block's selection: thread i holds expert i's choice key kk (0: not selectable) and score
 // sc; output r's score and id go to ws[r], wi[r].  pk: kMaxE keys, kept: kWarps * kL keys.
 template <int kMaxE, int kL>
-__device__ __forceinline__ void select_wide(uint32_t kk, float sc, int K, KeyPair* pk,
+__device__ __forceinline__ void select_wide(uint32_t kk, float sc, int K, uint64_t* pk,
                                             uint64_t* kept, float* ws, int32_t* wi) {
   constexpr int kWarps = kMaxE / kWarpSize;
   static_assert(kL <= kWarpSize, "a warp keeps at most its lanes");
   const int i = thread_idx(), w = warp_id();
   const uint64_t mine = rm::pack_key(kk, i);  // packed: no per-lane tie test in the loop
-  if (i & 1)
-    pk[i >> 1].b = mine;
-  else
-    pk[i >> 1].a = mine;
+  pk[i] = mine;
   warp_sync();
-  const int r = rank_packed<kWarpSize>(pk + w * (kWarpSize / 2), mine);  // in the warp
-  if (r < kL) kept[w * kL + r] = mine;  // the warp's best kL, in descending order
+  const int r = rank_packed<kWarpSize>(pk + w * kWarpSize, mine);  // in the warp
+  if (r < kL) kept[w * kL + r] = mine;                             // the warp's best kL, in order
   block_sync();
   if (r < kL) {
-    int g = r;
-#pragma unroll
-    for (int v = 0; v < kWarps; ++v)
-      if (v != w) g += count_above<kL>(kept + v * kL, mine);
+    const int g = rank_packed<kWarps * kL>(kept, mine);
     if (g < K) {
       ws[g] = sc;
       wi[g] = i;
@@ -99,7 +70,7 @@ struct WideSmem {
   static constexpr int kMaxK = AITER_AUX_MAX_ROUTE_TOPK;
   float es[kThreads];             // softmax: the exps
   uint32_t ks[kThreads];          // the groups' value keys
-  KeyPair pk[kThreads / 2];       // the packed choice keys, two a pair
+  uint64_t pk[kThreads];          // the packed choice keys
   uint32_t wm[kWarps];            // softmax: the warps' maxima
   uint32_t gks[kThreads];         // the group keys
   uint64_t kept[kWarps * kMaxK];  // each warp's best kL packed keys
