@@ -105,6 +105,9 @@ def _drop_ins(shape, device, m: int) -> dict:
                                     torch.empty(1, **kw))  # fmt: skip
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)
     out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
+    logits = torch.randn(m, e, device=device)  # the gates' router logits, float32 as vLLM's
+    gw = torch.empty(m, k, device=device)
+    gi, tei = (torch.empty(m, k, dtype=torch.int32, device=device) for _ in range(2))
     return {
         "vllm.moe_sum": lambda: vllm_ops.moe_sum(sum_in, out),
         "sglang.moe_sum_reduce": lambda: sglang.moe_sum_reduce(sum_in, out, 2.5),
@@ -115,6 +118,8 @@ def _drop_ins(shape, device, m: int) -> dict:
         "sglang.moe_align_block_size": lambda: sglang.moe_align_block_size(
             ids, e + 1, bs, s_sorted, s_experts, s_total, None),
         "sglang.srt moe_align": lambda: sglang_srt.moe_align_block_size(ids, bs, e),
+        "vllm.topk_softmax": lambda: vllm_ops.topk_softmax(gw, gi, tei, logits, True),
+        "sglang.topk_softmax": lambda: sglang.topk_softmax(gw, gi, logits, True),
     }  # fmt: skip
 
 

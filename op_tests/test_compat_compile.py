@@ -182,3 +182,24 @@ def test_vllm_align_map_out_of_range_raises_compiled_as_eager():
     _raises_eager_and_compiled(
         align, lambda: (_ids(),), re.escape(f"expert_map values must be -1 or in [0, {E})")
     )
+
+
+def test_softmax_gates():
+    """vLLM's topk_softmax (token_expert_indices written by the op) and SGLang's, each one op
+    call on the common form: traced whole, the same bytes as eager."""
+    g = torch.randn(M, 64, generator=torch.Generator().manual_seed(3))
+    g[1, 5] = float("nan")
+
+    def bufs():
+        return (torch.empty(M, K), torch.empty(M, K, dtype=I32), torch.empty(M, K, dtype=I32))
+
+    def vllm_gate(logits, w, ids, tei):
+        CO.topk_softmax(w, ids, tei, logits, True)
+        return w.clone(), ids.clone(), tei.clone()
+
+    def sglang_gate(logits, w, ids):
+        S.topk_softmax(w, ids, logits, False)
+        return w.clone(), ids.clone()
+
+    _same_compiled(vllm_gate, lambda: (g, *bufs()))
+    _same_compiled(sglang_gate, lambda: (g, *bufs()[:2]))

@@ -26,6 +26,53 @@ def _ops() -> Any:
     return ops
 
 
+#: Once imported: the ``moe_route_out`` OpOverload, its C++ callable,
+#: ``torch.compiler.is_compiling``, ``torch.int32`` and ``torch.float32``.  Eagerly the
+#: softmax drop-ins' common call goes to the C++ callable (one Python frame less than the
+#: OpOverload), under ``torch.compile`` to the OpOverload, which dynamo traces.
+_OP: list = []
+
+
+def _op() -> list:
+    if not _OP:
+        import torch
+
+        from .. import ops  # noqa: F401 (defines the op)
+
+        op = torch.ops.aiter_aux.moe_route_out.default
+        _OP.extend((op, op._op, torch.compiler.is_compiling, torch.int32, torch.float32))
+    return _OP
+
+
+def _softmax_call(
+    gating: Any, topk_weights: Any, topk_ids: Any, tei: Any, renormalize: Any, bias: Any
+) -> bool:
+    """The softmax drop-ins' common call as one ``moe_route_out`` op call, its arguments in
+    the op's positional form: int32 ids, ``renormalize`` a bool, no bias or a float32 one,
+    the peer's buffers of one shape (``tei``: vLLM's ``token_expert_indices``, or None).
+    Returns False, having written nothing, where the call is not of that form or the op
+    refuses it (its binding checks before any write): the full path then handles it and
+    names what is wrong."""
+    op, raw, compiling, i32, f32 = _OP or _op()
+    try:
+        shape = topk_weights.shape
+        if (
+            (renormalize is True or renormalize is False)
+            and topk_ids.dtype == i32
+            and topk_ids.shape == shape
+            and (tei is None or tei.shape == shape)
+            and (bias is None or bias.dtype == f32)
+        ):
+            (op if compiling() else raw)(
+                gating, shape[1], topk_weights, topk_ids, 0, int(renormalize), 0, 0, bias, 1.0,
+                tei,
+            )  # fmt: skip
+            return True
+    except Exception:  # noqa: BLE001 (the full path names the error)
+        pass
+    return False
+
+
 def _bias(bias: Any) -> Any:
     """A float bias as float32 (float16 / bfloat16 widen exactly); None stays None."""
     import torch
@@ -102,6 +149,11 @@ def vllm_topk_softmax(
     ``renormalize``; ``token_expert_indices[t, k] = k * M + t`` (int32); the ids of the rows
     where ``is_padding`` (bool [M]) is True are -1.  M is ``gating_output``'s rows (the
     buffers may have more; those rows are left as they are).  Returns None."""
+    if is_padding is None and _softmax_call(
+        gating_output, topk_weights, topk_ids, token_expert_indices, renormalize,
+        e_score_correction_bias,
+    ):  # fmt: skip
+        return
     import torch
 
     _check_pair(topk_weights, topk_ids, "topk_ids")
@@ -173,6 +225,8 @@ def sglang_topk_softmax(
     topk_weights: Tensor, topk_ids: Tensor, gating_output: Tensor, renormalize: bool = False
 ) -> None:
     """sgl-kernel's ``topk_softmax``: as vLLM's without ``token_expert_indices``."""
+    if _softmax_call(gating_output, topk_weights, topk_ids, None, renormalize, None):
+        return
     _check_pair(topk_weights, topk_ids, "topk_ids")
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize)
