@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiter_aux import ops as aux_ops  # noqa: E402
 from aiter_aux import reference as ref  # noqa: E402
-from aiter_aux.compat import sglang, vllm  # noqa: E402
+from aiter_aux.compat import aiter, sglang, vllm  # noqa: E402
 from aiter_aux.compat.sglang import srt as sglang_srt  # noqa: E402
 from aiter_aux.compat.vllm import custom_ops as vllm_ops  # noqa: E402
 from aiter_aux.reference import compat as RC  # noqa: E402
@@ -105,7 +105,9 @@ def _drop_ins(shape, device, m: int) -> dict:
                                     torch.empty(1, **kw))  # fmt: skip
     sum_in = torch.randn(m, k, d, device=device).to(torch.bfloat16)
     out = torch.empty(m, d, dtype=torch.bfloat16, device=device)
-    logits = torch.randn(m, e, device=device)  # the gates' router logits, float32 as vLLM's
+    e_gate = 256  # the gates' experts: DeepSeek-V3's 256 routed (8 groups) for AITER's
+    logits = torch.randn(m, e_gate, device=device)  # router logits, float32 as vLLM's
+    bias = torch.zeros(e_gate, device=device)
     gw = torch.empty(m, k, device=device)
     gi, tei = (torch.empty(m, k, dtype=torch.int32, device=device) for _ in range(2))
     return {
@@ -120,6 +122,8 @@ def _drop_ins(shape, device, m: int) -> dict:
         "sglang.srt moe_align": lambda: sglang_srt.moe_align_block_size(ids, bs, e),
         "vllm.topk_softmax": lambda: vllm_ops.topk_softmax(gw, gi, tei, logits, True),
         "sglang.topk_softmax": lambda: sglang.topk_softmax(gw, gi, logits, True),
+        "aiter.biased_grouped_topk": lambda: aiter.biased_grouped_topk(
+            logits, bias, gw, gi, 8, 4, True, 2.5),
     }  # fmt: skip
 
 

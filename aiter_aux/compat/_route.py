@@ -28,7 +28,7 @@ def _ops() -> Any:
 
 #: Once imported: the ``moe_route_out`` OpOverload, its C++ callable,
 #: ``torch.compiler.is_compiling``, ``torch.int32`` and ``torch.float32``.  Eagerly the
-#: softmax drop-ins' common call goes to the C++ callable (one Python frame less than the
+#: out-buffer gates' common call goes to the C++ callable (one Python frame less than the
 #: OpOverload), under ``torch.compile`` to the OpOverload, which dynamo traces.
 _OP: list = []
 
@@ -44,15 +44,17 @@ def _op() -> list:
     return _OP
 
 
-def _softmax_call(
-    gating: Any, topk_weights: Any, topk_ids: Any, tei: Any, renormalize: Any, bias: Any
-) -> bool:
-    """The softmax drop-ins' common call as one ``moe_route_out`` op call, its arguments in
+def _route_call(
+    gating: Any, topk_weights: Any, topk_ids: Any, tei: Any, renormalize: Any, bias: Any, *,
+    sigmoid: bool = False, groups: Any = None, topk_group: Any = None, scale: Any = 1.0,
+) -> bool:  # fmt: skip
+    """The out-buffer gates' common call as one ``moe_route_out`` op call, its arguments in
     the op's positional form: int32 ids, ``renormalize`` a bool, no bias or a float32 one,
-    the peer's buffers of one shape (``tei``: vLLM's ``token_expert_indices``, or None).
-    Returns False, having written nothing, where the call is not of that form or the op
-    refuses it (its binding checks before any write): the full path then handles it and
-    names what is wrong."""
+    ``groups`` / ``topk_group`` None or ints >= 1, ``scale`` an int or a float, the peer's
+    buffers of one shape (``tei``: vLLM's ``token_expert_indices``, or None).  Returns
+    False, having written nothing, where the call is not of that form or the op refuses it
+    (its binding checks before any write): the full path then handles it and names what is
+    wrong."""
     op, raw, compiling, i32, f32 = _OP or _op()
     try:
         shape = topk_weights.shape
@@ -62,10 +64,13 @@ def _softmax_call(
             and topk_ids.shape == shape
             and (tei is None or tei.shape == shape)
             and (bias is None or bias.dtype == f32)
+            and (groups is None or (type(groups) is int and groups >= 1))
+            and (topk_group is None or (type(topk_group) is int and topk_group >= 1))
+            and (type(scale) is float or type(scale) is int)
         ):
             (op if compiling() else raw)(
-                gating, shape[1], topk_weights, topk_ids, 0, int(renormalize), 0, 0, bias, 1.0,
-                tei,
+                gating, shape[1], topk_weights, topk_ids, int(sigmoid), int(renormalize),
+                groups or 0, topk_group or 0, bias, scale, tei,
             )  # fmt: skip
             return True
     except Exception:  # noqa: BLE001 (the full path names the error)
@@ -149,7 +154,7 @@ def vllm_topk_softmax(
     ``renormalize``; ``token_expert_indices[t, k] = k * M + t`` (int32); the ids of the rows
     where ``is_padding`` (bool [M]) is True are -1.  M is ``gating_output``'s rows (the
     buffers may have more; those rows are left as they are).  Returns None."""
-    if is_padding is None and _softmax_call(
+    if is_padding is None and _route_call(
         gating_output, topk_weights, topk_ids, token_expert_indices, renormalize,
         e_score_correction_bias,
     ):  # fmt: skip
@@ -225,7 +230,7 @@ def sglang_topk_softmax(
     topk_weights: Tensor, topk_ids: Tensor, gating_output: Tensor, renormalize: bool = False
 ) -> None:
     """sgl-kernel's ``topk_softmax``: as vLLM's without ``token_expert_indices``."""
-    if _softmax_call(gating_output, topk_weights, topk_ids, None, renormalize, None):
+    if _route_call(gating_output, topk_weights, topk_ids, None, renormalize, None):
         return
     _check_pair(topk_weights, topk_ids, "topk_ids")
     try:
@@ -288,6 +293,11 @@ def aiter_biased_grouped_topk(
     groups scored by their two largest choices, ``topk_group`` kept, ``topk`` =
     ``topk_weights.shape[1]`` chosen into ``topk_weights`` / ``topk_ids``, renormalised when
     ``need_renorm``, times ``routed_scaling_factor``.  Returns None."""
+    if _route_call(
+        gating_output, topk_weights, topk_ids, None, need_renorm, correction_bias, sigmoid=True,
+        groups=num_expert_group, topk_group=topk_group, scale=routed_scaling_factor,
+    ):  # fmt: skip
+        return
     _check_pair(topk_weights, topk_ids, "topk_ids")
     try:
         _route_into(
