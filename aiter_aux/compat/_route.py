@@ -5,7 +5,10 @@ sources and every difference).
 
 Each takes the peer's arguments, maps them onto ``moe_route``'s options and lets the op
 check the tensors (a bad call raises its ``TypeError`` / ``ValueError`` before anything is
-written).  The bytes are ``moe_route``'s: the same on every backend and every call.
+written).  The out-buffer gates' common call is one call of the op's builtin
+(:func:`_route_call`); the Python checks run only when that call is of another form or is
+refused, to name what is wrong in the peer's words.  The bytes are ``moe_route``'s: the
+same on every backend and every call.
 Importing this module loads nothing; torch and the compiled module are loaded on the first
 call.
 """
