@@ -40,6 +40,10 @@ def logits(m, e, dtype=F32, seed=0):
     return x.to(dtype)
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))]  # fmt: skip
+
+
 def bufs(m, k, ids_dtype=I32):
     return (torch.full((m, k), POISON, dtype=I32).view(F32),
             torch.full((m, k), POISON, dtype=ids_dtype))  # fmt: skip
@@ -297,3 +301,54 @@ def test_vllm_topk_softmax_source_rows_for_each_m():
         custom_ops.topk_softmax(w, ids, tei, logits(m, 16, seed=m), True)
         want = torch.arange(m * 3, dtype=I32).view(3, m).t()
         assert torch.equal(tei[:m], want) and (tei[m:] == POISON).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", (1, 37))
+def test_gates_on_each_backend(device, m):
+    """Every gate drop-in on the device against the reference on the CPU: the out-buffer
+    gates' one-call form (int32 ids, token_expert_indices) and their full path (int64 ids, a
+    bfloat16 bias), the allocating gates; rows past M keep their poison."""
+    e, k = 256, 8
+    x = logits(m, e, seed=m)
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(9)) * 0.1
+    grouped = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, correction_bias=bias,
+                   routed_scaling_factor=2.5)  # fmt: skip
+    want_soft = R.moe_route(x, k)
+    want_grouped = R.moe_route(x, k, **grouped)
+    rows = torch.tensor([[j * m + t for j in range(k)] for t in range(m)], dtype=I32)
+    xd, bd = x.to(device), bias.to(device)
+
+    def out(ids_dtype=I32):
+        w, ids = bufs(m + 2, k, ids_dtype)
+        return w.to(device), ids.to(device)
+
+    def same(w, ids, want):
+        assert torch.equal(bits(w[:m].cpu()), bits(want[0]))
+        assert torch.equal(ids[:m].cpu().to(I32), want[1])
+        assert (bits(w[m:].cpu()) == POISON).all() and (ids[m:].cpu() == POISON).all()
+
+    for ids_dtype in (I32, torch.int64):
+        w, ids = out(ids_dtype)
+        tei = torch.full((m + 2, k), POISON, dtype=I32, device=device)
+        custom_ops.topk_softmax(w, ids, tei, xd, True)
+        same(w, ids, want_soft)
+        assert torch.equal(tei[:m].cpu(), rows) and (tei[m:].cpu() == POISON).all()
+        w, ids = out(ids_dtype)
+        sglang.topk_softmax(w, ids, xd, True)
+        same(w, ids, want_soft)
+        for b in (bd, bd.bfloat16()):  # float32: the one-call form; bfloat16: widened first
+            w, ids = out(ids_dtype)
+            aiter.biased_grouped_topk(xd, b, w, ids, 8, 4, True, 2.5)
+            want = want_grouped if b.dtype == F32 else R.moe_route(
+                x, k, **{**grouped, "correction_bias": bias.bfloat16().float()})  # fmt: skip
+            same(w, ids, want)
+    w, ids = vllm.grouped_topk(xd, 8, 4, k, True, 2.5, bd, 1)
+    assert torch.equal(bits(w.cpu()), bits(want_grouped[0])) and torch.equal(
+        ids.cpu(), want_grouped[1]
+    )
+    w, ids = sglang.moe_fused_gate(xd, bd, 8, 4, k, routed_scaling_factor=2.5,
+                                   apply_routed_scaling_factor_on_output=True)  # fmt: skip
+    assert torch.equal(bits(w.cpu()), bits(want_grouped[0])) and torch.equal(
+        ids.cpu(), want_grouped[1]
+    )
