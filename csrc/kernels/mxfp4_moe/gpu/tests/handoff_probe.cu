@@ -16,14 +16,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int kT = 256;    // threads of every block
 constexpr int kSets = 64;  // rotated input sets

@@ -39,14 +39,7 @@ extern "C" void aiter_aux_set_error(const char* msg) {
 using namespace aiter_aux::gpu;
 namespace sd = aiter_aux::gpu::sort_detail;
 
-#define CK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
+#include "cuda_check.h"
 
 // Router-like ids: Zipf(1.1) popularity over a random ranking, distinct experts per token;
 // an odd E has a shared expert (E - 1) in every token (as aiter_aux.pipeline.draw_routing).
