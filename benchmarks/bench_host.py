@@ -124,6 +124,8 @@ def _drop_ins(shape, device, m: int) -> dict:
         "sglang.topk_softmax": lambda: sglang.topk_softmax(gw, gi, logits, True),
         "aiter.biased_grouped_topk": lambda: aiter.biased_grouped_topk(
             logits, bias, gw, gi, 8, 4, True, 2.5),
+        "vllm.grouped_topk": lambda: vllm_ops.grouped_topk(logits, 8, 4, k, True, 2.5, bias, 1),
+        "sglang.moe_fused_gate": lambda: sglang.moe_fused_gate(logits, bias, 8, 4, k),
     }  # fmt: skip
 
 

@@ -43,8 +43,43 @@ def _op() -> list:
         from .. import ops  # noqa: F401 (defines the op)
 
         op = torch.ops.aiter_aux.moe_route_out.default
-        _OP.extend((op, op._op, torch.compiler.is_compiling, torch.int32, torch.float32))
+        alloc = torch.ops.aiter_aux.moe_route.default
+        _OP.extend((op, op._op, torch.compiler.is_compiling, torch.int32, torch.float32, alloc,
+                    alloc._op))  # fmt: skip
     return _OP
+
+
+def _plain(renormalize: Any, bias: Any, groups: Any, topk_group: Any, scale: Any) -> bool:
+    """The options are of the one-call form: ``renormalize`` a bool, no bias or a float32
+    one, ``groups`` / ``topk_group`` None or ints >= 1, ``scale`` an int or a float (the op's
+    binding checks their values)."""
+    return (
+        (renormalize is True or renormalize is False)
+        and (bias is None or bias.dtype == _OP[4])
+        and (groups is None or (type(groups) is int and groups >= 1))
+        and (topk_group is None or (type(topk_group) is int and topk_group >= 1))
+        and (type(scale) is float or type(scale) is int)
+    )
+
+
+def _route_alloc(
+    scores: Any, topk: Any, scoring: int, renormalize: Any, bias: Any, groups: Any,
+    topk_group: Any, scale: Any,
+) -> Any:  # fmt: skip
+    """The allocating gates' common call as one ``moe_route`` op call (``scoring``: the op's
+    code): its ``(topk_weights, topk_ids)``, or None, having allocated nothing the caller
+    sees, where the call is not of that form or the op refuses it; the full path then names
+    what is wrong."""
+    ops = _OP or _op()
+    try:
+        if type(topk) is int and _plain(renormalize, bias, groups, topk_group, scale):
+            return (ops[5] if ops[2]() else ops[6])(
+                scores, topk, scoring, int(renormalize), groups or 0, topk_group or 0, bias,
+                scale,
+            )  # fmt: skip
+    except Exception:  # noqa: BLE001 (the full path names the error)
+        pass
+    return None
 
 
 def _route_call(
@@ -58,18 +93,14 @@ def _route_call(
     False, having written nothing, where the call is not of that form or the op refuses it
     (its binding checks before any write): the full path then handles it and names what is
     wrong."""
-    op, raw, compiling, i32, f32 = _OP or _op()
+    op, raw, compiling, i32 = (_OP or _op())[:4]
     try:
         shape = topk_weights.shape
         if (
-            (renormalize is True or renormalize is False)
-            and topk_ids.dtype == i32
+            topk_ids.dtype == i32
             and topk_ids.shape == shape
             and (tei is None or tei.shape == shape)
-            and (bias is None or bias.dtype == f32)
-            and (groups is None or (type(groups) is int and groups >= 1))
-            and (topk_group is None or (type(topk_group) is int and topk_group >= 1))
-            and (type(scale) is float or type(scale) is int)
+            and _plain(renormalize, bias, groups, topk_group, scale)
         ):
             (op if compiling() else raw)(
                 gating, shape[1], topk_weights, topk_ids, int(sigmoid), int(renormalize),
@@ -218,6 +249,10 @@ def vllm_grouped_topk(
     ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
     if type(scoring_func) is not int or scoring_func not in _VLLM_SCORING:
         raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+    out = _route_alloc(scores, topk, 2 - scoring_func, renormalize, bias, num_expert_group,
+                       topk_group, routed_scaling_factor)  # fmt: skip
+    if out is not None:
+        return out
     try:
         return _ops().moe_route(
             scores, topk, scoring=_VLLM_SCORING[scoring_func], renormalize=renormalize,
@@ -242,6 +277,9 @@ def sglang_topk_softmax(
         raise renamed(e, _caller_names("gating_output")) from None
 
 
+_FUSED_SCORING = {"softmax": 0, "sigmoid": 1}  # moe_fused_gate's common spellings: op codes
+
+
 def sglang_moe_fused_gate(
     input_tensor: Tensor,
     bias: Tensor | None,
@@ -260,6 +298,14 @@ def sglang_moe_fused_gate(
     weights are multiplied by ``routed_scaling_factor`` only with
     ``apply_routed_scaling_factor_on_output``.  Fused shared experts are not supported.
     Returns ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
+    fused = type(scoring_func) is str and scoring_func in _FUSED_SCORING
+    if bias is not None and num_fused_shared_experts == 0 and fused:
+        out = _route_alloc(
+            input_tensor, topk, _FUSED_SCORING[scoring_func], renormalize, bias, num_expert_group,
+            topk_group, routed_scaling_factor if apply_routed_scaling_factor_on_output else 1.0,
+        )  # fmt: skip
+        if out is not None:
+            return out
     import torch
 
     if not isinstance(scoring_func, str) or scoring_func.lower() not in ("sigmoid", "softmax"):
