@@ -203,3 +203,22 @@ def test_softmax_gates():
 
     _same_compiled(vllm_gate, lambda: (g, *bufs()))
     _same_compiled(sglang_gate, lambda: (g, *bufs()[:2]))
+
+
+def test_gate_errors_under_compile():
+    """A refused call traced by dynamo raises the drop-in's error: in the peer's words
+    where dynamo falls back to eager, with the op's message in dynamo's own error under
+    ``fullgraph=True``."""
+    g = torch.randn(M, 64)
+
+    def gate(logits, w, ids, tei):
+        CO.topk_softmax(w, ids, tei, logits, "yes")
+
+    args = (g, torch.empty(M, K), torch.empty(M, K, dtype=I32), torch.empty(M, K, dtype=I32))
+    torch._dynamo.reset()
+    with pytest.raises(TypeError, match="renormalize must be a bool, got 'yes'"):
+        torch.compile(gate, backend="aot_eager")(*args)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="renormalize must be a bool") as info:
+        torch.compile(gate, backend="aot_eager", fullgraph=True)(*args)
+    assert "attribute" not in str(info.value)  # not dynamo refusing the message's rewrite

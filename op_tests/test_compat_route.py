@@ -196,6 +196,93 @@ def test_errors_before_any_write(cpu_module):
     assert (bits(w) == POISON).all() and (ids == POISON).all() and (tei == POISON).all()
 
 
+def test_aliased_buffers_refused_before_any_write(cpu_module):
+    """int64 ids (written through an int32 buffer) and vLLM's ``is_padding`` (read after the
+    gate wrote) are checked against the other tensors like the op's own arguments."""
+    m, e, k = 4, 16, 2
+    x = logits(m, e)
+    i64 = torch.full((m * k,), POISON, dtype=torch.int64)
+    w_in_ids = i64.view(F32)[: m * k].view(m, k)  # the weights inside the int64 ids
+    f32 = torch.full((m * e * 2,), POISON, dtype=I32).view(F32)
+    ids_in_logits = f32.view(torch.int64)[: m * k].view(m, k)
+    logits_with_ids = f32[: m * e].view(m, e)
+    ids_in_bias = torch.zeros(2 * e).view(torch.int64)[: m * k].view(m, k)
+    wp, ids32 = bufs(m, k)
+    tei = torch.full((m, k), POISON, dtype=I32)
+    ids64 = torch.full((m, k), POISON, dtype=torch.int64)
+    cases = [
+        (lambda: custom_ops.topk_softmax(w_in_ids, i64.view(m, k), tei, x),
+         "topk_ids overlaps topk_weights"),
+        (lambda: sglang.topk_softmax(w_in_ids, i64.view(m, k), x),
+         "topk_ids overlaps topk_weights"),
+        (lambda: custom_ops.topk_softmax(bufs(m, k)[0], ids_in_logits, tei, logits_with_ids),
+         "topk_ids overlaps gating_output"),
+        (lambda: custom_ops.topk_softmax(bufs(m, k)[0], ids64, ids64.view(I32)[:, :k], x),
+         "token_expert_indices overlaps topk_ids"),
+        (lambda: aiter.biased_grouped_topk(x, ids_in_bias.view(-1).view(F32)[:e], bufs(m, k)[0],
+                                           ids_in_bias, 4, 2, True),
+         "topk_ids overlaps correction_bias"),
+        (lambda: custom_ops.topk_softmax(wp, ids32, tei, x, False, None,
+                                         wp.view(-1).view(torch.bool)[:m]),
+         "topk_weights overlaps is_padding"),
+        (lambda: custom_ops.topk_softmax(wp, ids32, tei, x, False, None,
+                                         ids32.view(-1).view(torch.bool)[:m]),
+         "topk_ids overlaps is_padding"),
+    ]  # fmt: skip
+    calls = cpu_module.kernel_calls()
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert cpu_module.kernel_calls() == calls, "a kernel ran"
+    assert (i64 == POISON).all() and (f32.view(I32) == POISON).all()
+    assert (bits(wp) == POISON).all() and (ids32 == POISON).all() and (tei == POISON).all()
+    assert (ids64 == POISON).all()
+
+
+def test_peers_required_arguments_and_option_types():
+    """What the peers' schemas require or refuse is refused, not read as moe_route's None or
+    a truthy value."""
+    m, e, k = 4, 16, 4
+    x = logits(m, e)
+    w, ids = bufs(m, k)
+    bias = torch.zeros(e)
+    cases = [
+        (TypeError, lambda: vllm.grouped_topk(x, 4, 2, k, True, 1.0, None), "bias is required"),
+        (TypeError, lambda: vllm.grouped_topk(x, None, None, k, True, 1.0, bias),
+         "num_expert_group is required"),
+        (TypeError, lambda: aiter.biased_grouped_topk(x, None, w, ids, 4, 2, True),
+         "correction_bias is required"),
+        (TypeError, lambda: aiter.biased_grouped_topk(x, bias, w, ids, 4, None, True),
+         "topk_group is required"),
+        (TypeError, lambda: sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", 0, 2.0, "no"),
+         "apply_routed_scaling_factor_on_output must be a bool, got 'no'"),
+        (TypeError, lambda: sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", 0, "x"),
+         "routed_scaling_factor must be a float, got 'x'"),
+        (TypeError, lambda: sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", "0"),
+         "num_fused_shared_experts must be an int"),
+        (ValueError, lambda: sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", -1),
+         "num_fused_shared_experts must be >= 0"),
+        (NotImplementedError, lambda: sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", 1),
+         "fused shared experts are not supported"),
+        (TypeError, lambda: custom_ops.topk_softmax(w, ids, ids.clone(), x, False,
+                                                    torch.zeros(e, dtype=torch.float64)),
+         "e_score_correction_bias must have dtype torch.float32, torch.float16 or "
+         "torch.bfloat16"),
+        (TypeError, lambda: custom_ops.topk_softmax(w, ids, ids.clone(), x, False, None, [0] * m),
+         "is_padding must be a torch.bool tensor, got list$"),
+        (TypeError, lambda: sglang.topk_softmax(w, ids, x, 2), "renormalize must be a bool, got 2"),
+    ]  # fmt: skip
+    for exc, call, match in cases:
+        with pytest.raises(exc, match=match):
+            call()
+    assert (bits(w) == POISON).all() and (ids == POISON).all()
+    # SGLang's factor is not read when not applied (its kernel takes any double)
+    rw, rids = R.moe_route(x, k, scoring="sigmoid", num_expert_group=4, topk_group=2,
+                           correction_bias=bias)  # fmt: skip
+    gw, gids = sglang.moe_fused_gate(x, bias, 4, 2, k, True, "sigmoid", 0, float("nan"), False)
+    assert torch.equal(bits(gw), bits(rw)) and torch.equal(gids, rids)
+
+
 def test_signatures_match_the_peers():
     def names(f):
         return list(inspect.signature(f).parameters)

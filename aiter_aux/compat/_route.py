@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._rename import renamed
+from ._route_checks import _bias, _check_pair, _fused_gate_options, _kind, _no_overlap, _required
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -112,17 +113,6 @@ def _route_call(
     return False
 
 
-def _bias(bias: Any) -> Any:
-    """A float bias as float32 (float16 / bfloat16 widen exactly); None stays None."""
-    import torch
-
-    if bias is None or not isinstance(bias, torch.Tensor):
-        return bias  # the op names a non-tensor
-    if bias.dtype in (torch.float16, torch.bfloat16):
-        return bias.float()
-    return bias
-
-
 def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **options: Any) -> None:
     """``moe_route_out`` into the peer's buffers (topk = their columns; ``options`` are the
     op's, ``token_expert_indices`` included); int64 ids are written through an int32 buffer,
@@ -133,31 +123,18 @@ def _route_into(gating: Tensor, topk_weights: Tensor, topk_ids: Tensor, **option
     ops = _ops()
     topk = topk_weights.shape[1] if topk_weights.dim() == 2 else 0
     if isinstance(topk_ids, torch.Tensor) and topk_ids.dtype == torch.int64:
+        # The op sees a fresh int32 buffer: the int64 one is checked against the others here.
+        tei = options.get("token_expert_indices")
+        _no_overlap(
+            {"topk_weights": topk_weights, "topk_ids": topk_ids, "token_expert_indices": tei},
+            {"router_logits": gating, "correction_bias": options.get("correction_bias")},
+        )
         ids32 = torch.empty(topk_ids.shape, dtype=torch.int32, device=topk_ids.device)
         ops.moe_route_out(gating, topk, topk_weights, ids32, **options)
         m = gating.shape[0]  # the op accepted it: a 2-D [M, E] tensor
         topk_ids[:m].copy_(ids32[:m])
         return
     ops.moe_route_out(gating, topk, topk_weights, topk_ids, **options)
-
-
-def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
-    import torch
-
-    from ..validation.ints import _kind
-
-    for t, name in ((topk_weights, "topk_weights"), (topk_ids, ids_name)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {_kind(t)}")
-    if topk_weights.dim() != 2 or topk_ids.shape != topk_weights.shape:
-        raise ValueError(
-            f"topk_weights and {ids_name} must both be [M, topk], got "
-            f"{list(topk_weights.shape)} and {list(topk_ids.shape)}"
-        )
-    if topk_ids.dtype not in (torch.int32, torch.int64):
-        raise TypeError(
-            f"{ids_name} must have dtype torch.int32 or torch.int64, got {topk_ids.dtype}"
-        )
 
 
 # ------------------------------------------------------------------------------ vLLM
@@ -200,8 +177,8 @@ def vllm_topk_softmax(
         raise TypeError("token_expert_indices must be a torch.Tensor")
     if token_expert_indices.shape != topk_weights.shape:
         raise ValueError(
-            f"token_expert_indices must be [M, topk] = {list(topk_weights.shape)}, got "
-            f"{list(token_expert_indices.shape)}"
+            f"token_expert_indices must have topk_weights' shape {list(topk_weights.shape)}, "
+            f"got {list(token_expert_indices.shape)}"
         )
     if token_expert_indices.dtype != torch.int32:
         raise TypeError(
@@ -212,16 +189,22 @@ def vllm_topk_softmax(
         m = min(m, gating_output.shape[0])  # vLLM's num_rows (more rows: the op refuses)
     if is_padding is not None:
         if not isinstance(is_padding, torch.Tensor) or is_padding.dtype != torch.bool:
-            got = is_padding.dtype if isinstance(is_padding, torch.Tensor) else type(is_padding)
+            got = is_padding.dtype if isinstance(is_padding, torch.Tensor) else _kind(is_padding)
             raise TypeError(f"is_padding must be a torch.bool tensor, got {got}")
         if is_padding.shape != (m,) or is_padding.device != topk_ids.device:
             raise ValueError(
                 f"is_padding must be [M] = [{m}] on {topk_ids.device}, got "
                 f"{list(is_padding.shape)} on {is_padding.device}"
             )
+        # Read after the gate has written: it must not share memory with what it writes.
+        _no_overlap(
+            {"topk_weights": topk_weights, "topk_ids": topk_ids,
+             "token_expert_indices": token_expert_indices},
+            {"is_padding": is_padding},
+        )  # fmt: skip
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
-                    correction_bias=_bias(e_score_correction_bias),
+                    correction_bias=_bias(e_score_correction_bias, "e_score_correction_bias"),
                     token_expert_indices=token_expert_indices)  # fmt: skip
     except (TypeError, ValueError) as e:
         raise renamed(e, _VLLM_SOFTMAX_NAMES) from None
@@ -249,6 +232,8 @@ def vllm_grouped_topk(
     ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
     if type(scoring_func) is not int or scoring_func not in _VLLM_SCORING:
         raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+    if bias is None or num_expert_group is None or topk_group is None:
+        _required(bias=bias, num_expert_group=num_expert_group, topk_group=topk_group)
     out = _route_alloc(scores, topk, 2 - scoring_func, renormalize, bias, num_expert_group,
                        topk_group, routed_scaling_factor)  # fmt: skip
     if out is not None:
@@ -257,7 +242,7 @@ def vllm_grouped_topk(
         return _ops().moe_route(
             scores, topk, scoring=_VLLM_SCORING[scoring_func], renormalize=renormalize,
             num_expert_group=num_expert_group, topk_group=topk_group,
-            correction_bias=_bias(bias), routed_scaling_factor=routed_scaling_factor,
+            correction_bias=_bias(bias, "bias"), routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
         raise renamed(e, _caller_names("scores", correction_bias="bias")) from None
@@ -299,21 +284,24 @@ def sglang_moe_fused_gate(
     ``apply_routed_scaling_factor_on_output``.  Fused shared experts are not supported.
     Returns ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
     fused = type(scoring_func) is str and scoring_func in _FUSED_SCORING
-    if bias is not None and num_fused_shared_experts == 0 and fused:
+    apply = apply_routed_scaling_factor_on_output
+    if (
+        bias is not None
+        and type(num_fused_shared_experts) is int
+        and num_fused_shared_experts == 0
+        and fused
+        and (apply is True or apply is False)
+        and (type(routed_scaling_factor) is float or type(routed_scaling_factor) is int)
+    ):
         out = _route_alloc(
             input_tensor, topk, _FUSED_SCORING[scoring_func], renormalize, bias, num_expert_group,
-            topk_group, routed_scaling_factor if apply_routed_scaling_factor_on_output else 1.0,
+            topk_group, routed_scaling_factor if apply else 1.0,
         )  # fmt: skip
         if out is not None:
             return out
     import torch
 
-    if not isinstance(scoring_func, str) or scoring_func.lower() not in ("sigmoid", "softmax"):
-        raise ValueError(f"scoring_func must be 'sigmoid' or 'softmax', got {scoring_func!r}")
-    if num_fused_shared_experts:
-        raise NotImplementedError(
-            "num_fused_shared_experts must be 0: fused shared experts are not supported"
-        )
+    _fused_gate_options(scoring_func, apply, routed_scaling_factor, num_fused_shared_experts)
     if bias is None and isinstance(input_tensor, torch.Tensor) and input_tensor.dim() == 2:
         bias = torch.zeros(input_tensor.shape[1], dtype=torch.float32, device=input_tensor.device)
     scale = routed_scaling_factor if apply_routed_scaling_factor_on_output else 1.0
@@ -321,7 +309,7 @@ def sglang_moe_fused_gate(
         return _ops().moe_route(
             input_tensor, topk, scoring=scoring_func.lower(), renormalize=renormalize,
             num_expert_group=num_expert_group, topk_group=topk_group,
-            correction_bias=_bias(bias), routed_scaling_factor=scale,
+            correction_bias=_bias(bias, "bias"), routed_scaling_factor=scale,
         )  # fmt: skip
     except (TypeError, ValueError) as e:
         raise renamed(e, _caller_names("input_tensor", correction_bias="bias")) from None
@@ -342,6 +330,11 @@ def aiter_biased_grouped_topk(
     groups scored by their two largest choices, ``topk_group`` kept, ``topk`` =
     ``topk_weights.shape[1]`` chosen into ``topk_weights`` / ``topk_ids``, renormalised when
     ``need_renorm``, times ``routed_scaling_factor``.  Returns None."""
+    if correction_bias is None or num_expert_group is None or topk_group is None:
+        _required(
+            correction_bias=correction_bias, num_expert_group=num_expert_group,
+            topk_group=topk_group,
+        )  # fmt: skip
     if _route_call(
         gating_output, topk_weights, topk_ids, None, need_renorm, correction_bias, sigmoid=True,
         groups=num_expert_group, topk_group=topk_group, scale=routed_scaling_factor,
@@ -352,7 +345,7 @@ def aiter_biased_grouped_topk(
         _route_into(
             gating_output, topk_weights, topk_ids, scoring="sigmoid",
             renormalize=need_renorm, num_expert_group=num_expert_group, topk_group=topk_group,
-            correction_bias=_bias(correction_bias),
+            correction_bias=_bias(correction_bias, "correction_bias"),
             routed_scaling_factor=routed_scaling_factor,
         )  # fmt: skip
     except (TypeError, ValueError) as e:

@@ -107,7 +107,7 @@ def _flag(value: object, name: str) -> int:
     """The code (0 or 1) of the bool option ``value`` (a bool, or the int 0 or 1)."""
     if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
         return int(value)
-    raise TypeError(f"{name} must be a bool, got {_kind(value)}")
+    raise TypeError(f"{name} must be a bool, got {value!r} ({_kind(value)})")
 
 
 def _count(value: object, name: str) -> int:
