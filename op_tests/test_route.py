@@ -36,6 +36,9 @@ CONFIGS = [
     (12, 64, 16, 64, 16, True, "sigmoid"),  # one expert per group
     (12, 1000, 16, 1000, 16, False, "softmax"),
     (7, 257, 9, None, None, True, "softmax"),
+    (3, 384, 8, 1, 1, True, "sigmoid"),  # Kimi-K2 at decode: the 512 class
+    (260, 384, 8, None, None, False, "softmax"),  # the 512 class, a warp per row
+    (5, 896, 16, 8, 4, True, "sigmoid"),
     (14, 1, 1, None, None, False, "sigmoid"),
     (300, 96, 5, 32, 4, False, "sigmoid"),
     (9, 256, 8, 8, 4, True, "none"),

@@ -147,10 +147,11 @@ def run_all(dev) -> int:
 
 
 def check_route(dev, g) -> int:
-    """moe_route: both column classes, softmax and DeepSeek-V3's grouped gate, M across the
+    """moe_route: every column class, softmax and DeepSeek-V3's grouped gate, M across the
     block's rows; the number of cases with a mismatch."""
     bad = 0
-    for e, k, m in ((256, 8, 1), (256, 8, 37), (128, 8, 5), (896, 16, 3), (1024, 16, 9)):
+    for e, k, m in ((256, 8, 1), (256, 8, 37), (128, 8, 5), (384, 8, 2), (384, 8, 260),
+                    (896, 16, 3), (1024, 16, 9)):  # fmt: skip
         logits = torch.randn(m, e, generator=g).bfloat16()
         bias = torch.randn(e, generator=g) * 0.1
         grouped = dict(scoring="sigmoid", num_expert_group=8, topk_group=4,

@@ -26,7 +26,7 @@
 //       branch-free; from there only the winner looks, the fewest instructions);
 //     the weights' sum runs in output order; lane k writes output k.
 // One instance serves every shape, dtype and option: E, topk and the groups are run-time
-// values; the dtype, E's size class (<= 128, <= 256 or <= AITER_AUX_MAX_ROUTE_EXPERTS
+// values; the dtype, E's size class (<= 128, <= 256, <= 512 or <= AITER_AUX_MAX_ROUTE_EXPERTS
 // columns) and whether there are groups pick the kernel.
 #pragma once
 
@@ -427,6 +427,7 @@ template <int kDT>
 inline int launch_route(const AiterAuxRouteArgs& a, void* stream) {
   if (a.num_experts <= 128) return launch_route_shape<kDT, 128>(a, stream);
   if (a.num_experts <= 256) return launch_route_shape<kDT, 256>(a, stream);
+  if (a.num_experts <= 512) return launch_route_shape<kDT, 512>(a, stream);
   return launch_route_shape<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>(a, stream);
 }
 

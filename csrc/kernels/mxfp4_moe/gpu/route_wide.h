@@ -1,4 +1,4 @@
-// moe_route at decode sizes: a block per token row, a thread per expert (E <= kMaxE <= 256).
+// moe_route at decode sizes: a block per token row, a thread per expert (E <= kMaxE <= 1024).
 // The bytes are route.h's (docs/ops.md "moe_route", route_math.h's arithmetic); what changes
 // is who does the work, so that a row's latency is a few short steps instead of one warp's
 // long chain:
@@ -14,7 +14,12 @@
 //     counts the kept keys of every warp above its own, and rank r < topk is output r.  The
 //     count is exact for the row's best topk: everything above one of them is in the row's
 //     best topk too, hence in its own warp's best kL; a key outside the row's best topk has
-//     the row's best topk above it, all kept, so its count is >= topk.
+//     the row's best topk above it, all kept, so its count is >= topk.  Above 8 warps that
+//     count (every kept key against all kWarps * kL) would cost more than the rest of the
+//     row: the warps' sorted lists are merged in pairs instead, log2(kWarps) rounds, a key's
+//     rank in the merged list being its rank in its own plus the other list's keys above it;
+//     each merge keeps its best kL (the row's best topk are among the best kL of any list
+//     holding them, by the same argument).
 #pragma once
 
 #include "route_common.h"
@@ -28,8 +33,9 @@ namespace aiter_aux {
 namespace gpu {
 namespace route_detail {
 
-constexpr int kWideMaxE = 256;         // the block-per-row kernel's largest size class
-constexpr int64_t kWideMaxRows = 256;  // below: a block per row
+constexpr int kWideMaxE = AITER_AUX_MAX_ROUTE_EXPERTS;  // the block-per-row kernel's classes
+constexpr int64_t kWideMaxRows = 256;                   // below: a block per row
+constexpr int kWideCountWarps = 8;  // up to here the kept keys' count; above, pair merges
 
 // The rank of `mine` among kN packed keys in shared memory (how many are larger).
 template <int kN>
@@ -40,25 +46,62 @@ __device__ __forceinline__ int rank_packed(const uint64_t* keys, uint64_t mine) 
   return r;
 }
 
+// The block's best kL packed keys, in order: kept holds kLists sorted lists of kL keys (each
+// warp's best), merged in pairs, log2(kLists) rounds, through `spare` (kLists / 2 * kL keys).
+// Returns the buffer whose first kL keys are the result (kept or spare).
+template <int kLists, int kL>
+__device__ __forceinline__ const uint64_t* merge_lists(uint64_t* kept, uint64_t* spare) {
+  static_assert((kLists & (kLists - 1)) == 0, "a power of two of lists");
+  const int i = thread_idx();
+  uint64_t* from = kept;
+  uint64_t* to = spare;
+#pragma unroll
+  for (int n = kLists; n > 1; n /= 2) {
+    if (i < n * kL) {
+      const int list = i / kL, p = i % kL;
+      const uint64_t mine = from[i];
+      const int r = p + rank_packed<kL>(from + (list ^ 1) * kL, mine);
+      if (r < kL) to[(list / 2) * kL + r] = mine;
+    }
+    block_sync();
+    uint64_t* t = from;
+    from = to;
+    to = t;
+  }
+  return from;
+}
+
 // The block's selection: thread i holds expert i's choice key kk (0: not selectable) and score
 // sc; output r's score and id go to ws[r], wi[r].  pk: kMaxE keys, kept: kWarps * kL keys.
+// ss: kMaxE scores by id, spare: kWarps / 2 * kL keys (both for the pair merges only).
 template <int kMaxE, int kL>
 __device__ __forceinline__ void select_wide(uint32_t kk, float sc, int K, uint64_t* pk,
-                                            uint64_t* kept, float* ws, int32_t* wi) {
+                                            uint64_t* kept, uint64_t* spare, float* ss, float* ws,
+                                            int32_t* wi) {
   constexpr int kWarps = kMaxE / kWarpSize;
   static_assert(kL <= kWarpSize, "a warp keeps at most its lanes");
   const int i = thread_idx(), w = warp_id();
   const uint64_t mine = rm::pack_key(kk, i);  // packed: no per-lane tie test in the loop
   pk[i] = mine;
+  if constexpr (kWarps > kWideCountWarps) ss[i] = sc;
   warp_sync();
   const int r = rank_packed<kWarpSize>(pk + w * kWarpSize, mine);  // in the warp
   if (r < kL) kept[w * kL + r] = mine;                             // the warp's best kL, in order
   block_sync();
-  if (r < kL) {
-    const int g = rank_packed<kWarps * kL>(kept, mine);
-    if (g < K) {
-      ws[g] = sc;
-      wi[g] = i;
+  if constexpr (kWarps <= kWideCountWarps) {
+    if (r < kL) {
+      const int g = rank_packed<kWarps * kL>(kept, mine);
+      if (g < K) {
+        ws[g] = sc;
+        wi[g] = i;
+      }
+    }
+  } else {
+    const uint64_t* best = merge_lists<kWarps, kL>(kept, spare);
+    if (i < K) {
+      const int32_t id = rm::key_id(best[i]);
+      ws[i] = ss[id];
+      wi[i] = id;
     }
   }
 }
@@ -74,8 +117,12 @@ struct WideSmem {
   uint32_t wm[kWarps];            // softmax: the warps' maxima
   uint32_t gks[kThreads];         // the group keys
   uint64_t kept[kWarps * kMaxK];  // each warp's best kL packed keys
-  float ws[kMaxK];                // output r's score
-  int32_t wi[kMaxK];              // output r's id
+  // above kWideCountWarps warps: the pair merges' second buffer and the scores by id
+  static constexpr bool kMerge = kWarps > kWideCountWarps;
+  uint64_t spare[kMerge ? kWarps / 2 * kMaxK : 1];
+  float ss[kMerge ? kThreads : 1];
+  float ws[kMaxK];    // output r's score
+  int32_t wi[kMaxK];  // output r's id
 };
 
 // One row's gate by the whole block: thread i holds expert i's logit x (0 past E) and bias
@@ -157,9 +204,9 @@ __device__ __forceinline__ void wide_row(const AiterAuxRouteArgs& a, float x, fl
   }
   ROUTE_MARK(7);
   if (K <= 8)
-    select_wide<kThreads, 8>(kk, sc, K, sm.pk, sm.kept, sm.ws, sm.wi);
+    select_wide<kThreads, 8>(kk, sc, K, sm.pk, sm.kept, sm.spare, sm.ss, sm.ws, sm.wi);
   else
-    select_wide<kThreads, kMaxK>(kk, sc, K, sm.pk, sm.kept, sm.ws, sm.wi);
+    select_wide<kThreads, kMaxK>(kk, sc, K, sm.pk, sm.kept, sm.spare, sm.ss, sm.ws, sm.wi);
   block_sync();
   ROUTE_MARK(8);
 }

@@ -1,7 +1,7 @@
 // moe_route (included by emu_selftest.cpp after the other cases): both launch shapes of
-// route.h, every dtype, softmax and sigmoid, groups, bias, renormalize, NaN / +-Inf / ties /
-// all-equal rows, against the CPU kernel (../../cpu/route_cpu.h), which op_tests/test_route.py
-// checks byte for byte against the torch reference.
+// route.h in every size class, every dtype, softmax and sigmoid, groups, bias, renormalize,
+// NaN / +-Inf / ties / all-equal rows, against the CPU kernel (../../cpu/route_cpu.h), which
+// op_tests/test_route.py checks byte for byte against the torch reference.
 #pragma once
 
 #include "cpu/route_cpu.h"
@@ -127,8 +127,13 @@ void test_route_dtype() {
   };
   uint32_t seed = 300;
   for (const RouteCase& c : cases) run_route_case<kDT>(c, seed++);
-  // both kernels of the classes <= 256 on every case they take (the dispatcher picks by M)
+  // both kernels of every class on every case it takes (the dispatcher picks by M)
   for (const RouteCase& c : cases) {
+    run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS, 1>(c, seed);
+    run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS, 2>(c, seed++);
+    if (c.e > 512) continue;
+    run_route_case<kDT, 512, 1>(c, seed);
+    run_route_case<kDT, 512, 2>(c, seed++);
     if (c.e > 256) continue;
     run_route_case<kDT, 256, 1>(c, seed);
     run_route_case<kDT, 256, 2>(c, seed++);
@@ -143,7 +148,11 @@ void test_route_dtype() {
   run_route_case<kDT, 256>({23, 200, 8, 8, 4, 1, 1, true, 1.0f}, seed++);
   run_route_case<kDT, 256>({9, 100, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
   run_route_case<kDT, 128>({9, 100, 8, 4, 2, 1, 1, true, 1.0f}, seed++);
-  run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>({9, 300, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT, 512>({9, 300, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>({9, 600, 8, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT, AITER_AUX_MAX_ROUTE_EXPERTS>({3, 896, 16, 8, 4, 1, 1, true, 2.5f}, seed++);
+  run_route_case<kDT>({route_detail::kWideMaxRows - 1, 896, 16, 0, 0, 0, 1, false, 1.0f}, seed++);
+  run_route_case<kDT>({route_detail::kWideMaxRows, 384, 8, 0, 0, 1, 1, true, 1.0f}, seed++);
 }
 
 void test_route() {
