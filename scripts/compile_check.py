@@ -22,7 +22,8 @@ catalog.
   moe_sort_scales' decode kernel at D = 7168 (8-byte slots) spills 4 bytes with its PDL
   trigger after the loop (none with -DAITER_AUX_PDL_EARLY_TRIGGER=1); the large sort's scan
   kernel spills 8 bytes at the 32 registers ptxas picks for it (its own choice: the kernel
-  has no minimum-blocks bound).
+  has no minimum-blocks bound); moe_route's grouped warp-per-row kernel of 16 columns per
+  lane (E 257–512 from 256 rows) spills 8 bytes.
 * sm_90: nvcc ``-cubin`` (through ptxas; cicc's front end checks the host code, the host
   compiler is not run); the PTX of that compile (kept with ``--keep``) must contain, for
   the MXFP8 ops, ``cvt.rn.satfinite.e4m3x2.f32`` (their hardware conversion,
