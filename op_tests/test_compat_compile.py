@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aiter_aux import ops  # noqa: E402
 from aiter_aux.compat import aiter as A  # noqa: E402
 from aiter_aux.compat import sglang as S  # noqa: E402
 from aiter_aux.compat import vllm as V  # noqa: E402
@@ -222,3 +223,39 @@ def test_gate_errors_under_compile():
     with pytest.raises(Exception, match="renormalize must be a bool") as info:
         torch.compile(gate, backend="aot_eager", fullgraph=True)(*args)
     assert "attribute" not in str(info.value)  # not dynamo refusing the message's rewrite
+
+
+def test_aliased_buffers_inside_a_compiled_function():
+    """Buffers that alias each other inside a compiled function: the op's fake kernel sees
+    their shared storage while tracing and refuses them, as eager does; vLLM's is_padding
+    aliasing the ids is read as it was before the gate wrote (traced code has no memory to
+    compare), which is the call with a separate mask."""
+    g = torch.randn(M, 64, generator=torch.Generator().manual_seed(5))
+
+    def aliased(logits):
+        w = torch.zeros(M, K)
+        ops.moe_route_out(logits, K, w, w.view(I32))
+        return w
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="topk_ids overlaps topk_weights"):
+        torch.compile(aliased, backend="aot_eager", fullgraph=True)(g)
+
+    def padded(logits):
+        w, ids = torch.empty(M, K), torch.zeros(M, K, dtype=I32)
+        ids[0, 0] = 1  # rows 0 of the mask below True, the others False
+        tei = torch.empty(M, K, dtype=I32)
+        CO.topk_softmax(w, ids, tei, logits, True, None, ids.view(torch.bool).view(-1)[:M])
+        return ids
+
+    def separate(logits):
+        w, ids = torch.empty(M, K), torch.zeros(M, K, dtype=I32)
+        ids[0, 0] = 1
+        mask = ids.view(torch.bool).view(-1)[:M].clone()
+        CO.topk_softmax(w, ids, torch.empty(M, K, dtype=I32), logits, True, None, mask)
+        return ids
+
+    torch._dynamo.reset()
+    got = torch.compile(padded, backend="aot_eager", fullgraph=True)(g)
+    assert torch.equal(got, separate(g))
+    assert (got[0] == -1).all() and (got[1:] >= 0).all()

@@ -283,6 +283,50 @@ def test_peers_required_arguments_and_option_types():
     assert torch.equal(bits(gw), bits(rw)) and torch.equal(gids, rids)
 
 
+def test_numpy_scalars_taken_as_the_peers_schemas_take_them():
+    """numpy bools, ints and floats are taken where the peer's schema (bool, int, float)
+    takes them: the same bytes as the Python values."""
+    np = pytest.importorskip("numpy")
+    m, e, k = 5, 64, 4
+    x = logits(m, e)
+    bias = torch.zeros(e)
+    w, ids = bufs(m, k)
+    tei = torch.full((m, k), POISON, dtype=I32)
+    custom_ops.topk_softmax(w, ids, tei, x, np.bool_(True))
+    rw, rids = R.moe_route(x, k, renormalize=True)
+    assert torch.equal(bits(w), bits(rw)) and torch.equal(ids, rids)
+    got = sglang.moe_fused_gate(x, bias, np.int64(4), np.int64(2), k, np.bool_(True), "sigmoid",
+                                np.int64(0), np.float32(2.5), np.bool_(True))  # fmt: skip
+    want = R.moe_route(x, k, scoring="sigmoid", num_expert_group=4, topk_group=2,
+                       correction_bias=bias, routed_scaling_factor=2.5)  # fmt: skip
+    assert torch.equal(bits(got[0]), bits(want[0])) and torch.equal(got[1], want[1])
+    got = vllm.grouped_topk(x, 4, 2, k, np.bool_(False), 1.0, bias, np.int64(1))
+    want = R.moe_route(x, k, scoring="sigmoid", renormalize=False, num_expert_group=4,
+                       topk_group=2, correction_bias=bias)  # fmt: skip
+    assert torch.equal(bits(got[0]), bits(want[0])) and torch.equal(got[1], want[1])
+
+
+def test_required_buffers_and_groups(cpu_module):
+    """vLLM's token_expert_indices and SGLang's group counts are required by the peers'
+    schemas: None is refused before any write, whatever the other arguments."""
+    m, e, k = 4, 16, 2
+    x = logits(m, e)
+    w, ids = bufs(m, k)
+    ids64 = torch.full((m, k), POISON, dtype=torch.int64)
+    pad = torch.zeros(m, dtype=torch.bool)
+    calls = cpu_module.kernel_calls()
+    for call in (lambda: custom_ops.topk_softmax(w, ids, None, x),
+                 lambda: custom_ops.topk_softmax(w, ids64, None, x),
+                 lambda: custom_ops.topk_softmax(w, ids, None, x, False, None, pad)):  # fmt: skip
+        with pytest.raises(TypeError, match="token_expert_indices must be a torch.Tensor"):
+            call()
+    for groups in ((None, None), (None, 2), (4, None)):
+        with pytest.raises(TypeError, match="is required, got None"):
+            sglang.moe_fused_gate(x, torch.zeros(e), *groups, k)
+    assert cpu_module.kernel_calls() == calls, "a kernel ran"
+    assert (bits(w) == POISON).all() and (ids == POISON).all() and (ids64 == POISON).all()
+
+
 def test_signatures_match_the_peers():
     def names(f):
         return list(inspect.signature(f).parameters)

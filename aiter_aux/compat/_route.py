@@ -18,7 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._rename import renamed
-from ._route_checks import _bias, _check_pair, _fused_gate_options, _kind, _no_overlap, _required
+from ._route_checks import (
+    _bias,
+    _check_pair,
+    _fused_gate_options,
+    _is_bool,
+    _kind,
+    _no_overlap,
+    _required,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -165,7 +173,7 @@ def vllm_topk_softmax(
     ``renormalize``; ``token_expert_indices[t, k] = k * M + t`` (int32); the ids of the rows
     where ``is_padding`` (bool [M]) is True are -1.  M is ``gating_output``'s rows (the
     buffers may have more; those rows are left as they are).  Returns None."""
-    if is_padding is None and _route_call(
+    if is_padding is None and token_expert_indices is not None and _route_call(
         gating_output, topk_weights, topk_ids, token_expert_indices, renormalize,
         e_score_correction_bias,
     ):  # fmt: skip
@@ -202,6 +210,9 @@ def vllm_topk_softmax(
              "token_expert_indices": token_expert_indices},
             {"is_padding": is_padding},
         )  # fmt: skip
+        if torch.compiler.is_dynamo_compiling():
+            # traced: no memory to compare here; the mask as it is before the gate writes
+            is_padding = is_padding.clone()
     try:
         _route_into(gating_output, topk_weights, topk_ids, renormalize=renormalize,
                     correction_bias=_bias(e_score_correction_bias, "e_score_correction_bias"),
@@ -213,6 +224,17 @@ def vllm_topk_softmax(
 
 
 _VLLM_SCORING = {0: "none", 1: "sigmoid"}
+
+
+def _scoring_code(scoring_func: Any) -> int:
+    """vLLM's ``scoring_func`` as an int of ``_VLLM_SCORING`` (numpy ints too, as its
+    schema's ``int``)."""
+    import numbers
+
+    if isinstance(scoring_func, numbers.Integral) and not _is_bool(scoring_func):
+        if int(scoring_func) in _VLLM_SCORING:
+            return int(scoring_func)
+    raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
 
 
 def vllm_grouped_topk(
@@ -231,7 +253,7 @@ def vllm_grouped_topk(
     renormalised when ``renormalize``, times ``routed_scaling_factor``.  Returns
     ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
     if type(scoring_func) is not int or scoring_func not in _VLLM_SCORING:
-        raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+        scoring_func = _scoring_code(scoring_func)
     if bias is None or num_expert_group is None or topk_group is None:
         _required(bias=bias, num_expert_group=num_expert_group, topk_group=topk_group)
     out = _route_alloc(scores, topk, 2 - scoring_func, renormalize, bias, num_expert_group,
@@ -283,6 +305,8 @@ def sglang_moe_fused_gate(
     weights are multiplied by ``routed_scaling_factor`` only with
     ``apply_routed_scaling_factor_on_output``.  Fused shared experts are not supported.
     Returns ``(topk_weights float32, topk_ids int32)`` ``[M, topk]``."""
+    if num_expert_group is None or topk_group is None:
+        _required(num_expert_group=num_expert_group, topk_group=topk_group)
     fused = type(scoring_func) is str and scoring_func in _FUSED_SCORING
     apply = apply_routed_scaling_factor_on_output
     if (

@@ -69,6 +69,13 @@ def _check_pair(topk_weights: Any, topk_ids: Any, ids_name: str) -> None:
         )
 
 
+def _is_bool(value: object) -> bool:
+    """A Python or numpy bool (what a torch schema's ``bool`` takes)."""
+    from ..validation.ints import is_bool
+
+    return is_bool(value)
+
+
 def _kind(value: object) -> str:
     from ..validation.ints import _kind
 
@@ -84,13 +91,15 @@ def _fused_gate_options(scoring_func: Any, apply: Any, factor: Any, shared: Any)
     """
     if not isinstance(scoring_func, str) or scoring_func.lower() not in ("sigmoid", "softmax"):
         raise ValueError(f"scoring_func must be 'sigmoid' or 'softmax', got {scoring_func!r}")
-    if not isinstance(apply, bool):
+    import numbers
+
+    if not _is_bool(apply):
         raise TypeError(
             f"apply_routed_scaling_factor_on_output must be a bool, got {apply!r} ({_kind(apply)})"
         )
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+    if _is_bool(factor) or not isinstance(factor, numbers.Real):
         raise TypeError(f"routed_scaling_factor must be a float, got {factor!r} ({_kind(factor)})")
-    if isinstance(shared, bool) or not isinstance(shared, int):
+    if _is_bool(shared) or not isinstance(shared, numbers.Integral):
         raise TypeError(
             f"num_fused_shared_experts must be an int, got {shared!r} ({_kind(shared)})"
         )

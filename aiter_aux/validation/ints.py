@@ -103,9 +103,17 @@ def _choice(value: object, name: str, choices: tuple[str, ...]) -> int:
     raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
+def is_bool(value: object) -> bool:
+    """``value`` is a Python bool or a numpy one (``numpy.bool`` / ``numpy.bool_``), as a
+    torch schema's ``bool`` takes them."""
+    t = type(value)
+    return t is bool or (t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"))
+
+
 def _flag(value: object, name: str) -> int:
-    """The code (0 or 1) of the bool option ``value`` (a bool, or the int 0 or 1)."""
-    if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+    """The code (0 or 1) of the bool option ``value`` (a Python or numpy bool, or the int 0
+    or 1)."""
+    if is_bool(value) or (type(value) is int and value in (0, 1)):
         return int(value)
     raise TypeError(f"{name} must be a bool, got {value!r} ({_kind(value)})")
 

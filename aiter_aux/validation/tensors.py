@@ -130,13 +130,21 @@ def _group(value: object, name: str, type_name: str, members: tuple[str, ...]) -
     return tuple(value)
 
 
-def _span(t: torch.Tensor | None) -> tuple[torch.device, int, int] | None:
-    """(device, first byte, end byte) of a contiguous tensor's memory; None when it has no
-    bytes or no real storage (meta and fake tensors of a trace)."""
-    if t is None or t.numel() == 0 or t.device.type == "meta" or _is_fake(t):
+def _span(t: torch.Tensor | None) -> tuple[object, int, int] | None:
+    """(where, first byte, end byte) of a contiguous tensor's memory: where is its device,
+    or for a fake tensor of a trace its storage (views of one buffer share it); None when it
+    has no bytes or no storage to compare (meta tensors, functional wrappers)."""
+    if t is None or t.numel() == 0 or t.device.type == "meta":
         return None
-    start = t.data_ptr()
-    return t.device, start, start + t.numel() * t.element_size()
+    if _is_fake(t):
+        try:
+            where: object = ("storage", t.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError):
+            return None
+        start = t.storage_offset() * t.element_size()
+    else:
+        where, start = t.device, t.data_ptr()
+    return where, start, start + t.numel() * t.element_size()
 
 
 def _is_fake(t: torch.Tensor) -> bool:
@@ -154,13 +162,14 @@ def check_no_overlap(
     or write one result over another.  Pairs are checked in order: each written tensor
     against every read one, then against the written ones before it.
 
-    While ``torch.compile`` traces, the tensors are fakes with no memory to compare: nothing
-    is checked (the compiled graph runs the ops, whose bindings check their arguments).
+    While ``torch.compile`` traces Python code nothing is checked here; the ops' fake kernels
+    check the fake tensors they are given by their storages (views of one buffer share one),
+    so buffers that alias each other inside a compiled function are refused while tracing.
 
     Raises:
         ValueError: ``"<written> overlaps <other> in memory: ..."``.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return
     spans: list[tuple[str, tuple]] = []
     inputs = [(n, sp) for n, t in read.items() if (sp := _span(t)) is not None]
