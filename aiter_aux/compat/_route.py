@@ -22,7 +22,6 @@ from ._route_checks import (
     _bias,
     _check_pair,
     _fused_gate_options,
-    _is_bool,
     _kind,
     _no_overlap,
     _required,
@@ -229,12 +228,15 @@ _VLLM_SCORING = {0: "none", 1: "sigmoid"}
 def _scoring_code(scoring_func: Any) -> int:
     """vLLM's ``scoring_func`` as an int of ``_VLLM_SCORING`` (numpy ints too, as its
     schema's ``int``)."""
-    import numbers
+    from ..validation.ints import validate_int
 
-    if isinstance(scoring_func, numbers.Integral) and not _is_bool(scoring_func):
-        if int(scoring_func) in _VLLM_SCORING:
-            return int(scoring_func)
-    raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+    try:
+        code = validate_int(scoring_func, "scoring_func")
+    except TypeError:
+        code = None
+    if code not in _VLLM_SCORING:
+        raise ValueError(f"scoring_func must be 0 (none) or 1 (sigmoid), got {scoring_func!r}")
+    return code
 
 
 def vllm_grouped_topk(

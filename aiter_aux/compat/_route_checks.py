@@ -4,6 +4,7 @@ peer's words.  Importing this module loads nothing."""
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 
@@ -89,20 +90,17 @@ def _fused_gate_options(scoring_func: Any, apply: Any, factor: Any, shared: Any)
         ValueError / TypeError: a value its schema refuses; NotImplementedError: fused
         shared experts.
     """
+    from ..validation.ints import validate_int
+
     if not isinstance(scoring_func, str) or scoring_func.lower() not in ("sigmoid", "softmax"):
         raise ValueError(f"scoring_func must be 'sigmoid' or 'softmax', got {scoring_func!r}")
-    import numbers
-
     if not _is_bool(apply):
         raise TypeError(
             f"apply_routed_scaling_factor_on_output must be a bool, got {apply!r} ({_kind(apply)})"
         )
     if _is_bool(factor) or not isinstance(factor, numbers.Real):
         raise TypeError(f"routed_scaling_factor must be a float, got {factor!r} ({_kind(factor)})")
-    if _is_bool(shared) or not isinstance(shared, numbers.Integral):
-        raise TypeError(
-            f"num_fused_shared_experts must be an int, got {shared!r} ({_kind(shared)})"
-        )
+    shared = validate_int(shared, "num_fused_shared_experts")
     if shared < 0:
         raise ValueError(f"num_fused_shared_experts must be >= 0, got {shared}")
     if shared:

@@ -36,6 +36,9 @@ namespace route_detail {
 constexpr int kWideMaxE = AITER_AUX_MAX_ROUTE_EXPERTS;  // the block-per-row kernel's classes
 constexpr int64_t kWideMaxRows = 256;                   // below: a block per row
 constexpr int kWideCountWarps = 8;  // up to here the kept keys' count; above, pair merges
+// A block of kWarps warps selects by pair merges (else by counting the kept keys).
+template <int kWarps>
+constexpr bool kWideMerges = kWarps > kWideCountWarps;
 
 // The rank of `mine` among kN packed keys in shared memory (how many are larger).
 template <int kN>
@@ -83,12 +86,12 @@ __device__ __forceinline__ void select_wide(uint32_t kk, float sc, int K, uint64
   const int i = thread_idx(), w = warp_id();
   const uint64_t mine = rm::pack_key(kk, i);  // packed: no per-lane tie test in the loop
   pk[i] = mine;
-  if constexpr (kWarps > kWideCountWarps) ss[i] = sc;
+  if constexpr (kWideMerges<kWarps>) ss[i] = sc;
   warp_sync();
   const int r = rank_packed<kWarpSize>(pk + w * kWarpSize, mine);  // in the warp
   if (r < kL) kept[w * kL + r] = mine;                             // the warp's best kL, in order
   block_sync();
-  if constexpr (kWarps <= kWideCountWarps) {
+  if constexpr (!kWideMerges<kWarps>) {
     if (r < kL) {
       const int g = rank_packed<kWarps * kL>(kept, mine);
       if (g < K) {
@@ -117,10 +120,9 @@ struct WideSmem {
   uint32_t wm[kWarps];            // softmax: the warps' maxima
   uint32_t gks[kThreads];         // the group keys
   uint64_t kept[kWarps * kMaxK];  // each warp's best kL packed keys
-  // above kWideCountWarps warps: the pair merges' second buffer and the scores by id
-  static constexpr bool kMerge = kWarps > kWideCountWarps;
-  uint64_t spare[kMerge ? kWarps / 2 * kMaxK : 1];
-  float ss[kMerge ? kThreads : 1];
+  // pair merges only: their second buffer and the scores by id
+  uint64_t spare[kWideMerges<kWarps> ? kWarps / 2 * kMaxK : 1];
+  float ss[kWideMerges<kWarps> ? kThreads : 1];
   float ws[kMaxK];    // output r's score
   int32_t wi[kMaxK];  // output r's id
 };
