@@ -44,7 +44,10 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 2-16 % faster than beside the count launch.
+//              measured 2-16 % faster than beside the count launch.  The staged place
+//              kernel (SortChoice::staged_place) ranks the same way but stages each
+//              pair's slot in the chunk's row order in shared memory first, then writes
+//              the rows slot by slot (sort_large.h).
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
@@ -76,6 +79,14 @@ constexpr int64_t kMidMaxChunkPairs = 65535;  // mid path: uint16 per-warp count
 constexpr int kMaxSortExperts = AITER_AUX_MAX_NUM_EXPERTS;
 // Static shared memory of one block is at most 48 KiB on every target (below).
 constexpr size_t kStaticSmemBytes = 48 * 1024;
+// Slots of the large path's staged place (sort_large.h StagedPlaceSmem): what the 48 KiB
+// leave beside its per-warp uint16 counters, its int per expert and the block-scan scratch.
+__host__ __device__ constexpr int staged_slots(int e) {
+  return static_cast<int>(
+             (kStaticSmemBytes - (2 * kSortWarps + 4) * static_cast<size_t>(e) - 4 * kSortWarps) /
+             2) &
+         ~1;
+}
 
 }  // namespace sort_detail
 }  // namespace gpu
@@ -97,14 +108,18 @@ namespace sort_detail {
 // ------------------------------------------------------- shared-memory bound ----
 // Static shared memory of one block is at most 48 KiB on every target (CUDA's static
 // limit; AMD's LDS has 64 KiB).  Each sort path's struct grows with E (the large path's
-// PlaceSmem is 44 E + 64 bytes with 16 warps); the catalog admits E <= kMaxSortExperts
-// (codegen/limits.py NUM_EXPERTS), so the largest E is checked here, in every TU that
-// includes this header, and each instance's own E in launch_sort.  add-shape relies on
+// PlaceSmem is 40 E + 64 bytes with 16 warps; StagedPlaceSmem fills the 48 KiB by design);
+// the catalog admits E <= kMaxSortExperts (codegen/limits.py NUM_EXPERTS), so the largest E
+// is checked here, in every TU that includes this header, and each instance's own E in
+// launch_sort.  add-shape relies on
 // this bound instead of computing the sizes in Python.
 
 template <int E>
 constexpr size_t sort_smem_bytes() {
-  constexpr size_t a = sizeof(ChunkSmem<E>), b = sizeof(PlaceSmem<E>);
+  constexpr size_t a = sizeof(ChunkSmem<E>) > sizeof(StagedPlaceSmem<E>)
+                           ? sizeof(ChunkSmem<E>)
+                           : sizeof(StagedPlaceSmem<E>);
+  constexpr size_t b = sizeof(PlaceSmem<E>);
   constexpr size_t c = sizeof(MidSmem<E>), d = sizeof(TinySmem<E>);
   constexpr size_t ab = a > b ? a : b, cd = c > d ? c : d;
   return ab > cd ? ab : cd;
@@ -217,9 +232,10 @@ inline int launch_mid(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, in
 }
 
 // n pairs in num_chunks chunks (large_chunks): every chunk needs >= 2E pairs and at most 65535.
+// staged: the staged place kernel (SortChoice::staged_place; large_stage_fits holds).
 template <int E, int K, QuantFormat F, int D, class A>
 inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, int num_chunks,
-                        const char* op) {
+                        bool staged, const char* op) {
   // zero_buf's blocks beside the count launch, the quant blocks beside the place launch
   const AuxGrid x =
       aux_grid<F, D>(host_sort_policy(), a, q, kSortThreads, quant_detail::kQuantUnroll);
@@ -229,7 +245,8 @@ inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
   // q + 1 <= kMaxChunk < 65536 keeps the uint16 counters exact.
   const int64_t cq = num_chunks > 0 ? n / num_chunks : 0;
   const int64_t cr = num_chunks > 0 ? n % num_chunks : 0;
-  if (num_chunks < 1 || cq < 2 * E || cq + (cr != 0) > 65535)  // the host never asks for this
+  if (num_chunks < 1 || cq < 2 * E || cq + (cr != 0) > 65535 ||
+      (staged && cq + (cr != 0) > staged_slots(E)))  // the host never asks for this
     return fail_invalid("%s: internal: bad large-path chunks (%lld pairs, %d chunks)", op,
                         (long long)n, num_chunks);
   const int nc = num_chunks;
@@ -248,9 +265,15 @@ inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
                           st)(static_cast<const AiterAuxSortArgs&>(a), q32, r32, nc);
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
-  AITER_AUX_LAUNCH_SERIAL((sort_place_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks),
-                          dim3(kSortThreads),
-                          st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
+  if (staged) {
+    AITER_AUX_LAUNCH_SERIAL((sort_place_staged_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks),
+                            dim3(kSortThreads),
+                            st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
+  } else {
+    AITER_AUX_LAUNCH_SERIAL((sort_place_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks),
+                            dim3(kSortThreads),
+                            st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
+  }
   return check_launch(op);
 }
 
@@ -268,7 +291,7 @@ inline int launch_choice(const SortChoice& c, const A& a, const AiterAuxQuantArg
     case SortPath::Mid:
       return launch_mid<E, K, F, D>(a, q, st, c.blocks, c.wide_quant, op);
     case SortPath::Large:
-      return launch_large<E, K, F, D>(a, q, st, c.blocks, op);
+      return launch_large<E, K, F, D>(a, q, st, c.blocks, c.staged_place, op);
   }
   return fail_invalid("%s: internal: unknown sort path", op);
 }

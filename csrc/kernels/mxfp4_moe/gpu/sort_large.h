@@ -145,6 +145,191 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQ
   fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);
 }
 
+// 3'. The staged place (SortChoice::staged_place): the same ranking, but a pair's slot in its
+// chunk's row order (expert-major: slot = the pairs of the lower experts in the chunk + its
+// rank among the chunk's pairs of its expert) goes to shared memory first, and the block then
+// writes its rows slot by slot, so that a warp's stores cover a few runs of consecutive rows
+// instead of up to 32 experts' rows.  wcnt's rows hold slot bases (the chunk-local expert base
+// folded in); after the ranking the last warp's row holds each expert's end slot, where a slot
+// finds its expert by a binary search.  Needs a chunk of at most staged_slots(E) pairs (the
+// chooser's rule); the stage then holds the pad ends of the experts e % num_chunks == g.
+
+template <int E>
+struct StagedPlaceSmem {
+  alignas(4) uint16_t wcnt[kSortWarps][E];     // per-warp counts, then slot bases
+  int diff[E];                                 // row - slot of the chunk's pairs of expert e
+  int warp_tot[kSortWarps];                    // block-scan scratch
+  alignas(4) uint16_t stage[staged_slots(E)];  // slot -> pair - chunk start; then pad ends
+};
+static_assert(staged_slots(kMaxSortExperts) >= 2 * kMaxSortExperts,
+              "the stage must hold the pad ends (ceil(E / num_chunks) ints)");
+
+// The slot bases and row offsets of a staged place block, after its per-warp counts (and a
+// block_sync): wcnt[w][e] becomes the first slot of warp w's pairs of e, diff[e] = off_e +
+// pre[e] - (first slot of e), pend[i] = off_e + T_e for the experts e = tid * place_per + i
+// with e % num_chunks == g (their pad rows), else -1.  Block 0 writes num_valid_ids.  Ends
+// with a block_sync; returns the rows of all segments.
+template <int E, class A>
+__device__ __forceinline__ int staged_offsets(const A& a, int g, int num_chunks, const int* pre,
+                                              const int* tot, StagedPlaceSmem<E>& sm, int* pend) {
+  constexpr int kPer = place_per<E>();
+  const int tid = thread_idx();
+  const int bm = a.block_m;
+  int cnt[kPer];
+  int padded[kPer];
+  int cnt_sum = 0;
+  int pad_sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    int c = 0;
+    if (e < E) {
+#pragma unroll
+      for (int w = 0; w < kSortWarps; ++w) c += sm.wcnt[w][e];
+    }
+    cnt[i] = c;
+    cnt_sum += c;
+    padded[i] = (tot[i] + bm - 1) / bm * bm;
+    pad_sum += padded[i];
+  }
+  int staged = 0;
+  int slot = block_exclusive_scan<kSortThreads>(cnt_sum, sm.warp_tot, &staged);
+  int total = 0;
+  int off = block_exclusive_scan<kSortThreads>(pad_sum, sm.warp_tot, &total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    pend[i] = -1;
+    if (e < E) {
+      int run = slot;
+#pragma unroll
+      for (int w = 0; w < kSortWarps; ++w) {
+        const int c = sm.wcnt[w][e];
+        sm.wcnt[w][e] = static_cast<uint16_t>(run);
+        run += c;
+      }
+      sm.diff[e] = off + pre[i] - slot;
+      if (e % num_chunks == g) pend[i] = off + tot[i];
+    }
+    slot += cnt[i];
+    off += padded[i];
+  }
+  if (g == 0 && tid == 0) {
+    a.num_valid_ids[0] = total;
+    if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+  }
+  block_sync();
+  return total;
+}
+
+// Pass 2 of the staged place: warp_place's ranking; a local pair's slot gets its offset in
+// the chunk (j - cb), reverse_sorted[j] its row (diff + slot), a pair that is not local -1.
+template <int E, class A>
+__device__ __forceinline__ void warp_stage(const A& a, int cb, int wb, int we, uint16_t* my_slot,
+                                           const int* diff, uint16_t* stage) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int j = j0 + s * kWarpSize + lane;
+      const int key = keys[s];
+      const lane_mask_t peers = match_key<E>(key);
+      const int rank = popc(peers & lt);
+      const int before = key < E ? static_cast<int>(my_slot[key]) : 0;
+      warp_sync();  // every lane has read its counter before the leader updates it
+      if (key < E && rank == 0) my_slot[key] = static_cast<uint16_t>(before + popc(peers));
+      warp_sync();
+      if (j < we) {
+        if (key < E) {
+          const int slot = before + rank;
+          stage[slot] = static_cast<uint16_t>(j - cb);
+          a.reverse_sorted[j] = SortFormat<A>::reverse(diff[key] + slot, j);
+        } else {
+          a.reverse_sorted[j] = -1;
+        }
+      }
+    }
+  }
+}
+
+// The rows of the staged slots [0, ends[E - 1]): slot i holds the pair cb + stage[i] of the
+// expert e with ends[e - 1] <= i < ends[e] (ends: the last warp's slot row after pass 2), row
+// diff[e] + i; the first row of a block also writes its sorted_expert_ids label.
+template <int E, int K, class A>
+__device__ __forceinline__ void staged_rows(const A& a, int cb, const uint16_t* ends,
+                                            const int* diff, const uint16_t* stage) {
+  constexpr int kTop = 1 << (bit_width(E) - 1);  // the largest power of two <= E
+  const int staged = ends[E - 1];
+  for (int i = thread_idx(); i < staged; i += kSortThreads) {
+    int e = 0;  // the experts whose pairs end at or before slot i
+#pragma unroll
+    for (int step = kTop; step > 0; step >>= 1)
+      if (e + step <= E && static_cast<int>(ends[e + step - 1]) <= i) e += step;
+    const int r = diff[e] + i;
+    const int j = cb + static_cast<int>(stage[i]);
+    float w = 0.0f;
+    if constexpr (SortFormat<A>::kNative) w = a.topk_weights[j];
+    write_pair_fields<K>(a, r, j, w);
+    if (SortFormat<A>::first_row(r, a.block_m))
+      a.sorted_expert_ids[r / a.block_m] = SortFormat<A>::label(a, e);
+  }
+}
+
+// Grid and arguments: sort_place_kernel's.
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
+__global__ __launch_bounds__(kSortThreads) void sort_place_staged_kernel(A a, AiterAuxQuantArgs q,
+                                                                         int cq, int cr,
+                                                                         int num_chunks,
+                                                                         int quant_blocks,
+                                                                         bool x_al16, bool q_al4) {
+  const PdlScope pdl;
+  constexpr int kPer = place_per<E>();
+  __shared__ StagedPlaceSmem<E> sm;
+  const int b = block_idx();
+  if (b >= num_chunks) {
+    aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
+                                                       x_al16, q_al4);
+    return;
+  }
+  const int tid = thread_idx();
+  const int warp = warp_id();
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
+
+  const int32_t* home = a.reverse_sorted + cb;
+  int pre[kPer];
+  int tot[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    pre[i] = e < E ? home[e] : 0;
+    tot[i] = e < E ? home[E + e] : 0;
+  }
+  zero_counters(&sm.wcnt[0][0], kSortWarps * E);
+  block_sync();
+  int wb, we;
+  warp_range(cb, ce, warp, &wb, &we);
+  warp_count<E>(a, wb, we, &sm.wcnt[0][0], warp);
+  block_sync();
+  int pend[kPer];
+  const int rows = staged_offsets<E>(a, b, num_chunks, pre, tot, sm, pend);
+  warp_stage<E>(a, cb, wb, we, sm.wcnt[warp], sm.diff, sm.stage);
+  block_sync();
+  staged_rows<E, K>(a, cb, sm.wcnt[kSortWarps - 1], sm.diff, sm.stage);
+  block_sync();  // the stage is free: it takes the pad ends
+  int* pad_end = reinterpret_cast<int*>(sm.stage);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (pend[i] >= 0) pad_end[(tid * kPer + i) / num_chunks] = pend[i];
+  block_sync();
+  chunk_pads<E, K>(a, b, num_chunks, pad_end);
+  fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);
+}
+
 }  // namespace sort_detail
 }  // namespace gpu
 }  // namespace aiter_aux

@@ -37,6 +37,8 @@ struct SortPolicy {
   int64_t wide_quant_elems;    // fused MXFP4 quant of the mid path: two tiles a step under the
                                // register bound kFusedSortMinOccupancy from this many elements
   int large_chunks_per_sm;     // large path: chunks per SM (count and place launches)
+  bool large_staged_place;     // large path: the staged place kernel where a chunk fits its
+                               // stage (sort_large.h), else the direct one
   int scan_tile_chunks;        // large-path scan: chunks of a warp's tile (a multiple of the
                                // warp size; device code, compile time)
   int zero_blocks_max;         // zero_buf blocks of a sort launch, at most
@@ -64,7 +66,8 @@ constexpr SortPolicy sm90_sort_policy() {
   p.mid_large_chunk_pairs = 128;
   p.mid_max_chunks = 0;
   p.wide_quant_elems = int64_t(1) << 24;
-  p.large_chunks_per_sm = 1;  // one wave of place blocks (132 chunks)
+  p.large_chunks_per_sm = 1;     // one wave of place blocks (132 chunks)
+  p.large_staged_place = false;  // not measured yet: the direct place kernel
   p.scan_tile_chunks = 256;
   p.zero_blocks_max = 256;
   // one step per warp up to here, as mxfp4_quant: with 1024 looping blocks beside the large
@@ -87,10 +90,12 @@ constexpr SortPolicy gfx950_sort_policy() {
 }
 
 // The CPU emulation of the self-test (tests/emu.h): sm_90's path rule, with at most 8 mid
-// chunks and one scan chunk per lane, so that small inputs run the loops of both.
+// chunks and one scan chunk per lane, so that small inputs run the loops of both, and the
+// staged place (the self-test forces the direct one as well).
 constexpr SortPolicy emulation_sort_policy() {
   SortPolicy p = sm90_sort_policy();
   p.mid_max_chunks = 8;
+  p.large_staged_place = true;  // the fused quant beside the staged place kernel too
   p.scan_tile_chunks = kWarpSize;
   return p;
 }
@@ -164,6 +169,7 @@ struct SortChoice {
   int blocks;         // sort blocks: 1 (micro), G (pairs, tiny), the chunks (mid, large)
   bool wide_quant;    // mid path: the MXFP4 quant blocks take two tiles a step
   bool fused_scales;  // the pair or tiny launch also writes sorted_scales (sort_tiny_scales.h)
+  bool staged_place;  // large path: the staged place kernel
 };
 
 // The large path's least chunk: 2E pairs (a chunk's count row and the E totals).
@@ -197,6 +203,11 @@ inline int large_chunks(const SortPolicy& p, int64_t n, int num_experts, int sms
   const int64_t want = int64_t(sms) * p.large_chunks_per_sm;
   const int64_t num_chunks = clamp_i64(want, least > 1 ? least : 1, fit > 1 ? fit : 1);
   return static_cast<int>(num_chunks < INT32_MAX ? num_chunks : INT32_MAX);
+}
+
+// The staged place kernel takes chunks of at most staged_slots(E) pairs (sort_large.h).
+inline bool large_stage_fits(int64_t n, int num_chunks, int num_experts) {
+  return num_chunks > 0 && ceil_div_i64(n, num_chunks) <= staged_slots(num_experts);
 }
 
 // The tiny path's sort blocks: one per tiny_rows_per_block rows of the capacity, capped.
@@ -233,17 +244,18 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
   // >= 16: any other block size (the peers' formats) takes micro, the pair path's kernel of
   // divisions (AnyBlocks), mid or large, whose block arithmetic is general.
   if (!valid_block_m(s.block_m)) {
-    if (n <= kWarpSize) return {SortPath::Micro, 1, false, false};
+    if (n <= kWarpSize) return {SortPath::Micro, 1, false, false, false};
     if (n <= p.pairs_max && pair_rows_fit(s))
-      return {SortPath::Pairs, pair_blocks(s), false, false};
+      return {SortPath::Pairs, pair_blocks(s), false, false, false};
   } else {
-    if (s.fused_scales && n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, true};
+    if (s.fused_scales && n <= p.pairs_max)
+      return {SortPath::Pairs, pair_blocks(s), false, true, false};
     if (s.fused_scales && s.tiny_scales_fit && n <= p.tiny_map_pairs)
-      return {SortPath::Tiny, tiny_blocks(p, s), false, true};
-    if (p.micro_pairs > 0 && n <= p.micro_pairs) return {SortPath::Micro, 1, false, false};
-    if (n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, false};
+      return {SortPath::Tiny, tiny_blocks(p, s), false, true, false};
+    if (p.micro_pairs > 0 && n <= p.micro_pairs) return {SortPath::Micro, 1, false, false, false};
+    if (n <= p.pairs_max) return {SortPath::Pairs, pair_blocks(s), false, false, false};
     if (n <= (s.expert_map ? p.tiny_map_pairs : p.tiny_pairs))
-      return {SortPath::Tiny, tiny_blocks(p, s), false, false};
+      return {SortPath::Tiny, tiny_blocks(p, s), false, false, false};
   }
   const int sm = sms();
   const int mid_sms = p.mid_max_chunks > 0 && sm > p.mid_max_chunks ? p.mid_max_chunks : sm;
@@ -254,9 +266,12 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
   if (mid) {
     const bool wide =
         s.quant == QuantFormat::Mxfp4 && s.num_tokens * int64_t(s.model_dim) >= p.wide_quant_elems;
-    return {SortPath::Mid, mid_chunks(p, n, mid_sms, s.quant != QuantFormat::None), wide, false};
+    return {SortPath::Mid, mid_chunks(p, n, mid_sms, s.quant != QuantFormat::None), wide, false,
+            false};
   }
-  return {SortPath::Large, large_chunks(p, n, s.num_experts, sm), false, false};
+  const int chunks = large_chunks(p, n, s.num_experts, sm);
+  return {SortPath::Large, chunks, false, false,
+          p.large_staged_place && large_stage_fits(n, chunks, s.num_experts)};
 }
 
 }  // namespace sort_detail

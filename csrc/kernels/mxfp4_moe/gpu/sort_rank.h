@@ -99,10 +99,10 @@ __device__ __forceinline__ void zero_counters(uint16_t* wcnt, int n) {
   for (int i = thread_idx(); i < n; i += kSortThreads) wcnt[i] = 0;
 }
 
-// Row r of the sorted outputs holds pair j = t*K + k (weight w); reverse_sorted[j] = r
-// (SortFormat<A>: the peers' row is the id j and their scatter_idx j).
+// Row r of the sorted outputs holds pair j = t*K + k (weight w) (SortFormat<A>: the peers'
+// row is the id j).
 template <int K, class A>
-__device__ __forceinline__ void write_pair_row(const A& a, int r, int j, float w) {
+__device__ __forceinline__ void write_pair_fields(const A& a, int r, int j, float w) {
   using Fmt = SortFormat<A>;
   if constexpr (Fmt::kNative) {
     const int t = j / K;
@@ -115,7 +115,13 @@ __device__ __forceinline__ void write_pair_row(const A& a, int r, int j, float w
     a.sorted_token_ids[r] = Fmt::encode(j, K);
     (void)w;
   }
-  a.reverse_sorted[j] = Fmt::reverse(r, j);
+}
+
+// Row r and reverse_sorted[j] = r (the peers' scatter_idx: j).
+template <int K, class A>
+__device__ __forceinline__ void write_pair_row(const A& a, int r, int j, float w) {
+  write_pair_fields<K>(a, r, j, w);
+  a.reverse_sorted[j] = SortFormat<A>::reverse(r, j);
 }
 
 // Pad row r: (M, 0, M), M = num_tokens (`m`: SortFormat<A>::pad, the peers' pad id only).

@@ -154,8 +154,12 @@ void run_align_case(int64_t n, int bs, int mode, uint32_t seed, int map_kind = 0
   if (n >= sd::large_unit(NB)) {
     const int nc = sd::large_chunks(pol, n, NB, aiter_aux::gpu::device_sm_count());
     forced("large", [&](const auto& k) {
-      return sd::launch_large<NB, 1, kNone, 0>(k, none, nullptr, nc, "t");
+      return sd::launch_large<NB, 1, kNone, 0>(k, none, nullptr, nc, false, "t");
     });
+    if (sd::large_stage_fits(n, nc, NB))
+      forced("large staged", [&](const auto& k) {
+        return sd::launch_large<NB, 1, kNone, 0>(k, none, nullptr, nc, true, "t");
+      });
   }
 }
 

@@ -574,8 +574,12 @@ void run_sort_case(int m, int bm, int mode, uint32_t seed, bool with_zero) {
   if (n >= sd::large_unit(E)) {
     const int nc = sd::large_chunks(pol, n, E, aiter_aux::gpu::device_sm_count());
     forced("large", [&](const AiterAuxSortArgs& fa) {
-      return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, "t");
+      return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, false, "t");
     });
+    if (sd::large_stage_fits(n, nc, E))
+      forced("large staged", [&](const AiterAuxSortArgs& fa) {
+        return sd::launch_large<E, K, kNone, 0>(fa, none, nullptr, nc, true, "t");
+      });
   }
 }
 

@@ -16,7 +16,9 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/sort_sweep.cu -o /tmp/sort_sweep && /tmp/sort_sweep pairs
 // `sort_sweep large M...` adds large-path variants at 2 and 4 chunks per SM (with
-// SWEEP_LARGE_G=g1,g2,...: at exactly those chunk counts instead).
+// SWEEP_LARGE_G=g1,g2,...: at exactly those chunk counts instead); every large-path run is
+// timed with the direct place kernel ("large") and, where a chunk fits its stage, the staged
+// one ("large_staged").
 // Prints CSV: E,topk,M,pairs,path,chunks,us (chunks: the sort blocks of pairs / mid / large)
 #include <cuda_runtime.h>
 
@@ -301,7 +303,10 @@ static void sweep(int m) {
     }
     if (all && !g_decode_only && large_g > 0) {
       run("large", large_g,
-          [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, "x"); });
+          [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, false, "x"); });
+      if (sd::large_stage_fits(n, large_g, E))
+        run("large_staged", large_g,
+            [&]() { return sd::launch_large<E, K, F, D>(a, none, st, large_g, true, "x"); });
     }
   } else {
     if (g_only_path != nullptr) {
@@ -315,9 +320,10 @@ static void sweep(int m) {
         run("single", 0, [&]() { return sd::launch_tiny<E, K, F, 0>(a, none, st, tiny_g, "x"); });
       if (p == "mid")
         run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
-      if (p == "large")
-        run("large", large_g,
-            [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
+      if (p == "large" || p == "large_staged")
+        run(p.c_str(), large_g, [&]() {
+          return sd::launch_large<E, K, F, 0>(a, none, st, large_g, p == "large_staged", "x");
+        });
       return;
     }
     run("auto", 0, [&]() { return moe_sort<E, K>(a, st); });
@@ -349,23 +355,26 @@ static void sweep(int m) {
     }
     for (int g : g_large_mode ? std::vector<int>{} : gs)
       run("mid", g, [&]() { return sd::launch_mid<E, K, F, 0>(a, none, st, g, false, "x"); });
-    if (large_g > 0)
-      run("large", large_g,
-          [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, large_g, "x"); });
+    // the large path at g chunks, with the direct and (where a chunk fits) the staged place
+    auto run_large = [&](int g) {
+      run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, false, "x"); });
+      if (sd::large_stage_fits(n, g, E))
+        run("large_staged", g,
+            [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, true, "x"); });
+    };
+    if (large_g > 0) run_large(large_g);
     // `large M...`: the large path at 2 and 4 chunks per SM too
     for (int per_sm : g_large_per_sm) {
       sd::SortPolicy p2 = pol;
       p2.large_chunks_per_sm = per_sm;
       const int g = n >= sd::large_unit(E) ? sd::large_chunks(p2, n, E, device_sm_count()) : 0;
-      if (g > 0 && g != large_g)
-        run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
+      if (g > 0 && g != large_g) run_large(g);
     }
     // SWEEP_LARGE_G="132,264": the large path at exactly these chunk counts (where valid)
     for (const char* s = getenv("SWEEP_LARGE_G"); s != nullptr && *s != '\0';) {
       const int g = atoi(s);
       const int64_t q = g > 0 ? n / g : 0;
-      if (g > 0 && g != large_g && q >= 2 * E && q + (n % g != 0) <= 65535)
-        run("large", g, [&]() { return sd::launch_large<E, K, F, 0>(a, none, st, g, "x"); });
+      if (g > 0 && g != large_g && q >= 2 * E && q + (n % g != 0) <= 65535) run_large(g);
       s = strchr(s, ',');
       s = s != nullptr ? s + 1 : nullptr;
     }
