@@ -218,12 +218,16 @@ def cmd_clean(args) -> int:
             if input(f"{question}? [y/N] ").strip().lower() not in ("y", "yes"):
                 print("nothing removed")
                 return 1
-    for path in targets:
-        try:
-            shutil.rmtree(path)
-        except OSError as e:  # rmtree names the entry it stopped at, relative to its directory
-            raise OSError(e.errno, f"cannot remove {path}: {e.strerror}") from None
-        print(f"removed {path}")
+    from .jit.lock import CacheLock
+
+    # no build runs while the directories go: builders hold the cache lock shared
+    with CacheLock(root, exclusive=True, what="the builds in progress to finish"):
+        for path in targets:
+            try:
+                shutil.rmtree(path)
+            except OSError as e:  # rmtree names the entry it stopped at, relative to its dir
+                raise OSError(e.errno, f"cannot remove {path}: {e.strerror}") from None
+            print(f"removed {path}")
     return 0
 
 

@@ -16,9 +16,10 @@ with a fused shared expert (an odd E, as DeepSeek-V3's 257) routes the other E -
 and appends the shared one to every token with weight 1.0.
 The grouped GEMMs are plain PyTorch on dequantised operands; a real engine calls its MXFP4
 GEMM there, which reads a_q / a_scale and the sort outputs itself.  Expert weights are
-random bf16 quantised to MXFP4 (mxfp4_quant, or the reference's where the catalog has no
-instance for the row width), one expert on first use: a CPU run of a catalog shape then
-draws only the routed experts.
+random bf16 quantised to MXFP4 (mxfp4_quant; the reference's under AITER_AUX_DISABLE_JIT=1
+where no instance serves the row width), one expert on first use: a CPU run then draws only
+the routed experts.  Any shape the aux ops serve runs (mxfp4_moe_shape_status); one the
+catalog lacks is built on demand by its first calls.
 
 Accuracy, measured by compare() against dense_moe_reference (fp32, the same dequantised
 weights, no aux op) with the relative norm ||y - y_ref|| / ||y_ref|| over the output:
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quant", choices=("mxfp4", "mxfp8"), default="mxfp4",
                    help="activation format: mxfp4 (a4w4) or mxfp8 (a8w4)")  # fmt: skip
     p.add_argument("--shape", type=int_list, default=list(DEFAULT_SHAPE),
-                   help="E,MODEL_DIM,INTER_DIM,TOPK, a catalog shape (aiter-aux list)")  # fmt: skip
+                   help="E,MODEL_DIM,INTER_DIM,TOPK, a shape the aux ops serve (a catalog "
+                   "shape, aiter-aux list, is prebuilt; another is built on demand)")  # fmt: skip
     p.add_argument("--routed-scaling-factor", type=float, default=1.0,
                    help="applied by the scatter-reduce, on top of the router's own")  # fmt: skip
     p.add_argument("--router", default=DEFAULT_ROUTER,
@@ -272,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.tokens) < 1:
         p.error(f"--tokens wants token counts >= 1, got {args.tokens}")
     num_experts, model_dim, inter_dim, topk = args.shape
-    if not aiter_aux.is_mxfp4_moe_shape_supported(*args.shape):
-        p.error(f"shape {args.shape} is not in the catalog (aiter-aux list; aiter-aux add-shape)")
+    status = aiter_aux.mxfp4_moe_shape_status(*args.shape)
+    if not status.servable:
+        p.error(f"shape {tuple(args.shape)} cannot be served: {status.reason}")
     try:
         router = router_for(args.router)
     except ValueError as e:

@@ -219,6 +219,48 @@ def test_list_cached_and_clean_on_demand(small_cache):
     assert last_json(py(CALL, env)) == {"same": True}  # built again
 
 
+LAUNCHER = """#!/bin/sh
+# a compiler launcher that holds the build until the test lets it go
+touch "$T_STARTED"
+while [ ! -e "$T_GO" ]; do sleep 0.05; done
+exec "$@"
+"""
+
+
+def test_clean_waits_for_a_build_in_progress(small_cache, tmp_path):
+    """`clean` takes the cache lock exclusively, builders hold it shared: a clean started
+    while an instance compiles waits (saying so) and removes the instances afterwards; the
+    build is not broken by its directory vanishing under its compiler."""
+    _src, env = small_cache
+    launcher, started, go = tmp_path / "hold.sh", tmp_path / "started", tmp_path / "go"
+    launcher.write_text(LAUNCHER)
+    launcher.chmod(0o755)
+    env_b = dict(env, AITER_AUX_CXX_LAUNCHER=str(launcher), T_STARTED=str(started), T_GO=str(go))
+    builder = subprocess.Popen([sys.executable, "-c", CALL], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env_b)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # a bound on a hang, not a performance budget
+        while not started.exists():
+            assert builder.poll() is None and time.monotonic() < deadline, builder.stderr.read()
+            time.sleep(0.05)
+        clean = subprocess.Popen([sys.executable, "-m", "aiter_aux.cli", "clean", "--on-demand"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env)  # fmt: skip
+        first = clean.stderr.readline()  # the wait is reported at once; no line: no wait
+        assert "waiting for the builds in progress to finish" in first, first
+        go.touch()
+        out, err = builder.communicate(timeout=300)
+        assert builder.returncode == 0, err[-4000:]
+        assert json.loads(out.strip().splitlines()[-1]) == {"same": True}
+        c_out, c_err = clean.communicate(timeout=300)
+        assert clean.returncode == 0 and "removed" in c_out, c_err
+    finally:
+        go.touch()
+        builder.kill()
+    assert not key_dir(env).exists()
+    assert last_json(py(CALL, env)) == {"same": True}  # built again
+
+
 BUILD = """
 import json
 from aiter_aux.jit.build import build_module
@@ -261,11 +303,33 @@ def test_shape_status_says_servable_and_prebuilt():
     ((256, 7168, None, 8), "inter_dim", "NoneType"), ((256, 7168, 512, True), "topk", "bool"),
 ])  # fmt: skip
 def test_shape_status_refuses_what_is_no_int(args, name, kind):
-    """A float, string, None or bool is refused naming the argument, never converted."""
+    """A float, string, None or bool is refused naming the argument, never converted: by
+    both dispatcher predicates (is_mxfp4_moe_shape_supported converted them with int())."""
     import aiter_aux
 
     with pytest.raises(TypeError, match=f"^{name} must be an int, got {kind}$"):
         aiter_aux.mxfp4_moe_shape_status(*args)
+    with pytest.raises(TypeError, match=f"^{name} must be an int, got {kind}$"):
+        aiter_aux.is_mxfp4_moe_shape_supported(*args)
+    if name in ("model_dim", "topk"):
+        with pytest.raises(TypeError, match=f"^{name} must be an int, got {kind}$"):
+            aiter_aux.is_mxfp4_moe_scatter_supported(args[1], args[3])
+
+
+def test_shape_status_names_the_gate_of_a_topk_above_16():
+    """topk 17: the layer is served (sort, quant, scatter), the gate is not, and reason says
+    so; moe_route refuses it as the reason says."""
+    import torch
+
+    import aiter_aux
+    from aiter_aux import ops
+
+    s = aiter_aux.mxfp4_moe_shape_status(64, 3072, 256, 17)
+    assert s.servable and "moe_route and moe_route_sort_quant serve topk <= 16" in s.reason
+    with pytest.raises(ValueError, match="topk"):
+        ops.moe_route(torch.randn(2, 64), 17)
+    ids = torch.stack([torch.randperm(64)[:17] for _ in range(2)]).to(torch.int32)
+    ops.moe_sort(ids, torch.rand(2, 17), 64, 32)
 
 
 def test_shape_status_names_the_op_that_does_not_serve_a_model_dim():

@@ -12,6 +12,10 @@ Three layers, taken in order:
   files; the next builder waits for them instead of compiling the same files concurrently
   (two compilers writing one ``.o`` make a corrupt module).
 
+Before these, a builder takes ``<cache root>/.lock.cache`` shared (:class:`CacheLock`);
+``aiter-aux clean`` takes it exclusively, so that it removes build directories (lock files
+included) only while no build runs; a builder that waited for it re-creates its directory.
+
 Every wait is reported on stderr at once, naming the lock file, and repeated every few
 seconds; it gives up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900) with
 :class:`LockTimeoutError`.
@@ -19,6 +23,7 @@ seconds; it gives up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900) wit
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -28,7 +33,7 @@ from pathlib import Path
 import filelock
 
 from .. import env
-from .paths import renew_after_fork
+from .paths import cache_root, ensure_dir, renew_after_fork
 
 try:
     import fcntl
@@ -71,17 +76,92 @@ def wait_for(try_acquire, path: Path, what: str, start: float, limit: float) -> 
             next_report += _REPORT_EVERY_S
 
 
+CACHE_LOCK = ".lock.cache"  # in the cache root: shared by builders, exclusive for clean
+
+
+class CacheLock:
+    """Context manager holding ``<root>/.lock.cache`` shared (a builder) or exclusive
+    (``aiter-aux clean``), waiting as :func:`wait_for` does.  Without ``fcntl`` (Windows) it
+    holds nothing."""
+
+    def __init__(self, root: Path, *, exclusive: bool, what: str):
+        self.path = Path(root) / CACHE_LOCK
+        self.mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) if fcntl else 0
+        self.what = what
+        self.fd: int | None = None
+
+    def _try(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, self.mode | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+
+    def _open(self) -> int | None:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+        try:  # a read-only cache: nothing builds there, but a lock file may exist
+            return os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+
+    def _current(self) -> bool:
+        """Whether the file we lock is still the one at the path (a clean of the whole cache
+        removes it while holding it)."""
+        try:
+            on_disk, ours = os.stat(self.path), os.fstat(self.fd)
+        except FileNotFoundError:
+            return False
+        return (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino)
+
+    def acquire(self, start: float, limit: float) -> CacheLock:
+        while fcntl is not None:
+            self.fd = self._open()
+            if self.fd is None:
+                return self
+            try:
+                wait_for(self._try, self.path, self.what, start, limit)
+            except BaseException:
+                self.release()
+                raise
+            if self._current():
+                return self
+            self.release()
+            ensure_dir(self.path.parent)
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> CacheLock:
+        return self.acquire(time.monotonic(), env.get("AITER_AUX_LOCK_TIMEOUT"))
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 class BuildLock:
     """Context manager holding the three locks of ``directory`` (see the module doc).
     ``pass_fds()`` is what the builder must pass to the ninja ``Popen``; ``waited_s`` is
     how long the acquisition waited."""
 
     def __init__(self, directory: Path, what: str = "another process building this module"):
-        self.path = Path(directory) / ".lock"
+        self.directory = Path(directory)
+        self.path = self.directory / ".lock"
         self.workers_path = Path(directory) / ".lock.workers"
         self.what = what
         self.lock = filelock.FileLock(str(self.path))
         self.workers_fd: int | None = None
+        self.cache: CacheLock | None = None
         self.waited_s = 0.0
 
     def _try_filelock(self, timeout: float) -> bool:
@@ -107,7 +187,15 @@ class BuildLock:
         start = time.monotonic()
         limit = env.get("AITER_AUX_LOCK_TIMEOUT")
         try:
-            wait_for(self._try_filelock, self.path, self.what, start, limit)
+            ensure_dir(cache_root())
+            self.cache = CacheLock(cache_root(), exclusive=False, what="aiter-aux clean to finish")
+            self.cache.acquire(start, limit)
+            try:
+                ensure_dir(self.directory)  # a clean that ran meanwhile removed it
+                wait_for(self._try_filelock, self.path, self.what, start, limit)
+            except BaseException:
+                self.cache.release()
+                raise
             try:
                 if fcntl is not None:
                     self.workers_fd = os.open(self.workers_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -116,6 +204,7 @@ class BuildLock:
             except BaseException:
                 self._close_workers()
                 self.lock.release()
+                self.cache.release()
                 raise
         except BaseException:
             _THREAD_LOCK.release()
@@ -137,5 +226,6 @@ class BuildLock:
         try:
             self._close_workers()
             self.lock.release()
+            self.cache.release()
         finally:
             _THREAD_LOCK.release()

@@ -111,7 +111,11 @@ def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, to
     ``inter_dim`` is rounded up to a multiple of 256 before the lookup, so
     ``(513, 2560, 640, 11)`` is supported through the catalog entry ``(513, 2560, 768, 11)``.
     """
-    key = (int(expert), int(model_dim), round_inter_dim(inter_dim), int(topk))
+    from ..validation.ints import validate_int
+
+    inter = round_inter_dim(validate_int(inter_dim, "inter_dim"))
+    key = (validate_int(expert, "expert"), validate_int(model_dim, "model_dim"), inter,
+           validate_int(topk, "topk"))  # fmt: skip
     return key in MXFP4_MOE_SUPPORTED_SHAPES
 
 
@@ -120,7 +124,7 @@ class ShapeStatus(NamedTuple):
 
     servable: bool  #: the ops can serve it (prebuilt, or built on demand at first use)
     prebuilt: bool  #: the catalog holds it: `aiter-aux build` and the wheel prebuild it
-    reason: str  #: why it is not servable ("" when it is)
+    reason: str  #: why it is not servable; of a servable one, the ops it leaves out ("": none)
 
 
 def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: int) -> ShapeStatus:
@@ -134,7 +138,9 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
     256 for moe_sort_scales and moe_sort_quant's ``sorted_scales`` (the grouped GEMM's scale
     layout), of 32 for the ops that read or write MX blocks, any for the others; ``reason``
     names the ops a model_dim breaks the rule of and says that the others serve it (gpt-oss's
-    2880 is served by every op but those two).  ``prebuilt`` is
+    2880 is served by every op but those two).  A servable shape whose topk is above the
+    gate's 16 is served by every op but ``moe_route`` and ``moe_route_sort_quant``, which
+    ``reason`` then says.  ``prebuilt`` is
     :func:`is_mxfp4_moe_shape_supported`: the catalog lists the shape, so ``aiter-aux build``
     and a wheel build it ahead of use.  It does not say that this process's cache holds the
     build yet (``aiter-aux doctor`` and ``aiter-aux list --cached`` do).  An argument that
@@ -148,6 +154,10 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
     shape = (e, d, round_inter_dim(i), k)
     errors = codegen_module("catalog").validate_shape(shape)
     reason = "; ".join(e.removeprefix(f"{shape}: ") for e in errors)
+    route_topk = codegen_module("limits").ROUTE_TOPK
+    if not errors and k > route_topk.hi:  # the gate's runtime limit: the layer is served
+        reason = (f"moe_route and moe_route_sort_quant serve topk <= {route_topk.hi} "
+                  f"({route_topk.why}); the other ops serve topk {k}")  # fmt: skip
     return ShapeStatus(not errors, shape in MXFP4_MOE_SUPPORTED_SHAPES, reason)
 
 
@@ -155,7 +165,9 @@ def is_mxfp4_moe_scatter_supported(model_dim: int, topk: int) -> bool:
     """True when moe_scatter_reduce / moe_scatter_reduce_q have a prebuilt instance for
     ``(model_dim, topk)`` (some catalog shape has that model_dim and topk); another is built
     on demand by its first call."""
-    return (int(model_dim), int(topk)) in _SCATTER_KEYS
+    from ..validation.ints import validate_int
+
+    return (validate_int(model_dim, "model_dim"), validate_int(topk, "topk")) in _SCATTER_KEYS
 
 
 def __getattr__(name: str):
