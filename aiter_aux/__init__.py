@@ -26,8 +26,9 @@ _PREDICATES = ("MXFP4_MOE_SUPPORTED_SHAPES", "is_mxfp4_moe_shape_supported",
                "is_mxfp4_moe_scatter_supported", "round_inter_dim",
                "mxfp4_moe_shape_status", "ShapeStatus")  # fmt: skip
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (the wrappers from _ops itself: its __all__ is a literal list)
     from .ops import *  # noqa: F403
+    from .ops._ops import *  # noqa: F403
     from .ops.moe_mxfp4_aux import (  # noqa: F401
         MXFP4_MOE_SUPPORTED_SHAPES,
         ShapeStatus,
@@ -53,6 +54,8 @@ _SUBMODULES: frozenset[str] | None = None
 def __getattr__(name: str):
     # `from . import env` asks for the attribute before importing the submodule: a
     # submodule's name (or a dunder) must not import the ops (and torch)
+    if name == "__all__":  # `from aiter_aux import *`: the public API (imports the ops)
+        return sorted({*_PREDICATES, *importlib.import_module(".ops", __name__).__all__})
     if name.startswith("__") or name in _submodules():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in _PREDICATES:

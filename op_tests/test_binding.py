@@ -170,6 +170,50 @@ def test_module_shares_no_symbol_with_another_module(cpu_module):
     assert not unique, unique
 
 
+def _static_exports(path, seen=()) -> set[str]:
+    """The names a type checker sees in the package module ``path``: its top-level and
+    ``if TYPE_CHECKING:`` imports, a star import resolved through the target's literal
+    ``__all__`` (a computed ``__all__`` exports nothing to a type checker)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(path).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = Path(path).parent.joinpath(
+            *([".."] * (node.level - 1)), *(node.module or "").split(".")
+        )
+        target = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        for alias in node.names:
+            if alias.name != "*":
+                names.add(alias.asname or alias.name)
+                continue
+            literal = [n for n in ast.parse(target.read_text()).body if isinstance(n, ast.Assign)
+                       and any(getattr(t, "id", None) == "__all__" for t in n.targets)]  # fmt: skip
+            for assign in literal:
+                if isinstance(assign.value, ast.List):
+                    names |= {e.value for e in assign.value.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_the_top_level_api_is_typed_for_type_checkers():
+    """``aiter_aux.<op>`` (the README's spelling) resolves to the typed wrapper for a type
+    checker, not to the module ``__getattr__``'s Any: every public name is imported under
+    ``if TYPE_CHECKING:`` in aiter_aux/__init__.py; ``from aiter_aux import *`` gives the
+    same names."""
+    import aiter_aux
+    import aiter_aux.ops
+
+    public = {*aiter_aux.ops.__all__, *aiter_aux._PREDICATES}
+    missing = public - _static_exports(aiter_aux.__file__)
+    assert not missing, sorted(missing)
+    scope: dict = {}
+    exec("from aiter_aux import *", scope)
+    assert public <= set(scope) and "importlib" not in scope
+
+
 def test_public_api_is_annotated():
     """Every public function (ops, reference, predicates) annotates each parameter and its
     return type; the package ships py.typed."""

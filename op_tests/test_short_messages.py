@@ -41,6 +41,14 @@ def test_missing_instance_under_disable_jit_is_short_with_the_fix_first(monkeypa
     assert "\n" not in text and len(text) <= LONGEST, (len(text), text)
 
 
+def test_a_catalog_key_under_disable_jit_says_to_build(monkeypatch, tmp_path):
+    """A catalog shape's key that the loaded module (the one of no shape: the cache's catalog
+    module is out of date, e.g. a shape added without a build) lacks: the fix is a build."""
+    text = missing_message(monkeypatch, tmp_path, "moe_sort_e385_k9")
+    assert text.startswith("no instance 'moe_sort_e385_k9' (fix: `aiter-aux build`"), text
+    assert "out of date" in text and len(text) <= LONGEST
+
+
 @pytest.mark.parametrize("drop_in", ["vllm", "sglang"])
 def test_a_drop_ins_missing_instance_is_short_with_the_fix_first(monkeypatch, tmp_path, drop_in):
     """The drop-ins add their note to the op's message: still one line of at most LONGEST
@@ -131,3 +139,23 @@ def test_a_module_of_no_shape_says_to_build_not_to_restart():
     text = spec.why_missing(NoInstances(), key)
     assert "restart the process;" not in text and "aiter-aux build" in text, text
     assert "\n" not in text and len(text) <= LONGEST, (len(text), text)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda ids: aiter_aux.moe_align_block_size_sglang(ids, 1024, 32),  # the spec's check
+        lambda ids: aiter_aux.moe_sort(ids, torch.rand(4, 2), 8, 33),  # the binding's check
+        lambda ids: aiter_aux.moe_sort(ids, torch.rand(4, 3), 8, 32),
+    ],
+)
+def test_an_ops_error_is_one_traceback(call):
+    """A wrapper turns the binding's error into the spec's: the user sees that one error,
+    not the binding's RuntimeError "during handling" of which it was raised."""
+    import traceback
+
+    ids = torch.zeros(4, 2, dtype=torch.int32)
+    with pytest.raises((TypeError, ValueError)) as e:
+        call(ids)
+    text = "".join(traceback.format_exception(e.value))
+    assert "During handling" not in text and "RuntimeError" not in text, text

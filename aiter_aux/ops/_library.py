@@ -233,7 +233,10 @@ def translate(error: Exception, check: Callable[[], object]) -> Exception:
     ``<Type>(text)``, e.g. :class:`UnsupportedShapeError`; anything else is ``error``."""
     from ..jit.ondemand import take_error
 
-    check()
+    try:
+        check()
+    except Exception as spec_error:  # the spec's error replaces the binding's: one traceback
+        raise spec_error from None
     built = take_error(str(error))  # an on-demand build's own exception (BuildError, ...)
     if built is not None:
         return built
