@@ -333,6 +333,9 @@ def text_error(text: str, max_chars: int) -> str | None:
 
 
 def _comment(given: Shape, shape: Shape, note: str | None) -> str:
+    why = text_error(note or "", MAX_NOTE_CHARS)  # before spaces are collapsed: a tab or
+    if why:  # newline is a control character, refused as the docs say
+        raise CatalogEditError(f"--note {why}: it becomes the catalog line's comment")
     note = " ".join((note or "").split())
     if not note:
         raise CatalogEditError(

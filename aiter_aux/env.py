@@ -122,7 +122,8 @@ VARS: dict[str, Var] = {
         Var("AITER_AUX_TIMING", _flag, _FLAG, False, "0",
             "`1`: the CLI prints its wall time to stderr"),
         Var("AITER_AUX_PREBUILD", _flag, _FLAG, False, "0",
-            "`1`: `pip wheel .` also compiles the module into the wheel"),
+            "`1`: `pip wheel . --no-build-isolation` also compiles the module into the "
+            "wheel (against the environment's torch)"),
         Var("AITER_AUX_PREBUILD_SHAPES", _str, "E,D,I,K;E,D,I,K", None, "the whole catalog",
             "the shapes a prebuild compiles, e.g. `\"256,3072,256,8;128,3072,512,4\"`"),
         Var("AITER_AUX_PDL", _flag, _FLAG, PDL_DEFAULT, "1" if PDL_DEFAULT else "0",

@@ -380,6 +380,9 @@ def test_add_shape_requires_a_note_and_records_the_rounding(tree):
     for note in (None, "", "   "):
         with pytest.raises(ce.CatalogEditError, match="name the model in --note"):
             ce.add_shape(NEW, note, **files(tree))
+    for note in ("a\tb", "a\nb", "a\rb"):  # control characters, not whitespace to collapse
+        with pytest.raises(ce.CatalogEditError, match="holds control or bidi characters"):
+            ce.add_shape(NEW, note, **files(tree))
     assert snapshot(tree) == before
     p = cli(tree, "add-shape", "160,5120,1500,8", "--no-build")
     assert p.returncode == 2 and "--note/--model" in p.stderr

@@ -102,7 +102,17 @@ def prebuild(src: Path, dest_root: Path, work_dir: Path, log=print) -> Path:
             raise ValueError(
                 f"{ENV_SHAPES}: {unknown} not in the catalog (SHAPES in codegen/catalog.py)"
             )
-        tc = toolchain.select(backend)
+        try:
+            tc = toolchain.select(backend)
+        except toolchain.ToolchainError as e:
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is not None:
+                raise
+            raise toolchain.ToolchainError(  # pip's isolated build environment has no torch
+                f"{e}; {ENV_FLAG}=1 compiles against the torch of the build environment: "
+                "run `pip wheel . --no-build-isolation` where torch is installed"
+            ) from None
         log(f"aiter_aux prebuild: {tc.describe()}, "
             f"{'the whole catalog' if shapes is None else f'{len(shapes)} shape(s)'}")  # fmt: skip
         reporter = Reporter(sys.stdout, tty=False)

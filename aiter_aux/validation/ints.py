@@ -53,7 +53,7 @@ def validate_scale(value: object, name: str = "routed_scaling_factor") -> float:
         ) from None
     if not abs(f) <= FLOAT32_MAX:  # NaN too; the kernels compute in float32
         raise ValueError(
-            f"{name} must be a finite float32 number (|x| <= 3.4028235e+38), got {f:g}"
+            f"{name} must be a finite float32 number (|x| <= {FLOAT32_MAX!r}), got {f!r}"
         )
     return f
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -54,6 +55,17 @@ inline void append(std::string& s, double v) {  // as Python's f"{v:g}"
   s += b;
 }
 
+// The shortest digits that read back as v, as Python's repr of a float in exponent form
+// (|v| >= 1e16, inf, nan: the values check_finite reports).
+inline std::string shortest(double v) {
+  char b[40];
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(b, sizeof b, "%.*g", p, v);
+    if (std::strtod(b, nullptr) == v) break;
+  }
+  return b;
+}
+
 template <class... A>
 std::string cat(const A&... a) {
   std::string s;
@@ -69,7 +81,8 @@ std::string cat(const A&... a) {
 // aiter_aux.validation.validate_scale.
 inline void check_finite(double v, const char* name) {
   if (std::fabs(v) <= std::numeric_limits<float>::max()) return;  // NaN fails too
-  fail("ValueError", cat(name, " must be a finite float32 number (|x| <= 3.4028235e+38), got ", v));
+  fail("ValueError", cat(name, " must be a finite float32 number (|x| <= ",
+                         shortest(std::numeric_limits<float>::max()), "), got ", shortest(v)));
 }
 
 inline void shim(AOTITorchError err, const char* what) {
