@@ -337,12 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rows whole, not cut to 100 columns; list: also each shape's instance keys",
     )
-    p.add_argument("--models", action="store_true",
-                   help="which (model, TP/EP) layouts of the shipped model configs the catalog "
-                   "serves, and the shapes that serve none of them")  # fmt: skip
-    p.add_argument("--cached", action="store_true",
-                   help="the instances built on demand (outside the catalog's module) in the "
-                   "build cache")  # fmt: skip
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--models", action="store_true",
+                      help="which (model, TP/EP) layouts of the shipped model configs the "
+                      "catalog serves, and the shapes that serve none of them")  # fmt: skip
+    view.add_argument("--cached", action="store_true",
+                      help="the instances built on demand (outside the catalog's module) in "
+                      "the build cache")  # fmt: skip
     p.set_defaults(func=cmd_list)
 
     p = add("run", "run, check and time the aux pipeline of one shape",

@@ -109,7 +109,10 @@ VARS: dict[str, Var] = {
             "the cache key"),
         Var("MAX_JOBS", _positive_int, "a positive integer", None, "ninja's default",
             "parallel compile jobs"),
-        Var("AITER_AUX_REBUILD", _flag, _FLAG, False, "0", "`1`: recompile everything"),
+        Var("AITER_AUX_REBUILD", _flag, _FLAG, False, "0",
+            "`1`: `aiter-aux build` (`build_module`) recompiles the module from scratch; op "
+            "calls and on-demand instances use the cache as always (`aiter-aux clean "
+            "--on-demand` drops those)"),
         Var("AITER_AUX_DISABLE_JIT", _flag, _FLAG, False, "0",
             "`1`: never compile; a cache miss raises `JitDisabledError`"),
         Var("AITER_AUX_VERBOSE", _flag, _FLAG, False, "0", "`1`: show the compiler commands"),

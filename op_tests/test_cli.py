@@ -176,6 +176,13 @@ def test_clean_asks_before_removing_everything_and_can_remove_one_backend(tmp_pa
 
 
 # ------------------------------------------------------------------------------- list
+def test_list_views_exclude_each_other():
+    """--models and --cached are two views: asked together, one line and exit 2 (the first
+    was printed and the second ignored)."""
+    line = one_line_error(aiter_aux_cli("list", "--models", "--cached"), "list")
+    assert "--cached" in line and "--models" in line
+
+
 def test_list_fits_100_columns_and_names_models():
     p = aiter_aux_cli("list")
     assert p.returncode == 0, p.stderr

@@ -50,7 +50,8 @@ def _backend() -> str:
 
 
 def _problems(s: tuple[int, int, int, int]) -> list[str]:
-    """Why no instance can serve shape ``s`` (its inter_dim rounded as the catalog does)."""
+    """The rules of the catalog shape ``s`` breaks (its inter_dim rounded as the catalog
+    does): each names the ops it keeps from serving ``s``."""
     catalog = _codegen("catalog")
     e, d, inter, k = s
     return catalog.validate_shape((e, d, catalog.round_inter(inter), k))
@@ -90,7 +91,7 @@ def prepare_mxfp4_moe_aux(shapes: Iterable[tuple[int, int, int, int]]) -> None:
     if bad:
         keys = {i.key for s in bad for i in instances.instances_for_shape(s)}
         raise MissingInstancesError(
-            "no instance can serve "
+            "the aux ops cannot serve every op of "
             + "; ".join(f"{s}: {'; '.join(errors)}" for s, errors in bad.items()),
             tuple(sorted(keys - spec.keys)),
             tuple(bad),

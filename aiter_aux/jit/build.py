@@ -22,8 +22,8 @@ Contract of a build directory (``<cache root>/<backend>-<arch>-<toolchain finger
   process imported codegen/ before it changed on disk (an ``add-shape`` since) raises
   :class:`StaleCatalogError` instead.
 
-Environment: ``AITER_AUX_CACHE_DIR``, ``AITER_AUX_REBUILD=1`` (rebuild everything),
-``AITER_AUX_DISABLE_JIT=1`` (a cache miss raises :class:`JitDisabledError`),
+Environment: ``AITER_AUX_CACHE_DIR``, ``AITER_AUX_REBUILD=1`` (a build recompiles the
+module from scratch), ``AITER_AUX_DISABLE_JIT=1`` (a cache miss raises :class:`JitDisabledError`),
 ``MAX_JOBS`` (ninja -j), ``AITER_AUX_VERBOSE=1`` (show compiler commands).
 """
 
@@ -115,7 +115,8 @@ def _cleanup_temps(directory: Path) -> None:
 _STATUS_RE = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 
-def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[int, bool, int]:
+def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=(),
+               target: str = MODULE_NAME) -> tuple[int, bool, int]:  # fmt: skip
     """Run ninja in ``directory``: ``(instance TUs compiled, linked, TUs compiled)``.
     ``progress(done, total, what)`` counts translation units, as the first-call note and
     the build's summary do: every build.ninja links one library after all its compiles, so
@@ -154,7 +155,7 @@ def _run_ninja(directory: Path, verbose: bool, progress, pass_fds=()) -> tuple[i
     if proc.wait() != 0:
         failed = [ln for ln in lines if ln.startswith("FAILED:")]
         raise BuildError(
-            f"building {MODULE_NAME} in {directory} failed"
+            f"building {target} in {directory} failed"
             + (f" ({failed[0].strip()})" if failed else "")
             + ":\n"
             + "".join(lines[-80:])

@@ -118,7 +118,7 @@ class KeyBuild:
         writer.write_if_different(self.directory / "build.ninja", ninja)
         build_mod._cleanup_temps(self.directory)
         build_mod._run_ninja(self.directory, aux_env.get("AITER_AUX_VERBOSE"), None,
-                             lock.pass_fds())  # fmt: skip
+                             lock.pass_fds(), target=f"instance {self.inst.key}")  # fmt: skip
         built = self.directory / "obj" / f"{src.stem}.so"
         sha = paths.sha256_file(built)
         dest = self.directory / f"inst_{self.inst.key}-{sha[:16]}.so"
@@ -223,8 +223,10 @@ def ensure(module, inst) -> None:
             if hit is None or not _load_library(*hit, module, inst):
                 log.warning(
                     "aiter_aux: building instance %s for %s (not in the loaded module's "
-                    "prebuilt set nor in the cache) into %s",
-                    inst.key, module.backend, kb.directory,
+                    "prebuilt set%s) into %s",
+                    inst.key, module.backend,
+                    "; its cached copy does not load" if hit is not None else " nor in the cache",
+                    kb.directory,
                 )  # fmt: skip
                 path = kb.build(lock)
                 if not _load_library(path, paths.sha256_file(path), module, inst):
