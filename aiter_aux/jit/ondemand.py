@@ -203,10 +203,8 @@ def ensure(module, inst) -> None:
         if hit is not None and _load_library(*hit, module, inst):
             return
         if aux_env.get("AITER_AUX_DISABLE_JIT"):
-            from . import spec as spec_mod
-
             fix = "unset AITER_AUX_DISABLE_JIT or call once with JIT on to cache it"
-            if not module.keys() and inst.key in (spec_mod.catalog_keys_on_disk() or ()):
+            if not module.keys() and inst.key in (paths.catalog_keys_on_disk() or ()):
                 # a catalog shape served by the module of no shape: the catalog's is not current
                 fix = ("`aiter-aux build`: the cache's catalog module is out of date; or unset "
                        "AITER_AUX_DISABLE_JIT")  # fmt: skip

@@ -274,6 +274,16 @@ def _codegen_digests() -> dict[str, str]:
     }
 
 
+def catalog_keys_on_disk() -> set[str] | None:
+    """The instance keys of the catalog file on disk now, or None while it cannot be read
+    (being edited)."""
+    try:
+        shapes = catalog_on_disk(source_root() / CATALOG_FILE).SHAPES
+        return {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
+    except Exception:
+        return None
+
+
 @cache
 def codegen():
     """The ``codegen`` package of the source root, imported under a private name so it

@@ -331,23 +331,13 @@ def _written_versions_needed() -> bool:
     return written_versions.needs_build()
 
 
-def catalog_keys_on_disk() -> set[str] | None:
-    """The instance keys of the catalog file on disk now, or None while it cannot be read
-    (being edited)."""
-    try:
-        shapes = paths.catalog_on_disk(paths.source_root() / paths.CATALOG_FILE).SHAPES
-        return {i.key for i in codegen_module("instances").enumerate_instances(shapes)}
-    except Exception:
-        return None
-
-
 def why_missing(module: AuxModule, key: str) -> str:
     """Why ``module`` (loaded in this process) lacks ``key``, and what to do: restart the
     process when the catalog on disk has the key (its shape was added after this process read
     the catalog), build it when the module is the one of no shape, add the shape when the
     catalog lacks it."""
     where = f"{key} is not in this process's {module.backend} module"
-    keys = catalog_keys_on_disk()
+    keys = paths.catalog_keys_on_disk()
     if keys is None:  # a catalog file being edited: say only what is sure
         return f"{where} (fix: `aiter-aux build`, then restart the process)"
     if key in keys and not module.keys():  # the module of no shape: no catalog build loaded
