@@ -1,13 +1,15 @@
 // Device-side phase timing of moe_route (development tool, not built by the package): the
 // clock64 of thread 0 of block 0 at the ROUTE_MARK points of gpu/route.h and gpu/route_wide.h
 // (load, max, exp, sum, div, keys, groups, select, out) at M = 1 and 4 for both kernels, the
-// graph-replay time of both at M = 1 .. 1024, and a check of route.h's div_quick against
+// graph-replay time of both in every size class at M = 1 .. 1024 (where they cross is
+// kWideMaxRows' measure), and a check of route.h's div_quick against
 // nvcc's division on 2^28 random pairs per range (any pair div_quick does not mark slow must
-// give the same bits).  Build and run on the GPU machine
+// give the same bits; ROUTE_SKIP_DIV=1 skips it).  Build and run on the GPU machine
 // (repo root):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I csrc/kernels/mxfp4_moe \
 //     csrc/kernels/mxfp4_moe/gpu/tests/route_phases.cu -o /tmp/route_phases && /tmp/route_phases
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 #include <cstdint>
 __device__ long long g_marks[10];
@@ -57,7 +59,7 @@ __global__ void divtest(unsigned long long seed, int mode, unsigned long long* b
 }
 
 int main() {
-  {
+  if (getenv("ROUTE_SKIP_DIV") == nullptr) {
     unsigned long long* d;
     cudaMalloc(&d, 16);
     for (int mode = 0; mode < 3; ++mode)
@@ -75,13 +77,12 @@ int main() {
     bool bias;
     const char* name;
   };
-  C cases[] = {{256, 8, 0, 0, 0, false, "softmax E256"},
-               {128, 8, 0, 0, 0, false, "softmax E128"},
-               {256, 8, 8, 4, 1, true, "grouped E256"},
-               {896, 16, 0, 0, 0, false, "softmax E896"},
-               {384, 8, 1, 1, 1, true, "kimi E384 G1"}};
+  C cases[] = {{256, 8, 0, 0, 0, false, "softmax E256"}, {128, 8, 0, 0, 0, false, "softmax E128"},
+               {256, 8, 8, 4, 1, true, "grouped E256"},  {896, 16, 0, 0, 0, false, "softmax E896"},
+               {384, 8, 1, 1, 1, true, "kimi E384 G1"},  {513, 11, 0, 0, 0, false, "softmax E513"},
+               {896, 16, 8, 4, 1, true, "grouped E896"}};
   for (auto& c : cases) {
-    for (int m : {1, 4, 16, 64, 128, 255, 512, 1024}) {
+    for (int m : {1, 4, 16, 64, 128, 255, 256, 384, 512, 768, 1024}) {
       std::vector<uint16_t> h(m * c.e);
       for (size_t i = 0; i < h.size(); ++i) {
         float f = (float)((i * 7919) % 2001) / 300.0f - 3.3f;
@@ -114,16 +115,21 @@ int main() {
       a.correction_bias = c.bias ? db : nullptr;
       a.topk_weights = dw;
       a.topk_ids = di;
-      // path 0: the warp per row, 1: the block per row (E <= 256)
-      for (int path = 0; path < (c.e <= 256 ? 2 : 1); ++path) {
+      // path 0: the warp per row, 1: the block per row, each of E's size class (route.h
+      // launch_route), at every M: where they cross is kWideMaxRows' measure per class
+      for (int path = 0; path < 2; ++path) {
         auto launch = [&](cudaStream_t st) {
+          constexpr int kBf16 = AITER_AUX_DTYPE_BF16;
           if (path == 1)
-            c.e <= 128 ? RD::launch_route_wide<AITER_AUX_DTYPE_BF16, 128>(a, st)
-                       : RD::launch_route_wide<AITER_AUX_DTYPE_BF16, 256>(a, st);
+            c.e <= 128   ? RD::launch_route_wide<kBf16, 128>(a, st)
+            : c.e <= 256 ? RD::launch_route_wide<kBf16, 256>(a, st)
+            : c.e <= 512 ? RD::launch_route_wide<kBf16, 512>(a, st)
+                         : RD::launch_route_wide<kBf16, AITER_AUX_MAX_ROUTE_EXPERTS>(a, st);
           else
-            c.e <= 128   ? RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 128>(a, st)
-            : c.e <= 256 ? RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 256>(a, st)
-                         : RD::launch_route_narrow<AITER_AUX_DTYPE_BF16, 1024>(a, st);
+            c.e <= 128   ? RD::launch_route_narrow<kBf16, 128>(a, st)
+            : c.e <= 256 ? RD::launch_route_narrow<kBf16, 256>(a, st)
+            : c.e <= 512 ? RD::launch_route_narrow<kBf16, 512>(a, st)
+                         : RD::launch_route_narrow<kBf16, AITER_AUX_MAX_ROUTE_EXPERTS>(a, st);
         };
         long long acc[10] = {0};
         int n = 0;
