@@ -138,8 +138,9 @@ def cmd_list(args) -> int:
             raise NotADirectoryError(f"the build cache {root} is not a directory "
                                      "(AITER_AUX_CACHE_DIR)")  # fmt: skip
         found = cached()
-        for build, key, path in found:
-            print(f"{build}  {key}  ({path.stat().st_size // 1024} KiB)")
+        for build, key, path, intact in found:
+            state = "" if intact else ", differs from its manifest: its next call rebuilds it"
+            print(f"{build}  {key}  ({path.stat().st_size // 1024} KiB{state})")
         print(f"{len(found)} instance(s) built on demand in {cache_root()} (aiter-aux clean "
               "--on-demand removes them)")  # fmt: skip
         return 0

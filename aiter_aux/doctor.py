@@ -247,6 +247,14 @@ def _cache(r: _Report, tc, current) -> None:
     dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not dirs:
         r.line("", "no build directories")
+    from .jit.ondemand import cached
+
+    found = cached(root)
+    if found:
+        bad = [key for _build, key, _path, intact in found if not intact]
+        r.line("", f"{len(found)} instance(s) built on demand (aiter-aux list --cached)" + (
+            f"; {len(bad)} differ from their manifest ({_short(bad, 3)}): their next call "
+            "rebuilds them" if bad else ""))  # fmt: skip
     for d in dirs:
         if d.name.startswith(written_versions.DIR_PREFIX):
             built = (d / f"{written_versions.NAME}.so").is_file()

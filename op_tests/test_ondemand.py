@@ -211,6 +211,14 @@ def test_list_cached_and_clean_on_demand(small_cache):
     cli = [sys.executable, "-m", "aiter_aux.cli"]
     p = subprocess.run([*cli, "list", "--cached"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and NEW_KEY in p.stdout and "mxfp4_quant_d3072" in p.stdout, p
+    assert "differs from its manifest" not in p.stdout, p.stdout
+    (lib,) = key_dir(env).glob(f"inst_{NEW_KEY}-*.so")
+    os.truncate(lib, 100)  # list and doctor say so: its next call rebuilds it
+    p = subprocess.run([*cli, "list", "--cached"], capture_output=True, text=True, env=env)
+    (row,) = [ln for ln in p.stdout.splitlines() if NEW_KEY in ln]
+    assert "differs from its manifest: its next call rebuilds it" in row, p.stdout
+    p = subprocess.run([*cli, "doctor", "--no-dry-run"], capture_output=True, text=True, env=env)
+    assert f"1 differ from their manifest ({NEW_KEY})" in p.stdout, p.stdout
     p = subprocess.run([*cli, "clean", "--on-demand"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and "removed" in p.stdout, p
     assert not key_dir(env).exists()

@@ -283,15 +283,17 @@ def install(module) -> None:
     module.set_resolver(_RESOLVER_T(resolve))
 
 
-def cached(root: Path | None = None) -> list[tuple[str, str, Path]]:
+def cached(root: Path | None = None) -> list[tuple[str, str, Path, bool]]:
     """The instance libraries built on demand in the cache (default: the cache root):
-    ``(build directory name, key, library path)``, sorted; a key directory without a
-    published library is left out."""
+    ``(build directory name, key, library path, intact)``, sorted; ``intact``: its sha256
+    is its manifest's (else its next call rebuilds it).  A key directory without a published
+    library is left out."""
     root = Path(root) if root is not None else paths.cache_root()
     found = []
     for key_dir in sorted(root.glob(f"*/{KEYS_DIR}/*")):
         manifest = paths.read_manifest(key_dir) or {}
         name = manifest.get("module")
         if isinstance(name, str) and "/" not in name and (key_dir / name).is_file():
-            found.append((key_dir.parent.parent.name, key_dir.name, key_dir / name))
+            intact = paths.sha256_file(key_dir / name) == manifest.get("module_sha256")
+            found.append((key_dir.parent.parent.name, key_dir.name, key_dir / name, intact))
     return found
