@@ -352,7 +352,7 @@ def _prebuilt_and_plan(r: _Report, tc, backend: str | None, run_ninja: bool) -> 
         r.problem(f"dry run failed: {e}")
         return
     if not d.compile and not d.link:
-        r.line("", "ninja -n: nothing to compile or link (its objects are current)")
+        r.line("", "ninja -n: nothing to do (its objects are current)")
     else:
         r.line("", f"ninja -n: {len(d.compile)} of {d.total} translation unit(s) to compile"
                    f"{', relink' if d.link else ''}: {_short(d.compile, 5)}")  # fmt: skip

@@ -109,15 +109,31 @@ def test_moe_layer_fused_shared_expert(request, capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [["--shape", "256,3072,192,7"], ["--shape", "1,2,3"], ["--tokens", "x"], ["--tokens", "0,4"]]
+    [
+        ["--shape", "2000,3072,256,8"],
+        ["--shape", "256,2880,256,8"],
+        ["--shape", "1,2,3"],
+        ["--tokens", "x"],
+        ["--tokens", "0,4"],
+    ]
     + ([] if torch.cuda.is_available() else [["--device", "cuda"]]),
 )
 def test_moe_layer_main_rejects(argv, capsys):
+    """What no op can serve (E 2000; model_dim 2880, which the sorted scales refuse) and bad
+    arguments: one argparse error, exit 2."""
     with pytest.raises(SystemExit) as e:
         moe_layer.main(["--device", "cpu", *argv])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+
+
+def test_moe_layer_runs_a_shape_outside_the_catalog(capsys):
+    """A servable shape the catalog lacks runs: its instances are built on demand."""
+    assert not moe_layer.aiter_aux.is_mxfp4_moe_shape_supported(8, 256, 256, 2)
+    assert moe_layer.main(["--device", "cpu", "--tokens", "1", "--shape", "8,256,256,2",
+                           "--router", "default"]) == 0  # fmt: skip
+    assert "M=1" in capsys.readouterr().out
 
 
 # Python blocks preceded by <!-- run --> run on CPU as written, each in a fresh namespace:
