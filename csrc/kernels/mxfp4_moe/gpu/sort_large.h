@@ -122,15 +122,9 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQ
   const int cb = chunk_begin(b, cq, cr);
   const int ce = chunk_begin(b + 1, cq, cr);
 
-  const int32_t* home = a.reverse_sorted + cb;
   int pre[kPer];
   int tot[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
-    pre[i] = e < E ? home[e] : 0;
-    tot[i] = e < E ? home[E + e] : 0;
-  }
+  load_home<E, kPer>(a.reverse_sorted + cb, pre, tot);
   zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;
@@ -237,12 +231,8 @@ __device__ __forceinline__ void warp_stage(const A& a, int cb, int wb, int we, u
       if (j0 + s * kWarpSize >= we) break;  // warp-uniform
       const int j = j0 + s * kWarpSize + lane;
       const int key = keys[s];
-      const lane_mask_t peers = match_key<E>(key);
-      const int rank = popc(peers & lt);
-      const int before = key < E ? static_cast<int>(my_slot[key]) : 0;
-      warp_sync();  // every lane has read its counter before the leader updates it
-      if (key < E && rank == 0) my_slot[key] = static_cast<uint16_t>(before + popc(peers));
-      warp_sync();
+      int rank;
+      const int before = warp_rank_step<E>(key, my_slot, lt, &rank);
       if (j < we) {
         if (key < E) {
           const int slot = before + rank;
@@ -300,15 +290,9 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_staged_kernel(A a, Ai
   const int cb = chunk_begin(b, cq, cr);
   const int ce = chunk_begin(b + 1, cq, cr);
 
-  const int32_t* home = a.reverse_sorted + cb;
   int pre[kPer];
   int tot[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = tid * kPer + i;
-    pre[i] = e < E ? home[e] : 0;
-    tot[i] = e < E ? home[E + e] : 0;
-  }
+  load_home<E, kPer>(a.reverse_sorted + cb, pre, tot);
   zero_counters(&sm.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;

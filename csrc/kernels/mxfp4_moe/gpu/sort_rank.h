@@ -175,6 +175,34 @@ __device__ __forceinline__ void warp_bases(uint16_t (*wcnt)[E], int* tot, int ro
   }
 }
 
+// One step of pass 2 for the lane's key (E: none): returns the warp's count of the key's
+// pairs before this step (my_cnt[key], which the lowest lane of the key's group then
+// advances by the group's size) and sets *rank, the lane's rank in that group.
+template <int E>
+__device__ __forceinline__ int warp_rank_step(int key, uint16_t* my_cnt, lane_mask_t lt,
+                                              int* rank) {
+  const lane_mask_t peers = match_key<E>(key);
+  *rank = popc(peers & lt);
+  const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
+  warp_sync();  // every lane has read its counter before the leader updates it
+  if (key < E && *rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
+  warp_sync();
+  return before;
+}
+
+// A large-path place block's prefixes pre[i] (pairs of expert e = tid * place_per + i in
+// the chunks before it) and totals tot[i], from its home (before its pass 1 overwrites it).
+template <int E, int kPer>
+__device__ __forceinline__ void load_home(const int32_t* home, int* pre, int* tot) {
+  const int tid = thread_idx();
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = tid * kPer + i;
+    pre[i] = e < E ? home[e] : 0;
+    tot[i] = e < E ? home[E + e] : 0;
+  }
+}
+
 // Pass 2: places the pairs of [wb, we) and writes their reverse_sorted entries.
 // base[e] = first row of the chunk's pairs of e; my_cnt = this warp's bases
 // (advanced as the warp goes).  kExpertIds: a row p with p % block_m == 0 also
@@ -203,12 +231,8 @@ __device__ __forceinline__ void warp_place(const A& a, int wb, int we, uint16_t*
       if (j0 + s * kWarpSize >= we) break;  // warp-uniform
       const int j = j0 + s * kWarpSize + lane;
       const int key = keys[s];
-      const lane_mask_t peers = match_key<E>(key);
-      const int rank = popc(peers & lt);
-      const int before = key < E ? static_cast<int>(my_cnt[key]) : 0;
-      warp_sync();  // every lane has read its counter before the leader updates it
-      if (key < E && rank == 0) my_cnt[key] = static_cast<uint16_t>(before + popc(peers));
-      warp_sync();
+      int rank;
+      const int before = warp_rank_step<E>(key, my_cnt, lt, &rank);
       if (j < we) {
         if (key < E) {
           const int p = base[key] + before + rank;
