@@ -266,7 +266,7 @@ inline int launch_large(const A& a, const AiterAuxQuantArgs& q, hipStream_t st, 
   rc = check_launch(op);
   if (rc != AITER_AUX_OK) return rc;
   if (staged) {
-    AITER_AUX_LAUNCH_SERIAL((sort_place_staged_kernel<E, K, F, D, A>), dim3(nc + x.quant_blocks),
+    AITER_AUX_LAUNCH_SERIAL((sort_place_kernel<E, K, F, D, A, true>), dim3(nc + x.quant_blocks),
                             dim3(kSortThreads),
                             st)(a, q, q32, r32, nc, x.quant_blocks, x.x_al16, x.q_al4);
   } else {

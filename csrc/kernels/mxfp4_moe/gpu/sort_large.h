@@ -102,29 +102,12 @@ struct PlaceSmem {
 // registers (place_per experts per thread, e = tid*place_per + i) before pass 1 and hands
 // them to chunk_offsets after it.  After the scan's block_sync nothing reads the home
 // again, so the block overwrites its own pair range [cb, ce) of reverse_sorted with the
-// reverse entries (no other block touches that range).
-template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQuantArgs q, int cq,
-                                                                  int cr, int num_chunks,
-                                                                  int quant_blocks, bool x_al16,
-                                                                  bool q_al4) {
-  const PdlScope pdl;
-  constexpr int kPer = place_per<E>();
+// reverse entries (no other block touches that range).  kStaged: the staged place (3').
+template <int E, int K, class A>
+__device__ __forceinline__ void place_direct(const A& a, int b, int num_chunks, int cb, int ce,
+                                             const int* pre, const int* tot) {
   __shared__ PlaceSmem<E> sm;
-  const int b = block_idx();
-  if (b >= num_chunks) {
-    aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
-                                                       x_al16, q_al4);
-    return;
-  }
-  const int tid = thread_idx();
   const int warp = warp_id();
-  const int cb = chunk_begin(b, cq, cr);
-  const int ce = chunk_begin(b + 1, cq, cr);
-
-  int pre[kPer];
-  int tot[kPer];
-  load_home<E, kPer>(a.reverse_sorted + cb, pre, tot);
   zero_counters(&sm.c.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;
@@ -136,7 +119,7 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQ
       chunk_offsets<E>(a, b, num_chunks, pre, tot, sm.c.base, sm.pad_end, sm.c.warp_tot);
   warp_place<E, K, true>(a, wb, we, sm.c.wcnt[warp], sm.c.base);
   chunk_pads<E, K>(a, b, num_chunks, sm.pad_end);
-  fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);
+  fill_tail<K>(a, rows, b * kSortThreads + thread_idx(), num_chunks * kSortThreads);
 }
 
 // 3'. The staged place (SortChoice::staged_place): the same ranking, but a pair's slot in its
@@ -269,30 +252,13 @@ __device__ __forceinline__ void staged_rows(const A& a, int cb, const uint16_t* 
   }
 }
 
-// Grid and arguments: sort_place_kernel's.
-template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs>
-__global__ __launch_bounds__(kSortThreads) void sort_place_staged_kernel(A a, AiterAuxQuantArgs q,
-                                                                         int cq, int cr,
-                                                                         int num_chunks,
-                                                                         int quant_blocks,
-                                                                         bool x_al16, bool q_al4) {
-  const PdlScope pdl;
+template <int E, int K, class A>
+__device__ __forceinline__ void place_staged(const A& a, int b, int num_chunks, int cb, int ce,
+                                             const int* pre, const int* tot) {
   constexpr int kPer = place_per<E>();
   __shared__ StagedPlaceSmem<E> sm;
-  const int b = block_idx();
-  if (b >= num_chunks) {
-    aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
-                                                       x_al16, q_al4);
-    return;
-  }
   const int tid = thread_idx();
   const int warp = warp_id();
-  const int cb = chunk_begin(b, cq, cr);
-  const int ce = chunk_begin(b + 1, cq, cr);
-
-  int pre[kPer];
-  int tot[kPer];
-  load_home<E, kPer>(a.reverse_sorted + cb, pre, tot);
   zero_counters(&sm.wcnt[0][0], kSortWarps * E);
   block_sync();
   int wb, we;
@@ -312,6 +278,31 @@ __global__ __launch_bounds__(kSortThreads) void sort_place_staged_kernel(A a, Ai
   block_sync();
   chunk_pads<E, K>(a, b, num_chunks, pad_end);
   fill_tail<K>(a, rows, b * kSortThreads + tid, num_chunks * kSortThreads);
+}
+
+// The place launch (3 and 3').
+template <int E, int K, QuantFormat F, int D, class A = AiterAuxSortArgs, bool kStaged = false>
+__global__ __launch_bounds__(kSortThreads) void sort_place_kernel(A a, AiterAuxQuantArgs q, int cq,
+                                                                  int cr, int num_chunks,
+                                                                  int quant_blocks, bool x_al16,
+                                                                  bool q_al4) {
+  const PdlScope pdl;
+  constexpr int kPer = place_per<E>();
+  const int b = block_idx();
+  if (b >= num_chunks) {
+    aux_block<F, D, kSortThreads, kFusedQuantTiles<F>>(b - num_chunks, a, q, quant_blocks, 0,
+                                                       x_al16, q_al4);
+    return;
+  }
+  const int cb = chunk_begin(b, cq, cr);
+  const int ce = chunk_begin(b + 1, cq, cr);
+  int pre[kPer];
+  int tot[kPer];
+  load_home<E, kPer>(a.reverse_sorted + cb, pre, tot);
+  if constexpr (kStaged)
+    place_staged<E, K>(a, b, num_chunks, cb, ce, pre, tot);
+  else
+    place_direct<E, K>(a, b, num_chunks, cb, ce, pre, tot);
 }
 
 }  // namespace sort_detail
