@@ -76,6 +76,19 @@ def wait_for(try_acquire, path: Path, what: str, start: float, limit: float) -> 
             next_report += _REPORT_EVERY_S
 
 
+def try_flock(fd: int, mode: int, timeout: float) -> bool:
+    """``flock(fd, mode)``, polled until ``timeout`` seconds have passed; whether it got it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 CACHE_LOCK = ".lock.cache"  # in the cache root: shared by builders, exclusive for clean
 
 
@@ -91,15 +104,7 @@ class CacheLock:
         self.fd: int | None = None
 
     def _try(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(self.fd, self.mode | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
+        return try_flock(self.fd, self.mode, timeout)
 
     def _open(self) -> int | None:
         try:
@@ -172,15 +177,7 @@ class BuildLock:
             return False
 
     def _try_workers(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(self.workers_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
+        return try_flock(self.workers_fd, fcntl.LOCK_EX, timeout)
 
     def __enter__(self) -> BuildLock:
         _THREAD_LOCK.acquire()
