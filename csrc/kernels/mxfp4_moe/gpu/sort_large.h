@@ -204,29 +204,16 @@ __device__ __forceinline__ int staged_offsets(const A& a, int g, int num_chunks,
 template <int E, class A>
 __device__ __forceinline__ void warp_stage(const A& a, int cb, int wb, int we, uint16_t* my_slot,
                                            const int* diff, uint16_t* stage) {
-  const int lane = lane_id();
-  const lane_mask_t lt = lanemask_lt(lane);
-  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
-    int keys[kBatch];
-    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
-#pragma unroll
-    for (int s = 0; s < kBatch; ++s) {
-      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
-      const int j = j0 + s * kWarpSize + lane;
-      const int key = keys[s];
-      int rank;
-      const int before = warp_rank_step<E>(key, my_slot, lt, &rank);
-      if (j < we) {
+  warp_walk<E>(
+      a, wb, we, my_slot, [](int, const int*) {},
+      [&](int, int j, int key, int slot) {
         if (key < E) {
-          const int slot = before + rank;
           stage[slot] = static_cast<uint16_t>(j - cb);
           a.reverse_sorted[j] = SortFormat<A>::reverse(diff[key] + slot, j);
         } else {
           a.reverse_sorted[j] = -1;
         }
-      }
-    }
-  }
+      });
 }
 
 // The rows of the staged slots [0, ends[E - 1]): slot i holds the pair cb + stage[i] of the

@@ -203,6 +203,30 @@ __device__ __forceinline__ void load_home(const int32_t* home, int* pre, int* to
   }
 }
 
+// Pass 2's walk of the warp range [wb, we): kBatch steps of kWarpSize pairs at a time, their
+// keys loaded together, then batch(j0 + lane, keys) (the step's other loads); each step ranks
+// its keys (warp_rank_step on my_cnt) and calls pair(s, j, key, offset) for the lane's pair
+// j < we, offset = its warp's earlier pairs of key + its rank in the step.
+template <int E, class A, class Batch, class Pair>
+__device__ __forceinline__ void warp_walk(const A& a, int wb, int we, uint16_t* my_cnt,
+                                          Batch&& batch, Pair&& pair) {
+  const int lane = lane_id();
+  const lane_mask_t lt = lanemask_lt(lane);
+  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
+    int keys[kBatch];
+    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
+    batch(j0 + lane, keys);
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) {
+      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
+      const int j = j0 + s * kWarpSize + lane;
+      int rank;
+      const int before = warp_rank_step<E>(keys[s], my_cnt, lt, &rank);
+      if (j < we) pair(s, j, keys[s], before + rank);
+    }
+  }
+}
+
 // Pass 2: places the pairs of [wb, we) and writes their reverse_sorted entries.
 // base[e] = first row of the chunk's pairs of e; my_cnt = this warp's bases
 // (advanced as the warp goes).  kExpertIds: a row p with p % block_m == 0 also
@@ -210,41 +234,31 @@ __device__ __forceinline__ void load_home(const int32_t* home, int* pre, int* to
 template <int E, int K, bool kExpertIds, class A>
 __device__ __forceinline__ void warp_place(const A& a, int wb, int we, uint16_t* my_cnt,
                                            const int* base) {
-  const int lane = lane_id();
-  const lane_mask_t lt = lanemask_lt(lane);
-  for (int j0 = wb; j0 < we; j0 += kBatch * kWarpSize) {
-    int keys[kBatch];
-    float wts[kBatch];
-    load_keys<E, kBatch>(a, j0 + lane, kWarpSize, we, keys);
+  float wts[kBatch];
+  warp_walk<E>(
+      a, wb, we, my_cnt,
+      [&](int j0, const int* keys) {  // the batch's weights, loaded together
 #pragma unroll
-    for (int s = 0; s < kBatch; ++s) {
-      const int j = j0 + s * kWarpSize + lane;
-      if constexpr (SortFormat<A>::kNative) {
-        wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
-      } else {
-        (void)j;
-        wts[s] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kBatch; ++s) {
-      if (j0 + s * kWarpSize >= we) break;  // warp-uniform
-      const int j = j0 + s * kWarpSize + lane;
-      const int key = keys[s];
-      int rank;
-      const int before = warp_rank_step<E>(key, my_cnt, lt, &rank);
-      if (j < we) {
+        for (int s = 0; s < kBatch; ++s) {
+          const int j = j0 + s * kWarpSize;
+          if constexpr (SortFormat<A>::kNative) {
+            wts[s] = keys[s] < E ? a.topk_weights[j] : 0.0f;
+          } else {
+            (void)j;
+            wts[s] = 0.0f;
+          }
+        }
+      },
+      [&](int s, int j, int key, int offset) {
         if (key < E) {
-          const int p = base[key] + before + rank;
+          const int p = base[key] + offset;
           write_pair_row<K>(a, p, j, wts[s]);
           if (kExpertIds && SortFormat<A>::first_row(p, a.block_m))
             a.sorted_expert_ids[p / a.block_m] = SortFormat<A>::label(a, key);
         } else {
           a.reverse_sorted[j] = -1;
         }
-      }
-    }
-  }
+      });
 }
 
 // Experts per thread in the segment-offset scan of a kSortThreads block.
