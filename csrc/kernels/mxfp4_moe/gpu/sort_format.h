@@ -90,6 +90,13 @@ struct SortFormat<AlignSortArgs<F>> {
   __device__ __forceinline__ static bool first_row(int p, int bm) { return block_first_row(p, bm); }
 };
 
+// num_valid_ids[0] = the rows of all segments; ours also [1] = M (the peers' is one int).
+template <class A>
+__device__ __forceinline__ void write_num_valid(const A& a, int rows) {
+  a.num_valid_ids[0] = rows;
+  if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
+}
+
 // Rows [rows + start, max_rows) (step `stride`) get the padding id and blocks
 // [rows / block_m + start, ceil(max_rows / block_m)) the tail label: the part of the peers'
 // buffers past the used rows (nothing for ours).  rows: num_valid_ids[0].

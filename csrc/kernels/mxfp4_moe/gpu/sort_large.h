@@ -191,10 +191,7 @@ __device__ __forceinline__ int staged_offsets(const A& a, int g, int num_chunks,
     slot += cnt[i];
     off += padded[i];
   }
-  if (g == 0 && tid == 0) {
-    a.num_valid_ids[0] = total;
-    if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-  }
+  if (g == 0 && tid == 0) write_num_valid(a, total);
   block_sync();
   return total;
 }

@@ -64,10 +64,7 @@ __device__ __forceinline__ void micro_sort_block(const A& a) {
     } else if (lane < n) {
       a.reverse_sorted[lane] = -1;
     }
-    if (lane == 0) {
-      a.num_valid_ids[0] = rows;
-      if constexpr (Fmt::kNative) a.num_valid_ids[1] = m;
-    }
+    if (lane == 0) write_num_valid(a, rows);  // (ours: M, which is the pad id m)
   }
   if (lead) {
     for (int p = cnt + warp; p < padded; p += kMicroWarps) write_pad_row(a, off + p, m);

@@ -228,10 +228,7 @@ __device__ __forceinline__ void pair_tables_halves(const A& a, PairSmem& sm, int
   }
   if (lane == 0) {
     sm.rows = r.rows;
-    if (kOutputs) {
-      a.num_valid_ids[0] = r.rows;
-      if constexpr (Fmt::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-    }
+    if (kOutputs) write_num_valid(a, r.rows);
   }
 }
 

@@ -167,10 +167,7 @@ __device__ __forceinline__ TinyPair tiny_rank(const A& a, TinySmem<E>& sm, int g
     for (int b = off >> lg; b < (off + static_cast<int>(padded)) >> lg; ++b)
       sm.blk2e[b] = static_cast<uint16_t>(tid);
   }
-  if (g == 0 && tid == 0) {
-    a.num_valid_ids[0] = p.rows;
-    if constexpr (SortFormat<A>::kNative) a.num_valid_ids[1] = static_cast<int32_t>(a.num_tokens);
-  }
+  if (g == 0 && tid == 0) write_num_valid(a, p.rows);
   block_sync();
   return p;
 }
