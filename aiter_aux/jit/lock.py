@@ -23,6 +23,7 @@ seconds; it gives up after ``$AITER_AUX_LOCK_TIMEOUT`` seconds (default 900) wit
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -127,7 +128,9 @@ class CacheLock:
         return (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino)
 
     def acquire(self, start: float, limit: float) -> CacheLock:
-        while fcntl is not None:
+        if fcntl is None:
+            return self
+        while True:
             self.fd = self._open()
             if self.fd is None:
                 return self
@@ -140,7 +143,6 @@ class CacheLock:
                 return self
             self.release()
             ensure_dir(self.path.parent)
-        return self
 
     def release(self) -> None:
         if self.fd is not None:
@@ -162,7 +164,7 @@ class BuildLock:
     def __init__(self, directory: Path, what: str = "another process building this module"):
         self.directory = Path(directory)
         self.path = self.directory / ".lock"
-        self.workers_path = Path(directory) / ".lock.workers"
+        self.workers_path = self.directory / ".lock.workers"
         self.what = what
         self.lock = filelock.FileLock(str(self.path))
         self.workers_fd: int | None = None
@@ -180,32 +182,23 @@ class BuildLock:
         return try_flock(self.workers_fd, fcntl.LOCK_EX, timeout)
 
     def __enter__(self) -> BuildLock:
-        _THREAD_LOCK.acquire()
         start = time.monotonic()
         limit = env.get("AITER_AUX_LOCK_TIMEOUT")
-        try:
+        with contextlib.ExitStack() as undo:  # on an error, the layers taken so far go back
+            _THREAD_LOCK.acquire()
+            undo.callback(_THREAD_LOCK.release)
             ensure_dir(cache_root())
             self.cache = CacheLock(cache_root(), exclusive=False, what="aiter-aux clean to finish")
-            self.cache.acquire(start, limit)
-            try:
-                ensure_dir(self.directory)  # a clean that ran meanwhile removed it
-                wait_for(self._try_filelock, self.path, self.what, start, limit)
-            except BaseException:
-                self.cache.release()
-                raise
-            try:
-                if fcntl is not None:
-                    self.workers_fd = os.open(self.workers_path, os.O_RDWR | os.O_CREAT, 0o600)
-                    what = "the compiler processes of an interrupted build to exit"
-                    wait_for(self._try_workers, self.workers_path, what, start, limit)
-            except BaseException:
-                self._close_workers()
-                self.lock.release()
-                self.cache.release()
-                raise
-        except BaseException:
-            _THREAD_LOCK.release()
-            raise
+            undo.callback(self.cache.acquire(start, limit).release)
+            ensure_dir(self.directory)  # a clean that ran meanwhile removed it
+            wait_for(self._try_filelock, self.path, self.what, start, limit)
+            undo.callback(self.lock.release)
+            if fcntl is not None:
+                undo.callback(self._close_workers)
+                self.workers_fd = os.open(self.workers_path, os.O_RDWR | os.O_CREAT, 0o600)
+                what = "the compiler processes of an interrupted build to exit"
+                wait_for(self._try_workers, self.workers_path, what, start, limit)
+            undo.pop_all()
         self.waited_s = time.monotonic() - start
         return self
 

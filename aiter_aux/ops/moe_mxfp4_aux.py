@@ -102,6 +102,16 @@ def round_inter_dim(inter_dim: int) -> int:
     return round_inter(inter_dim)
 
 
+def _catalog_key(expert, model_dim, inter_dim, topk) -> tuple[int, int, int, int]:
+    """The catalog's key of a layer: each value an int (else ``TypeError`` naming it, never
+    converted), ``inter_dim`` rounded up to a multiple of 256."""
+    from ..validation.ints import validate_int  # (the validation package imports torch)
+
+    e, d, i, k = (validate_int(expert, "expert"), validate_int(model_dim, "model_dim"),
+                  validate_int(inter_dim, "inter_dim"), validate_int(topk, "topk"))  # fmt: skip
+    return e, d, round_inter_dim(i), k
+
+
 def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, topk: int) -> bool:
     """True when the catalog holds this MoE layer: its kernels are prebuilt (`aiter-aux
     build`, the prebuilt wheel).  Another shape may still be served, built on demand at
@@ -111,12 +121,7 @@ def is_mxfp4_moe_shape_supported(expert: int, model_dim: int, inter_dim: int, to
     ``inter_dim`` is rounded up to a multiple of 256 before the lookup, so
     ``(513, 2560, 640, 11)`` is supported through the catalog entry ``(513, 2560, 768, 11)``.
     """
-    from ..validation.ints import validate_int
-
-    inter = round_inter_dim(validate_int(inter_dim, "inter_dim"))
-    key = (validate_int(expert, "expert"), validate_int(model_dim, "model_dim"), inter,
-           validate_int(topk, "topk"))  # fmt: skip
-    return key in MXFP4_MOE_SUPPORTED_SHAPES
+    return _catalog_key(expert, model_dim, inter_dim, topk) in MXFP4_MOE_SUPPORTED_SHAPES
 
 
 class ShapeStatus(NamedTuple):
@@ -147,11 +152,9 @@ def mxfp4_moe_shape_status(expert: int, model_dim: int, inter_dim: int, topk: in
     is not an int (a bool, a float, a string) raises ``TypeError`` naming it.
     """
     from ..jit.paths import codegen_module
-    from ..validation.ints import validate_int
 
-    e, d, i, k = (validate_int(expert, "expert"), validate_int(model_dim, "model_dim"),
-                  validate_int(inter_dim, "inter_dim"), validate_int(topk, "topk"))  # fmt: skip
-    shape = (e, d, round_inter_dim(i), k)
+    shape = _catalog_key(expert, model_dim, inter_dim, topk)
+    k = shape[3]
     errors = codegen_module("catalog").validate_shape(shape)
     reason = "; ".join(e.removeprefix(f"{shape}: ") for e in errors)
     route_topk = codegen_module("limits").ROUTE_TOPK
