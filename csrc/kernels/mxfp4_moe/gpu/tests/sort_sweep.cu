@@ -76,8 +76,8 @@ static void routing(int m, int e, int k, uint32_t seed, std::vector<int32_t>& id
 // Median µs per call of `launch` (returns 0 on success): a CUDA graph of kCalls
 // back-to-back launches on `st`, replayed kReps times between two events.
 template <class Launch>
-static float graph_us(cudaStream_t st, Launch launch) {
-  constexpr int kCalls = 20, kReps = 30;
+static float graph_us(cudaStream_t st, Launch launch, int kCalls = 20) {
+  constexpr int kReps = 30;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
