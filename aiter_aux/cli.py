@@ -54,6 +54,15 @@ class _Parser(argparse.ArgumentParser):
             ns.verbose = False
         return ns, rest
 
+    def parse_args(self, args=None, namespace=None):
+        ns, rest = self.parse_known_args(args, namespace)
+        if rest:  # argparse reports these on the program's parser: name the subcommand's
+            sub = (self.subcommands or {}).get(getattr(ns, "command", None), self)
+            sub.error(f"unrecognized arguments: {' '.join(rest)}")
+        return ns
+
+    subcommands: dict | None = None  # name -> its parser (the program's parser only)
+
 
 class _Formatter(argparse.HelpFormatter):
     """Descriptions wrapped to the terminal; text with indented lines (examples) as written."""
@@ -315,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.top = True
     parser.add_argument("--version", action="version", version=f"aiter-aux {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.subcommands = sub.choices
 
     def add(name, help, description, *parents, epilog=None):
         p = sub.add_parser(name, help=help, description=description, epilog=epilog,

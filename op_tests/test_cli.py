@@ -86,6 +86,15 @@ def test_every_subcommand_and_option_has_help():
 
 
 # ------------------------------------------------------------------- one-line errors
+@pytest.mark.parametrize("command", ["build", "list", "clean", "doctor"])
+def test_an_unknown_argument_names_its_subcommand(command, tmp_path):
+    """argparse reports extra arguments on the program's parser; the line names the
+    subcommand they were given to and its --help."""
+    line = one_line_error(aiter_aux_cli(command, "extra", cache=tmp_path), command)
+    assert line.endswith(f"unrecognized arguments: extra (see aiter-aux {command} --help)"), line
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [(["--tokens", "-5"], "-5 is outside [0, 16777215]"),
