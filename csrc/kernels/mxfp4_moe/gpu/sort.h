@@ -44,10 +44,12 @@
 //              each block of rows, and the pad rows [off_e + T_e, off_e +
 //              round_up(T_e, block_m)) of the experts e % G == g; the remaining
 //              blocks quantise x (moe_sort_quant): beside the longest launch, which
-//              measured 2-16 % faster than beside the count launch.  The staged place
-//              kernel (SortChoice::staged_place) ranks the same way but stages each
-//              pair's slot in the chunk's row order in shared memory first, then writes
-//              the rows slot by slot (sort_large.h).
+//              measured 2-16 % faster than beside the count launch.  Where a chunk fits
+//              its stage (staged_slots), the staged place kernel
+//              (SortChoice::staged_place) ranks the same way but stages each pair's slot
+//              in the chunk's row order in shared memory first, then writes the rows
+//              slot by slot, so that a warp's stores cover runs of consecutive rows
+//              (sort_large.h); else the direct kernel writes each pair's row fields.
 // A place block reads only its own home and writes reverse_sorted only inside its
 // own chunk (after a block_sync that follows its home loads).
 #pragma once
