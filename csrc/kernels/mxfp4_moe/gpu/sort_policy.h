@@ -20,29 +20,31 @@ namespace sort_detail {
 
 struct SortPolicy {
   // Paths by n = M * topk pairs.
-  int micro_pairs;             // micro path up to here (one warp ranks all pairs; 0: none), then
-  int pairs_max;               // the pair path up to here (<= kPairMax), then
-  int tiny_pairs;              // tiny path up to here, the mid path above ...
-  int tiny_map_pairs;          // ... up to here with an expert map (each mid block would map every
-                               // id), and the one-launch sorted scales
-  int tiny_rows_per_block;     // tiny path: G = ceil(capacity / this) sort blocks ...
-  int tiny_max_blocks;         // ... at most this many
-  int64_t mid_base;            // mid path up to mid_base + mid_per_expert * E pairs (the large
-  int64_t mid_per_expert;      // path's 3 launches cost more with E), large above; with a fused
-  int mid_fused_dim_per_topk;  // quant also where model_dim >= this * topk (the quant is the
-                               // longer part), up to kMidMaxChunkPairs pairs per chunk
-  int mid_chunk_pairs;         // mid chunks: ~this many pairs each up to half the SMs,
-  int mid_large_chunk_pairs;   // then ~this many up to one per SM
-  int mid_max_chunks;          // 0: the SM count bounds the mid chunks; else also this
-  int64_t wide_quant_elems;    // fused MXFP4 quant of the mid path: two tiles a step under the
-                               // register bound kFusedSortMinOccupancy from this many elements
-  int large_chunks_per_sm;     // large path: chunks per SM (count and place launches)
-  bool large_staged_place;     // large path: the staged place kernel where a chunk fits its
-                               // stage (sort_large.h), else the direct one
-  int scan_tile_chunks;        // large-path scan: chunks of a warp's tile (a multiple of the
-                               // warp size; device code, compile time)
-  int zero_blocks_max;         // zero_buf blocks of a sort launch, at most
-  int quant_blocks_max;        // fused quant blocks of a sort launch, at most
+  int micro_pairs;              // micro path up to here (one warp ranks all pairs; 0: none), then
+  int pairs_max;                // the pair path up to here (<= kPairMax), then
+  int tiny_pairs;               // tiny path up to here, the mid path above ...
+  int tiny_map_pairs;           // ... up to here with an expert map (each mid block would map every
+                                // id), and the one-launch sorted scales
+  int tiny_rows_per_block;      // tiny path: G = ceil(capacity / this) sort blocks ...
+  int tiny_max_blocks;          // ... at most this many
+  int64_t mid_base;             // mid path up to mid_base + mid_per_expert * E pairs (the large
+  int64_t mid_per_expert;       // path's 3 launches cost more with E), large above; with a fused
+  int mid_fused_dim_per_topk;   // quant also where model_dim >= this * topk (the quant is the
+                                // longer part), up to kMidMaxChunkPairs pairs per chunk and ...
+  int64_t mid_fused_max_pairs;  // ... below this many pairs (the large path's staged place
+                                // hides inside the quant better above)
+  int mid_chunk_pairs;          // mid chunks: ~this many pairs each up to half the SMs,
+  int mid_large_chunk_pairs;    // then ~this many up to one per SM
+  int mid_max_chunks;           // 0: the SM count bounds the mid chunks; else also this
+  int64_t wide_quant_elems;     // fused MXFP4 quant of the mid path: two tiles a step under the
+                                // register bound kFusedSortMinOccupancy from this many elements
+  int large_chunks_per_sm;      // large path: chunks per SM (count and place launches)
+  bool large_staged_place;      // large path: the staged place kernel where a chunk fits its
+                                // stage (sort_large.h), else the direct one
+  int scan_tile_chunks;         // large-path scan: chunks of a warp's tile (a multiple of the
+                                // warp size; device code, compile time)
+  int zero_blocks_max;          // zero_buf blocks of a sort launch, at most
+  int quant_blocks_max;         // fused quant blocks of a sort launch, at most
   // The one-launch sorted scales (sort_tiny_scales.h).
   int scale_tile_pairs;       // scale blocks of a column group: one per this many pairs,
   int scale_max_parts;        // at most this many, and all blocks in one wave
@@ -62,6 +64,10 @@ constexpr SortPolicy sm90_sort_policy() {
   p.mid_base = 40960;
   p.mid_per_expert = 48;
   p.mid_fused_dim_per_topk = 300;
+  // model_dim 7168, topk 8-9, fused MXFP4 (sort_sweep fused, H200): the mid path 3.6 % faster
+  // than the staged large one at 262144 pairs, 1.4 % slower at 294912, 0.6-4.4 % slower at
+  // 393216-442368 (and 1.07-1.10x the quant against 1.03x at M = 65536 on an H100)
+  p.mid_fused_max_pairs = 393216;
   p.mid_chunk_pairs = 16;
   p.mid_large_chunk_pairs = 128;
   p.mid_max_chunks = 0;
@@ -260,19 +266,19 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
   }
   const int sm = sms();
   const int mid_sms = p.mid_max_chunks > 0 && sm > p.mid_max_chunks ? p.mid_max_chunks : sm;
-  const bool mid = n < large_unit(s.num_experts) ||
-                   n <= p.mid_base + p.mid_per_expert * s.num_experts ||
-                   (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
-                    ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs);
+  const int chunks = large_chunks(p, n, s.num_experts, sm);
+  const bool staged = p.large_staged_place && large_stage_fits(n, chunks, s.num_experts);
+  const bool mid =
+      n < large_unit(s.num_experts) || n <= p.mid_base + p.mid_per_expert * s.num_experts ||
+      (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
+       ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs && (n < p.mid_fused_max_pairs || !staged));
   if (mid) {
     const bool wide =
         s.quant == QuantFormat::Mxfp4 && s.num_tokens * int64_t(s.model_dim) >= p.wide_quant_elems;
     return {SortPath::Mid, mid_chunks(p, n, mid_sms, s.quant != QuantFormat::None), wide, false,
             false};
   }
-  const int chunks = large_chunks(p, n, s.num_experts, sm);
-  return {SortPath::Large, chunks, false, false,
-          p.large_staged_place && large_stage_fits(n, chunks, s.num_experts)};
+  return {SortPath::Large, chunks, false, false, staged};
 }
 
 }  // namespace sort_detail
