@@ -64,9 +64,10 @@ constexpr SortPolicy sm90_sort_policy() {
   p.mid_base = 40960;
   p.mid_per_expert = 48;
   p.mid_fused_dim_per_topk = 300;
-  // model_dim 7168, topk 8-9, fused MXFP4 (sort_sweep fused, H200): the mid path 3.6 % faster
-  // than the staged large one at 262144 pairs, 1.4 % slower at 294912, 0.6-4.4 % slower at
-  // 393216-442368 (and 1.07-1.10x the quant against 1.03x at M = 65536 on an H100)
+  // model_dim 7168, topk 8-9, fused MXFP4 (sort_sweep fused on an H200,
+  // docs/bench/h200_sort_fused_crossover.csv): the mid path 3.6 % faster than the staged
+  // large one at 262144 pairs, 1.4 % slower at 294912, 0.6-4.4 % slower at 393216-442368
+  // (and 1.07-1.10x the quant against 1.03x at M = 65536 on an H100)
   p.mid_fused_max_pairs = 393216;
   p.mid_chunk_pairs = 16;
   p.mid_large_chunk_pairs = 128;
