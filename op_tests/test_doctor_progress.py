@@ -93,6 +93,8 @@ def test_read_ninja_log_last_entry_wins_and_since(tmp_path):
     recent = P.read_ninja_log(tmp_path, since_ns=new)
     assert [t.name for t in recent] == ["a", "lookup", "module_moe_mxfp4_aux.so"]
     assert P.format_slowest(recent, 2) == "a 2.5 s, lookup 1.0 s"
+    fast = [P.Timing("obj/inst_b.o", 0.04), P.Timing("obj/lookup.o", 0.0004)]
+    assert P.format_slowest(fast) == "b 40 ms, lookup 0 ms"
     assert P.read_ninja_log(tmp_path / "missing") == []
 
 

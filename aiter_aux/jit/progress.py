@@ -98,9 +98,13 @@ def read_ninja_log(directory: Path, since_ns: int | None = None) -> list[Timing]
 
 
 def format_slowest(timings: list[Timing], n: int = 5) -> str:
-    """``"moe_sort_e257_k9 2.1 s, lookup 1.9 s, ..."`` for the ``n`` slowest compiles."""
+    """``"moe_sort_e257_k9 2.1 s, lookup 1.9 s, ..."`` for the ``n`` slowest compiles (under
+    0.1 s in ms: ``"lookup 40 ms"``)."""
     tus = [t for t in timings if t.output.endswith(".o")] or timings
-    return ", ".join(f"{t.name} {t.seconds:.1f} s" for t in tus[:n])
+    return ", ".join(
+        f"{t.name} {t.seconds:.1f} s" if t.seconds >= 0.1 else f"{t.name} {t.seconds * 1e3:.0f} ms"
+        for t in tus[:n]
+    )
 
 
 class Reporter:
