@@ -214,6 +214,27 @@ void test_pairs() {
       }
     check(ok, "choose_sort_path: pairs for n <= 64, tiny above");
   }
+  // sm_90's fused rule where model_dim >= 300 topk (132 SMs): mid below 393216 pairs, the
+  // staged large path from there where a chunk fits the stage (6112 slots at E = 1024), mid
+  // where it does not; moe_sort alone takes large past mid_base
+  {
+    const sd::SortPolicy p = sd::sm90_sort_policy();
+    auto pick = [&](int64_t m, int k, int e, int d, QuantFormat q) {
+      const sd::SortProblem s = {m, k, e, 32, false, q, d, false, false};
+      return sd::choose_sort_path(p, s, [] { return 132; });
+    };
+    const auto mx4 = QuantFormat::Mxfp4;
+    const sd::SortChoice a = pick(32768, 8, 256, 7168, mx4);    // 262144 pairs
+    const sd::SortChoice b = pick(49152, 8, 256, 7168, mx4);    // 393216
+    const sd::SortChoice c = pick(65536, 9, 257, 7168, mx4);    // 589824
+    const sd::SortChoice d = pick(131072, 8, 1024, 7168, mx4);  // 7944 a chunk > 6112
+    const sd::SortChoice e = pick(32768, 8, 256, 0, QuantFormat::None);
+    const sd::SortChoice f = pick(16384, 11, 513, 2560, mx4);  // model_dim < 300 topk
+    check(a.path == sd::SortPath::Mid && b.path == sd::SortPath::Large && b.staged_place &&
+              c.path == sd::SortPath::Large && c.staged_place && d.path == sd::SortPath::Mid &&
+              e.path == sd::SortPath::Large && e.staged_place && f.path == sd::SortPath::Large,
+          "choose_sort_path (sm_90): fused mid below 393216 pairs, staged large above");
+  }
   // every n = 1..64 (topk 1), then topk 2 and 3
   pairs_all_m<257, 1>(400);
   pairs_all_m<257, 2>(500);
