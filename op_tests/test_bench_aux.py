@@ -178,6 +178,29 @@ def test_fp8_goal_reads_the_parts_ratio():
     assert "SKIP  every op >= 5x faster than torch.compile: compiled peer not run" in lines
 
 
+def test_a_goal_names_its_own_parts():
+    """route_pipeline over max(moe_route, moe_sort, mxfp4_quant) at the same shape and M: the
+    goal's own parts, not FUSED_PARTS' sum; a case without every part is left out."""
+    rows = _rows() + [
+        Row("moe_route", A, 1024, ours_us=4.0, check="ok"),
+        Row("route_pipeline", A, 1024, ours_us=12.0, check="ok"),  # 12 / max(4, 5, 8) = 1.5
+        Row("route_pipeline", A, 4096, ours_us=31.5, check="ok"),  # no moe_route at 4096
+    ]
+    g = {"op": "route_pipeline", "tokens": {"min": 1024}, "metric": "x_parts",
+         "parts": ["moe_route", "moe_sort", "mxfp4_quant"], "max": 1.05}  # fmt: skip
+    data = {"sections": [{"title": "t", "goals": [g]}], "peer_moe_sort_us": {"rows": []}}
+    ((_, lines),) = goals.evaluate(rows, False, data)
+    assert lines == [
+        "FAIL  M>=1024: route_pipeline <= 1.05 x max(moe_route, moe_sort, mxfp4_quant): worst "
+        "1.50x (route_pipeline 257,7168,256,9 M=1024), 1/1 cases fail"
+    ]
+    ((_, lines),) = goals.evaluate(rows, False, {**data, "sections": [
+        {"title": "t", "goals": [{**g, "combine": "sum", "max": 0.8}]}]})  # fmt: skip
+    assert (
+        lines[0].startswith("PASS  M>=1024: route_pipeline <= 0.8 x sum(") and "0.71x" in lines[0]
+    )
+
+
 def test_goals_file_is_checked(tmp_path):
     """Every goal of goals.json names a bench op (or every op) and a known metric; the ops
     judged against the copy bandwidth are the ones the bench times a same-bytes copy for."""
@@ -194,6 +217,10 @@ def test_goals_file_is_checked(tmp_path):
     bad = tmp_path / "goals.json"
     bad.write_text('{"sections": [{"title": "t", "goals": [{"op": "*", "metric": "us"}]}]}')
     with pytest.raises(ValueError, match="bad goal"):
+        goals.load(bad)
+    bad.write_text('{"sections": [{"title": "t", "goals": [{"op": "moe_sort", "metric": "us", '
+                   '"max": 1, "parts": ["moe_sort"]}]}]}')  # fmt: skip
+    with pytest.raises(ValueError, match="need metric x_parts"):
         goals.load(bad)
 
 

@@ -28,6 +28,18 @@ _ROW_FIELDS = {"us": "ours_us", "pct_copy": "pct_copy", "pct_same_copy": "pct_of
                "x_parts": "x_parts", "x_eager": "x_eager", "x_compiled": "x_compiled"}  # fmt: skip
 
 
+#: A goal's own parts (``"parts"``) are combined by ``"combine"`` (default max).
+_COMBINE = {"max": max, "sum": sum}
+
+
+def goal_parts(g: dict) -> tuple[tuple[str, ...], object]:
+    """The parts an x_parts goal divides by and how they combine: the goal's own ``parts``
+    (``combine``: max or sum) where it names them, else the op's FUSED_PARTS."""
+    if "parts" in g:
+        return tuple(g["parts"]), _COMBINE[g.get("combine", "max")]
+    return FUSED_PARTS[g["op"]]
+
+
 @cache
 def load(path: Path = GOALS_FILE) -> dict:
     """The goals file, checked: every goal has a known metric and exactly one bound."""
@@ -36,6 +48,10 @@ def load(path: Path = GOALS_FILE) -> dict:
         for g in section["goals"]:
             if g["metric"] not in METRICS or ("max" in g) == ("min" in g):
                 raise ValueError(f"{path}: bad goal {g}")
+            if ("parts" in g or "combine" in g) and (
+                g["metric"] != "x_parts" or g.get("combine", "max") not in _COMBINE
+            ):
+                raise ValueError(f"{path}: 'parts' / 'combine' need metric x_parts: {g}")
     return data
 
 
@@ -95,7 +111,7 @@ def title(g: dict, data: dict | None = None) -> str:
         text = f"{who} monotonic in M: time {cmp} {_num(limit)} x the largest at a smaller M"
     else:
         if m == "x_parts":
-            parts, combine = FUSED_PARTS[g["op"]]
+            parts, combine = goal_parts(g)
             unit = f" x {'max' if combine is max else 'sum'}({', '.join(parts)})"
         elif m == "x_peer":
             unit = f" x the faster peer ({', '.join(peer_names(data))})"
@@ -121,6 +137,17 @@ def _largest_before(rows: list[Row], r: Row) -> float | None:
 def _value(g: dict, rows: list[Row], data: dict):
     """The function of a row that goal ``g`` bounds (None: the row is left out)."""
     m = g["metric"]
+    if m == "x_parts" and "parts" in g:
+        parts, combine = goal_parts(g)
+        us = {(r.op, r.shape, r.tokens): r.ours_us for r in rows}
+
+        def vs_own_parts(r: Row) -> float | None:
+            times = [us.get((p, r.shape, r.tokens)) for p in parts]
+            if not r.ours_us or not all(times):
+                return None
+            return r.ours_us / combine(times)
+
+        return vs_own_parts
     if m in _ROW_FIELDS:
         field = _ROW_FIELDS[m]
         return lambda r: getattr(r, field)
