@@ -1,5 +1,6 @@
 // CK(call): a CUDA runtime call of the development tools here; on an error, the file, the
-// line and the error's text, then exit(1).
+// line and the error's text, then exit(1).  env_flag(name): a switch of their environment,
+// on when set to anything but "" or "0".
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,3 +16,8 @@
       exit(1);                                                                   \
     }                                                                            \
   } while (0)
+
+inline bool env_flag(const char* name) {
+  const char* v = getenv(name);
+  return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
+}

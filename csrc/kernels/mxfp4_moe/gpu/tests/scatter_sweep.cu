@@ -184,7 +184,7 @@ void sweep_dk(cudaStream_t st) {
   }
   for (int m : ms) {
     sweep_case<D, K, false>(m, st);
-    if (getenv("SWEEP_NO_Q") == nullptr) sweep_case<D, K, true>(m, st);
+    if (!env_flag("SWEEP_NO_Q")) sweep_case<D, K, true>(m, st);
   }
 }
 
@@ -209,7 +209,7 @@ void sweep_d(cudaStream_t st) {
 int main() {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  if (getenv("SWEEP_NO_HEADER") == nullptr) printf("op,D,topk,M,pdl,trigger,shape,us\n");
+  if (!env_flag("SWEEP_NO_HEADER")) printf("op,D,topk,M,pdl,trigger,shape,us\n");
   sweep_d<2560>(st);
   sweep_d<3072>(st);
   sweep_d<4096>(st);

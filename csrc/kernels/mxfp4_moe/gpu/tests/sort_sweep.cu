@@ -273,7 +273,7 @@ static void sweep(int m) {
       if (qfirst.empty()) qfirst = qs;
     }
     if (!same && s != first) printf("# %s/%d: the sort outputs differ\n", path, chunks);
-    const float us = getenv("SWEEP_NO_TIME") ? 0.f : graph_us(st, launch);
+    const float us = env_flag("SWEEP_NO_TIME") ? 0.f : graph_us(st, launch);
     printf("%d,%d,%d,%lld,%s%s,%d,%.2f%s\n", E, K, m, (long long)n,
            D > 0 ? (F8 ? "fp8-" : "fused-") : "", path, chunks, us, same ? "" : ",MISMATCH");
   };
@@ -281,7 +281,7 @@ static void sweep(int m) {
     run("quant", 0, [&]() { return F8 ? mxfp8_quant<D>(none, st) : mxfp4_quant<D>(none, st); });
     first.clear();
     run("auto", 0, [&]() { return sd::launch_sort<E, K, F, D>(a, none, st, "x"); });
-    const bool all = getenv("SWEEP_AUTO_ONLY") == nullptr;  // else quant and auto only
+    const bool all = !env_flag("SWEEP_AUTO_ONLY");  // else quant and auto only
     if (all && n <= sd::kPairMax) {
       run("pairs", pair_g,
           [&]() { return sd::launch_pairs<E, K, F, D>(a, none, st, pair_g, "x"); });
@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
     sweep_pairs<513, 11, 2560>();
     sweep_pairs<896, 16, 3584>();
     sweep_pairs<256, 8, 7168>();
-    if (getenv("SWEEP_FP8") != nullptr) {
+    if (env_flag("SWEEP_FP8")) {
       sweep_pairs<257, 9, 7168, true>();
       sweep_pairs<385, 9, 7168, true>();
       sweep_pairs<513, 11, 2560, true>();
@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
       if (only_e == 0 || only_e == 385) sweep<385, 9, 7168>(m);
       if (only_e == 0 || only_e == 513) sweep<513, 11, 2560>(m);
       if (only_e == 0 || only_e == 896) sweep<896, 16, 3584>(m);
-      if (getenv("SWEEP_FP8") == nullptr) continue;
+      if (!env_flag("SWEEP_FP8")) continue;
       if (only_e == 0 || only_e == 256) sweep<256, 8, 7168, true>(m);
       if (only_e == 0 || only_e == 257) sweep<257, 9, 7168, true>(m);
       if (only_e == 0 || only_e == 385) sweep<385, 9, 7168, true>(m);

@@ -32,7 +32,7 @@ struct SumSets {
 
 // Sets of this many bytes each that exceed twice the L2 (at most 64).
 int rotated_sets(size_t set_bytes) {
-  if (getenv("SWEEP_WARM") != nullptr) return 1;
+  if (env_flag("SWEEP_WARM")) return 1;
   int dev = 0, l2 = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
