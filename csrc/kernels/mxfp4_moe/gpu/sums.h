@@ -237,6 +237,10 @@ inline int launch_sum_shape(const AiterAuxSumArgs& a, void* stream, int max_bloc
 constexpr int64_t kSplitMaxBytes = int64_t(1) << 20;
 // topk 5..8 with inputs in [kMidMinBytes, kMidMaxBytes]: 256 threads with 4 slots in flight.
 constexpr int64_t kMidMinBytes = int64_t(6) << 20, kMidMaxBytes = int64_t(17) << 20;
+// topk 9..16 from this many tokens: 256 threads with 8 slots in flight over at most
+// kWideCapBlocks blocks (grid-stride).
+constexpr int64_t kWideMinTokens = 2048;
+constexpr int kWideCapBlocks = 8192;
 
 // The launch shape of (M, topk, model_dim), from tests/sum_sweep.cu on the H200 (bf16, the
 // four (topk, model_dim) of the benchmark's sum rows, M = 1 .. 16384, PDL on): the split
@@ -246,7 +250,12 @@ constexpr int64_t kMidMinBytes = int64_t(6) << 20, kMidMaxBytes = int64_t(17) <<
 // topk <= 8 between kMidMinBytes and kMidMaxBytes of input (M = 64 at (8, 7168), 128-256 at
 // (8, 4096), 256-512 at (8, 2048): 2-7 % faster there), else 128 threads with 8 (within 7 %
 // of the sweep's best shape from M = 16 on); topk 9..16 above the split: 128 threads with
-// 16, so that a thread's slots load in one round trip (8 then the rest took two).
+// 16, so that a thread's slots load in one round trip (8 then the rest took two), and from
+// kWideMinTokens 256 threads with 8 over at most kWideCapBlocks blocks.  The last: the H200
+// bench (bench_aux, the default shapes) with this shape and with 128 x 16, topk 9 / 11 / 16:
+// moe_sum 86-103 % of the copy bandwidth at M = 2048-65536 against 82-103 % (topk 9: 99
+// against 83 % at M = 4096), with topk_ids and an expert_map 75-102 % against 58-84 %; at
+// M = 1024 the 128 x 16 shape is ahead (topk 9: 79 against 60 %, with a map 56 against 40).
 template <int kDT>
 inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
   constexpr int kE = elem_bytes<kDT>();
@@ -259,6 +268,8 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
       return launch_sum_split<kDT, 16, 256>(a, stream);
     }
     const int64_t bytes = a.num_tokens * K * a.model_dim * kE;
+    if (K > 8 && a.num_tokens >= kWideMinTokens)
+      return launch_sum_shape<kDT, kV, 256, 8>(a, stream, kWideCapBlocks);
     if (K > 8) return launch_sum_shape<kDT, kV, 128, 16>(a, stream, 65535);
     if (K <= 4 || (K <= 8 && bytes >= kMidMinBytes && bytes <= kMidMaxBytes))
       return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);

@@ -167,6 +167,10 @@ void test_sums_dtype() {
   // large M (> 1024 tokens): 16-byte vectors, or one element where D % vector != 0
   run_sum_case<kDT>(1100, 3, 16, 9, 2, 1.0f);
   run_sum_case<kDT>(1030, 2, 9, 10, 1, 2.5f, true);
+  // topk 9..16 from 2048 tokens, past the split shape's 1 MiB: 256 threads with 8 slots in
+  // flight (two passes at topk 9)
+  run_sum_case<kDT>(2048, 9, 4 * kL, 23, 2, 1.0f);
+  run_sum_case<kDT>(2050, 16, 4 * kL, 24, 1, -0.75f, true);
   // every shape directly, with small grids (grid-stride loop), misaligned
   run_sum_case<kDT, kS, 128, 16>(9, 17, 64, 11, 2, 1.0f, false, 3);
   run_sum_case<kDT, kL, 256, 8>(7, 9, 96, 12, 1, 1.0f, true, 2);
