@@ -11,6 +11,9 @@
 //     csrc/kernels/mxfp4_moe/gpu/tests/sum_sweep.cu -o /tmp/sum_sweep && /tmp/sum_sweep
 // (arguments: the token counts to run, default all).  Prints CSV: topk,D,M,pdl,shape,us;
 // then per (topk, D, M, pdl) the fastest shape as "best,topk,D,M,pdl,shape,us,auto_us".
+// SWEEP_WIDE_TOPK=1: the bench's topk 9 / 11 / 16 shapes ((9, 7168), (11, 2560), (16, 3584))
+// instead; SWEEP_EP=1: with topk_ids and an expert map, as moe_sum_ep (ids uniform over 128
+// global experts, the first 64 local).
 #define AITER_AUX_SWEEP_NO_MAIN
 #include "sort_sweep.cu"  // CK, graph_us
 
@@ -28,7 +31,11 @@ std::vector<std::string> g_best;
 // The input / output sets of a case: every set holds the same input.
 struct SumSets {
   std::vector<void*> in, out;
+  int32_t* ids = nullptr;  // SWEEP_EP: topk_ids and the expert map
+  int32_t* map = nullptr;
 };
+
+constexpr int kEpGlobal = 128;  // SWEEP_EP: global experts, the first half local
 
 // Sets of this many bytes each that exceed twice the L2 (at most 64).
 int rotated_sets(size_t set_bytes) {
@@ -53,8 +60,20 @@ AiterAuxSumArgs make_args(int m, int k, int d, uint32_t seed, SumSets& sets) {
     sets.in.push_back(d_in);
     sets.out.push_back(d_out);
   }
+  if (env_flag("SWEEP_EP")) {
+    std::vector<int32_t> ids(size_t(m) * k), map(kEpGlobal);
+    for (auto& v : ids) v = static_cast<int32_t>(rng() % kEpGlobal);
+    for (int g = 0; g < kEpGlobal; ++g) map[g] = g < kEpGlobal / 2 ? g : -1;
+    CK(cudaMalloc(&sets.ids, ids.size() * 4 + 4));
+    CK(cudaMalloc(&sets.map, map.size() * 4));
+    CK(cudaMemcpy(sets.ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(sets.map, map.data(), map.size() * 4, cudaMemcpyHostToDevice));
+  }
   CK(cudaDeviceSynchronize());
   AiterAuxSumArgs a = {};
+  a.topk_ids = sets.ids;
+  a.expert_map = sets.map;
+  a.num_global_experts = sets.map ? kEpGlobal : 0;
   a.input = sets.in[0];
   a.num_tokens = m;
   a.model_dim = d;
@@ -114,6 +133,10 @@ void sweep_case(int k, int d, int m, cudaStream_t st) {
     add(C(8), C(512), C(8), cap);
     add(C(8), C(128), C(4), cap);
     add(C(8), C(256), C(4), cap);
+    if (k > 8) {  // a thread's slots in one round trip
+      add(C(8), C(128), C(16), cap);
+      add(C(8), C(256), C(16), cap);
+    }
   }
   auto add_split = [&](auto kp, auto t) {
     constexpr int kKP = decltype(kp)::value, kT = decltype(t)::value;
@@ -173,6 +196,8 @@ void sweep_case(int k, int d, int m, cudaStream_t st) {
     CK(cudaFree(sets.in[i]));
     CK(cudaFree(sets.out[i]));
   }
+  if (sets.ids != nullptr) CK(cudaFree(sets.ids));
+  if (sets.map != nullptr) CK(cudaFree(sets.map));
 }
 
 }  // namespace
@@ -184,9 +209,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) ms.push_back(atoi(argv[i]));
   if (ms.empty()) ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384};
   printf("topk,D,M,pdl,shape,us\n");
-  const int kd[4][2] = {{8, 7168}, {8, 4096}, {4, 2880}, {8, 2048}};
-  for (const auto& s : kd)
-    for (int m : ms) sweep_case(s[0], s[1], m, st);
+  const std::vector<std::pair<int, int>> kd =
+      env_flag("SWEEP_WIDE_TOPK")
+          ? std::vector<std::pair<int, int>>{{9, 7168}, {11, 2560}, {16, 3584}}
+          : std::vector<std::pair<int, int>>{{8, 7168}, {8, 4096}, {4, 2880}, {8, 2048}};
+  for (const auto& [k, d] : kd)
+    for (int m : ms) sweep_case(k, d, m, st);
   for (const auto& line : g_best) printf("%s\n", line.c_str());
   CK(cudaStreamDestroy(st));
   return 0;
