@@ -267,12 +267,14 @@ inline SortChoice choose_sort_path(const SortPolicy& p, const SortProblem& s, Sm
   }
   const int sm = sms();
   const int mid_sms = p.mid_max_chunks > 0 && sm > p.mid_max_chunks ? p.mid_max_chunks : sm;
-  const int chunks = large_chunks(p, n, s.num_experts, sm);
-  const bool staged = p.large_staged_place && large_stage_fits(n, chunks, s.num_experts);
-  const bool mid =
-      n < large_unit(s.num_experts) || n <= p.mid_base + p.mid_per_expert * s.num_experts ||
-      (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
-       ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs && (n < p.mid_fused_max_pairs || !staged));
+  const bool few =
+      n < large_unit(s.num_experts) || n <= p.mid_base + p.mid_per_expert * s.num_experts;
+  // the large path's grid, asked only where it may run
+  const int chunks = few ? 0 : large_chunks(p, n, s.num_experts, sm);
+  const bool staged = !few && p.large_staged_place && large_stage_fits(n, chunks, s.num_experts);
+  const bool mid = few || (s.model_dim >= p.mid_fused_dim_per_topk * s.topk &&
+                           ceil_div_i64(n, mid_sms) <= kMidMaxChunkPairs &&
+                           (n < p.mid_fused_max_pairs || !staged));
   if (mid) {
     const bool wide =
         s.quant == QuantFormat::Mxfp4 && s.num_tokens * int64_t(s.model_dim) >= p.wide_quant_elems;
