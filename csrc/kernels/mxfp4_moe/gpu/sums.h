@@ -243,6 +243,7 @@ constexpr int64_t kMidMinBytes = int64_t(6) << 20, kMidMaxBytes = int64_t(17) <<
 // kWideCapBlocks blocks (grid-stride); with topk_ids (slots skipped) 256 threads with 4.
 constexpr int64_t kWideMinTokens = 2048;
 constexpr int kWideCapBlocks = 8192;
+constexpr int64_t kSkipMinTokens = 128;  // from here topk_ids' 256 x 4
 
 // The launch shape of (M, topk, model_dim), from tests/sum_sweep.cu on the H200 (bf16, the
 // four (topk, model_dim) of the benchmark's sum rows, M = 1 .. 16384, PDL on): the split
@@ -258,10 +259,12 @@ constexpr int kWideCapBlocks = 8192;
 // moe_sum 86-103 % of the copy bandwidth at M = 2048-65536 against 82-103 % (topk 9: 99
 // against 83 % at M = 4096), with topk_ids and an expert_map 75-102 % against 58-84 %; at
 // M = 1024 the 128 x 16 shape is ahead (topk 9: 79 against 60 %, with a map 56 against 40).
-// With topk_ids, where slots may be skipped, topk 9..16 take 256 threads with 4 in flight (the
-// H100 sweep, topk 9, model_dim 7168, half the slots local: 1.10-1.66x as fast as 128 x 16 or
-// 256 x 8 from M = 128; without skipped slots within 1-4 % of them), and the split shape
-// reaches 2 MiB for topk 9..16 (M = 16 at (9, 7168): 1.10x as fast, 1.58x with an expert map).
+// With topk_ids, where slots may be skipped, topk 9..16 take 256 threads with 4 in flight from
+// kSkipMinTokens (the H100 sweep, topk 9, model_dim 7168, half the slots local: 1.10-1.66x as
+// fast as 128 x 16 or 256 x 8 from M = 128, within 1-4 % of them without skipped slots; the
+// H100 bench, moe_sum_ep at topk 9 / 11 / 16: 1.02-1.38x from M = 128, but 0.86-0.96x at
+// M = 32-64 for topk 11 and 16), and the split shape reaches 2 MiB for topk 9..16 (M = 16 at
+// (9, 7168): 1.10x as fast, 1.58x with an expert map; the bench: 1.14-1.21x, ep 1.70-2.02x).
 template <int kDT>
 inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
   constexpr int kE = elem_bytes<kDT>();
@@ -276,7 +279,8 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
     if (K > 8 && K <= 16 && bytes <= kSplitWideMaxBytes)
       return launch_sum_split<kDT, 16, 256>(a, stream);
     const int wide_cap = a.num_tokens >= kWideMinTokens ? kWideCapBlocks : 65535;
-    if (K > 8 && a.topk_ids != nullptr) return launch_sum_shape<kDT, kV, 256, 4>(a, stream, wide_cap);
+    if (K > 8 && a.topk_ids != nullptr && a.num_tokens >= kSkipMinTokens)
+      return launch_sum_shape<kDT, kV, 256, 4>(a, stream, wide_cap);
     if (K > 8 && a.num_tokens >= kWideMinTokens)
       return launch_sum_shape<kDT, kV, 256, 8>(a, stream, kWideCapBlocks);
     if (K > 8) return launch_sum_shape<kDT, kV, 128, 16>(a, stream, 65535);

@@ -172,9 +172,10 @@ void test_sums_dtype() {
   run_sum_case<kDT>(2048, 9, 4 * kL, 23, 2, 1.0f);
   run_sum_case<kDT>(2050, 16, 4 * kL, 24, 1, -0.75f, true);
   run_sum_case<kDT>(2048, 11, 4 * kL, 25, 0, 1.0f);
-  // topk 9..16 with topk_ids below 2048 tokens (256 threads with 4); between the split's 1 and
-  // 2 MiB (bf16: the split shape; float32: past it)
+  // topk 9..16 with topk_ids from 128 tokens (256 threads with 4), and below (128 x 16);
+  // between the split's 1 and 2 MiB (bf16: the split shape; float32: past it)
   run_sum_case<kDT>(300, 9, 8 * kL, 26, 2, 1.0f, true);
+  run_sum_case<kDT>(127, 11, 8 * kL, 28, 1, 1.0f);
   run_sum_case<kDT>(24, 9, 4096, 27, 0, 2.5f);
   // every shape directly, with small grids (grid-stride loop), misaligned
   run_sum_case<kDT, kS, 128, 16>(9, 17, 64, 11, 2, 1.0f, false, 3);
