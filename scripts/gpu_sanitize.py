@@ -18,6 +18,7 @@ from aiter_aux import reference as ref
 from aiter_aux.compat import sglang, vllm
 from aiter_aux.jit.spec import loaded_modules
 from aiter_aux.pipeline import draw_routing
+from aiter_aux.validation.ints import sort_capacity, sort_scales_rows
 
 
 def same(a, b) -> bool:
@@ -170,6 +171,52 @@ def check_route(dev, g) -> int:
             torch.cuda.synchronize()
             print(f"moe_route E={e} topk={k} M={m} {'grouped' if kw else 'softmax'}: "
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)  # fmt: skip
+            bad += not ok
+    return bad + check_preamble(dev, g)
+
+
+def check_preamble(dev, g) -> int:
+    """moe_route_sort_quant with sorted_scales, an expert_map and zero_buf, at a decode and a
+    prefill size (the sort's mid path; moe_sort_scales' own launch); the number of
+    mismatches."""
+    bad = 0
+    e, k, d, local = 256, 8, 7168, 64  # DeepSeek-V3 at EP4: (64, 7168, 2048, 8)
+    for m in (37, 1100):
+        logits = torch.randn(m, e, generator=g).bfloat16()
+        x = (torch.randn(m, d, generator=g) * 3).bfloat16()
+        gmap = torch.full((e,), -1, dtype=torch.int32)
+        gmap[torch.randperm(e, generator=g)[:local]] = torch.arange(local, dtype=torch.int32)
+        rows = sort_scales_rows(sort_capacity(m, k, local, 32), 32)
+        kw = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, expert_map=gmap,
+                  correction_bias=torch.randn(e, generator=g) * 0.1)  # fmt: skip
+        for quant in ("mxfp4", "mxfp8"):
+            bufs = [(torch.full((rows, d // 32), 0x5A, dtype=torch.uint8, device=v),
+                     torch.full((m, d), 7.0, dtype=torch.bfloat16, device=v))
+                    for v in (dev, "cpu")]  # fmt: skip
+            on = {n: v.to(dev) if isinstance(v, torch.Tensor) else v for n, v in kw.items()}
+            got = ops.moe_route_sort_quant(logits.to(dev), x.to(dev), k, local, 32, **on,
+                                           quant_dtype=quant, sorted_scales=bufs[0][0],
+                                           zero_buf=bufs[0][1])  # fmt: skip
+            want = ref.moe_route_sort_quant(
+                logits,
+                x,
+                k,
+                local,
+                32,
+                **kw,
+                quant_dtype=quant,
+                sorted_scales=bufs[1][0],
+                zero_buf=bufs[1][1],
+            )
+            n = int(want[2].num_valid_ids[0])
+            ok = all(
+                same(a, b) for a, b in zip(got[:2] + got[3:], want[:2] + want[3:], strict=True)
+            )
+            ok &= all(same(a[:n], b[:n]) for a, b in zip(got[2][:3], want[2][:3], strict=True))
+            ok &= same(got[2].reverse_sorted, want[2].reverse_sorted)
+            ok &= same(bufs[0][0], bufs[1][0]) and same(bufs[0][1], bufs[1][1])
+            torch.cuda.synchronize()
+            print(f"moe_route_sort_quant {quant} M={m}: {'ok' if ok else 'MISMATCH'}", flush=True)
             bad += not ok
     return bad
 
