@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from . import exprs
 from .ops import OPS
-from .opspec import MAX_PARAMS, OpSpec
+from .opspec import MAX_PARAMS, OpSpec, Rule
 
 BACKENDS = ("cpu", "cuda", "rocm")
 #: The ops with kernels and instances of their own (a composed op runs its parts').
@@ -135,12 +136,29 @@ def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
     return {"num_experts": expert, "model_dim": model_dim, "topk": topk}
 
 
+def refused(spec: OpSpec, params: dict[str, int]) -> bool:
+    """True where a rule of ``spec`` over its compile-time parameters alone fails for
+    ``params``: the op refuses every call such an instance could serve (the SGLang align
+    above 1023 experts), so no shape builds it."""
+    for rule in spec.checks:
+        if not isinstance(rule, Rule) or rule.when is not None:
+            continue
+        if exprs.names(rule.cond) <= set(spec.params):
+            values = {p: params[p] for p in spec.params}
+            if not eval(exprs.to_python(rule.cond, exprs.Scope()), {}, values):
+                return True
+    return False
+
+
 def instances_for_shape(shape: tuple[int, int, int, int]) -> list[Instance]:
     """The instances (one per op with kernels: a composed op runs its parts') that the aux
-    path of ``shape`` dispatches to."""
+    path of ``shape`` dispatches to: those of every op that does not refuse the shape's
+    parameters (:func:`refused`)."""
     params = shape_params(shape)
     out = []
     for spec in map(OPS.get, INSTANCE_OPS):
+        if refused(spec, params):
+            continue
         values = tuple(params[p] for p in spec.params)
         out.append(Instance(instance_key(spec.name, **params), spec.name, values))
     return out

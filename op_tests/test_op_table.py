@@ -210,3 +210,17 @@ def test_a_reference_module_that_does_not_exist_is_named():
     bad = dict(ops.OPS, moe_sort=dataclasses.replace(ops.OPS["moe_sort"], reference="sorts"))
     with pytest.raises(SystemExit, match="op 'moe_sort': reference must name a module .*'sorts'"):
         registry.render_reference_table(bad)
+
+
+def test_a_shape_builds_no_instance_its_op_refuses():
+    """A rule of an op over its compile-time parameters alone keeps that op's instance out of
+    a shape's set: SGLang's align serves num_experts <= 1023, so E = 1024 builds every other
+    op's instance but not that one."""
+    inst = codegen_module("instances")
+
+    def keys(e: int) -> set[str]:
+        return {i.key for i in inst.instances_for_shape((e, 4096, 512, 8))}
+
+    renamed = {k.replace("_e1024", "_e1023") for k in keys(1024)}
+    assert keys(1023) - renamed == {"moe_align_block_size_sglang_e1023"}
+    assert renamed < keys(1023)
