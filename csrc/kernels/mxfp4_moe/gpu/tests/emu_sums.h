@@ -167,21 +167,20 @@ void test_sums_dtype() {
   // large M (> 1024 tokens): 16-byte vectors, or one element where D % vector != 0
   run_sum_case<kDT>(1100, 3, 16, 9, 2, 1.0f);
   run_sum_case<kDT>(1030, 2, 9, 10, 1, 2.5f, true);
-  // topk 9..16 from 2048 tokens, past the split shape's 1 MiB: 256 threads with 8 slots in
-  // flight (two passes at topk 9)
-  run_sum_case<kDT>(2048, 9, 4 * kL, 23, 2, 1.0f);
+  // topk 9..16 (the split shape up to 2 MiB): from 2048 tokens and past it, 256 threads with 8
+  // slots in flight; with topk_ids (from 128 tokens) 256 threads with 4; at 2048 tokens within
+  // 2 MiB, the split; between 1 and 2 MiB, the split (bf16) and 128 x 16 past it (float32)
+  run_sum_case<kDT>(2049, 16, 4 * kL, 25, 0, 1.0f);
   run_sum_case<kDT>(2050, 16, 4 * kL, 24, 1, -0.75f, true);
-  run_sum_case<kDT>(2048, 11, 4 * kL, 25, 0, 1.0f);
-  // topk 9..16 with topk_ids from 128 tokens (256 threads with 4), and below (128 x 16);
-  // between the split's 1 and 2 MiB (bf16: the split shape; float32: past it)
+  run_sum_case<kDT>(2048, 9, 4 * kL, 23, 2, 1.0f);
   run_sum_case<kDT>(300, 9, 8 * kL, 26, 2, 1.0f, true);
-  run_sum_case<kDT>(127, 11, 8 * kL, 28, 1, 1.0f);
-  run_sum_case<kDT>(24, 9, 4096, 27, 0, 2.5f);
+  run_sum_case<kDT>(15, 9, 4096, 27, 0, 2.5f);
   // every shape directly, with small grids (grid-stride loop), misaligned
   run_sum_case<kDT, kS, 128, 16>(9, 17, 64, 11, 2, 1.0f, false, 3);
   run_sum_case<kDT, kL, 256, 8>(7, 9, 96, 12, 1, 1.0f, true, 2);
   run_sum_case<kDT, 1, 256, 8>(5, 9, 33, 13, 2, 2.5f, false, 1);
   run_sum_case<kDT, kL, 256, 8>(3, 11, 7168, 14, 0, 1.0f, false, 5);
+  run_sum_case<kDT, kL, 256, 4>(6, 11, 96, 28, 2, 1.0f, true, 2);
   run_sum_case<kDT, kL, 128, 16>(6, 9, 7168, 21, 2, 2.5f, false, 4);
   run_sum_case<kDT, kL, 128, 16>(3, 16, 3584, 22, 1, 1.0f, true, 2);
   // the split shapes: topk below, at and (16) up to the slot lanes, skipped slots, a partial
