@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 
 from . import exprs
 from .ops import OPS
@@ -136,18 +137,26 @@ def shape_params(shape: tuple[int, int, int, int]) -> dict[str, int]:
     return {"num_experts": expert, "model_dim": model_dim, "topk": topk}
 
 
+@cache
+def _param_rules(op: str) -> tuple:
+    """The rules of ``op`` over its compile-time parameters alone, compiled (once per op)."""
+    spec = OPS[op]
+    return tuple(
+        compile(exprs.to_python(rule.cond, exprs.Scope()), f"<{op} rule>", "eval")
+        for rule in spec.checks
+        if isinstance(rule, Rule)
+        and rule.when is None
+        and exprs.names(rule.cond) <= set(spec.params)
+    )
+
+
 def refused(spec: OpSpec, params: dict[str, int]) -> bool:
     """True where a rule of ``spec`` over its compile-time parameters alone fails for
     ``params``: the op refuses every call such an instance could serve (the SGLang align
     above 1023 experts), so no shape builds it."""
-    for rule in spec.checks:
-        if not isinstance(rule, Rule) or rule.when is not None:
-            continue
-        if exprs.names(rule.cond) <= set(spec.params):
-            values = {p: params[p] for p in spec.params}
-            if not eval(exprs.to_python(rule.cond, exprs.Scope()), {}, values):
-                return True
-    return False
+    rules = _param_rules(spec.name)
+    values = {p: params[p] for p in spec.params}
+    return any(not eval(rule, {}, values) for rule in rules)
 
 
 def instances_for_shape(shape: tuple[int, int, int, int]) -> list[Instance]:
