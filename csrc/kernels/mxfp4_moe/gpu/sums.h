@@ -276,14 +276,14 @@ inline int launch_sum(const AiterAuxSumArgs& a, void* stream) {
       if (K <= 4) return launch_sum_split<kDT, 4, 128>(a, stream);
       return launch_sum_split<kDT, 8, 128>(a, stream);
     }
-    if (K > 8 && K <= 16 && bytes <= kSplitWideMaxBytes)
-      return launch_sum_split<kDT, 16, 256>(a, stream);
-    const int wide_cap = a.num_tokens >= kWideMinTokens ? kWideCapBlocks : 65535;
-    if (K > 8 && a.topk_ids != nullptr && a.num_tokens >= kSkipMinTokens)
-      return launch_sum_shape<kDT, kV, 256, 4>(a, stream, wide_cap);
-    if (K > 8 && a.num_tokens >= kWideMinTokens)
-      return launch_sum_shape<kDT, kV, 256, 8>(a, stream, kWideCapBlocks);
-    if (K > 8) return launch_sum_shape<kDT, kV, 128, 16>(a, stream, 65535);
+    if (K > 8) {
+      const bool wide = a.num_tokens >= kWideMinTokens;
+      if (K <= 16 && bytes <= kSplitWideMaxBytes) return launch_sum_split<kDT, 16, 256>(a, stream);
+      if (a.topk_ids != nullptr && a.num_tokens >= kSkipMinTokens)
+        return launch_sum_shape<kDT, kV, 256, 4>(a, stream, wide ? kWideCapBlocks : 65535);
+      if (wide) return launch_sum_shape<kDT, kV, 256, 8>(a, stream, kWideCapBlocks);
+      return launch_sum_shape<kDT, kV, 128, 16>(a, stream, 65535);
+    }
     if (K <= 4 || (K <= 8 && bytes >= kMidMinBytes && bytes <= kMidMaxBytes))
       return launch_sum_shape<kDT, kV, 256, 4>(a, stream, 65535);
     return launch_sum_shape<kDT, kV, 128, 8>(a, stream, 65535);
