@@ -190,6 +190,7 @@ __device__ __forceinline__ void tiny_write_rows(const A& a, const TinySmem<E>& s
     a.reverse_sorted[p.j] = -1;
   }
 
+#pragma unroll 1  // (not unrolled: no trip-count division; see fill_tail)
   for (int r = g * kTinyThreads + tid; r < p.rows; r += slice_stride) {
     const int b = r >> lg;
     const int e = sm.blk2e[b];

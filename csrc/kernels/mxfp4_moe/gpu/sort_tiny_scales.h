@@ -85,6 +85,7 @@ __device__ __forceinline__ void scale_tiles(const ScalesPlan& sp, const uint8_t*
   const int lane = lane_id();
   const int l = lane & 31;
   const int nl = l & 15;
+#pragma unroll 1  // a runtime stride: no trip-count division (see fill_tail)
   for (int base = (part * kWarps + warp_id()) * (kWarpSize / 32); base < tiles;
        base += kGroups * sp.parts) {  // warp-uniform
     const int tile = base + (lane >> 5);
@@ -125,6 +126,7 @@ __device__ __forceinline__ void scales_zero_fill(const ScalesPlan& sp, int rows,
   const int zrow = (rows + 31) & ~31;
   const int64_t end = static_cast<int64_t>(sp.out_rows / 32) * (D / 16);
   uint4* o = reinterpret_cast<uint4*>(sp.out);
+#pragma unroll 1
   for (int64_t i = static_cast<int64_t>(zrow / 32) * (D / 16) + static_cast<int64_t>(b) * kThreads +
                    thread_idx();
        i < end; i += static_cast<int64_t>(sp.z_blocks) * kThreads)
